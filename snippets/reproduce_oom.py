@@ -1,0 +1,222 @@
+"""Reproduce the seed OOM at full shape, then diagnose it from the model.
+
+The scenario: a Keras model whose ``Dense(65536)`` layer reads inputs of width
+131072, so its kernel is ``W[131072, 65536]`` float32, created and compiled
+(RMSprop, mean squared error) inside ``tf.distribute.MirroredStrategy`` over
+4 devices of 32480 MiB (V100-SXM2-32GB). Creating the kernel fails on
+device 0, because 131072 x 65536 x 4 B = 32 GiB is more than one device holds
+and MirroredStrategy wants a full copy on every device.
+
+Run it::
+
+    python -m snippets.reproduce_oom                       # the seed, 4 x 32480 MiB
+    python -m snippets.reproduce_oom --device-memory 32GB  # other capacities
+    python -m snippets.reproduce_oom --help
+
+On a CPU-only machine it runs in CPU mode (see :mod:`snippets.devices`): the
+capped BFC allocator refuses the 32 GiB request before touching a page, so it
+needs well under 2 GiB of RAM. If the allocator would accept the model
+instead, so that the run would really allocate it, it first checks the host
+can spare that memory and refuses otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from snippets import devices, memory
+
+#: The seed layer: input width and units of the Dense layer, dtype of its variables.
+SEED_INPUT_DIM = 131072
+SEED_UNITS = 65536
+
+
+@dataclass(frozen=True)
+class VariableSpec:
+    """A model variable's path, shape and dtype, read without allocating it."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return memory.tensor_bytes(self.shape, self.dtype)
+
+
+def seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, dtype=None):
+    """The seed model, uncompiled: ``Input((input_dim,))`` then ``Dense(units)``.
+
+    Its kernel has shape ``[input_dim, units]``; with the defaults,
+    ``[131072, 65536]`` float32 = 34359738368 B.
+    """
+    import keras
+
+    return keras.Sequential([keras.Input((input_dim,)), keras.layers.Dense(units, dtype=dtype)])
+
+
+def build_seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, dtype=None):
+    """:func:`seed_model` compiled with RMSprop and mean squared error, as in the report.
+
+    Call it inside a strategy's ``scope()`` to create the variables under
+    that strategy.
+    """
+    model = seed_model(input_dim, units, dtype)
+    model.compile(optimizer="rmsprop", loss="mean_squared_error")
+    return model
+
+
+def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
+    """Shapes and dtypes of the variables ``build_model(*args, **kwargs)`` creates, allocating none.
+
+    Builds the model under ``keras.StatelessScope(initialize_variables=False)``,
+    in which Keras 3 records each variable's shape and dtype but runs no
+    initializer (Keras API page "StatelessScope"). The seed model builds this
+    way in about 0.01 s.
+    """
+    import keras
+
+    with keras.StatelessScope(initialize_variables=False):
+        model = build_model(*args, **kwargs)
+    return [
+        VariableSpec(v.path, tuple(int(d) for d in v.shape), str(v.dtype)) for v in model.weights
+    ]
+
+
+_TF_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+
+
+def oom_line(error: Exception) -> str:
+    """TensorFlow's ResourceExhaustedError as one line, as a user's log shows it.
+
+    Drops the ``{{function_node ...}}`` prefix TF adds when the op ran inside
+    a function and the trailing ``name:``.
+    """
+    message = _TF_PREFIX.sub("", str(error).strip().splitlines()[0])
+    message = re.sub(r"\s*name:\s*$", "", message)
+    return f"{type(error).__name__}: {message}"
+
+
+def reproduce(setup: devices.DeviceSetup, build_model=build_seed_model, *args, **kwargs) -> str | None:
+    """Build ``build_model(...)`` inside ``MirroredStrategy(setup.devices).scope()``.
+
+    Returns:
+        The OOM as one line (see :func:`oom_line`), or None if the model fit.
+    """
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(setup.devices)
+    try:
+        with strategy.scope():
+            build_model(*args, **kwargs)
+    except tf.errors.ResourceExhaustedError as error:
+        return oom_line(error)
+    return None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the OOM means, in bytes computed from the model's variables.
+
+    Attributes:
+        largest: the largest variable (the one that fails first).
+        weights_per_replica: bytes of all variables; MirroredStrategy puts all
+            of them on every replica.
+        replicas: number of devices (replicas).
+        device_bytes: capacity of one device.
+    """
+
+    largest: VariableSpec
+    weights_per_replica: int
+    replicas: int
+    device_bytes: int
+
+    @property
+    def all_replicas(self) -> int:
+        return self.weights_per_replica * self.replicas
+
+    @property
+    def fits(self) -> bool:
+        return self.weights_per_replica <= self.device_bytes
+
+    def lines(self) -> list[str]:
+        big = self.largest
+        short = big.nbytes - self.device_bytes
+        verdict = (
+            f"short by {memory.format_bytes(short)}" if short > 0
+            else f"{memory.format_bytes(-short)} to spare"
+        )
+        return [
+            f"largest variable: {big.path} {list(big.shape)} {big.dtype} = {memory.format_bytes(big.nbytes)}",
+            f"device capacity: {self.device_bytes // memory.MiB} MiB = "
+            f"{memory.format_bytes(self.device_bytes)}: {verdict}",
+            f"replicas: {self.replicas}; MirroredStrategy keeps a full copy of every variable on each",
+            f"weights per replica: {memory.format_bytes(self.weights_per_replica)}",
+            f"weights on all replicas: {memory.format_bytes(self.all_replicas)} "
+            f"(the devices hold {memory.format_bytes(self.device_bytes * self.replicas)} together)",
+            "why the total does not help: each device's allocator serves only that device; "
+            "memory is never pooled, so every replica must hold the whole variable by itself.",
+            "training needs more: gradients and RMSprop's slot are each as large as the weights "
+            "(see the Memory budget chapter).",
+        ]
+
+
+def diagnose(specs: Sequence[VariableSpec], setup: devices.DeviceSetup) -> Diagnosis:
+    """Compute the :class:`Diagnosis` of ``specs`` under ``setup``'s devices."""
+    largest = max(specs, key=lambda s: s.nbytes)
+    return Diagnosis(largest, sum(s.nbytes for s in specs), setup.plan.count, setup.device_bytes)
+
+
+def check_host_safe(specs: Sequence[VariableSpec], setup: devices.DeviceSetup) -> None:
+    """In CPU mode, refuse a run whose variables the allocator would really accept.
+
+    Variables larger than the cap are refused by the allocator before a page
+    is touched; the others are really allocated, up to the cap.
+
+    Raises:
+        memory.HostMemoryError: if that could exceed what the host can spare.
+    """
+    if setup.mode != "cpu":
+        return
+    cap = setup.pool_mib * memory.MiB
+    accepted = sum(s.nbytes for s in specs if s.nbytes <= cap) * setup.plan.count
+    memory.check_host_can_hold(min(accepted, cap), "building this model in CPU mode")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m snippets.reproduce_oom",
+        description="Reproduce the seed OOM (Dense kernel [131072, 65536] float32 under "
+        "MirroredStrategy) on real GPUs, a split GPU or CPU emulation, then diagnose it.",
+    )
+    devices.add_arguments(parser)
+    parser.add_argument("--shape", type=int, nargs=2, default=[SEED_INPUT_DIM, SEED_UNITS],
+                        metavar=("INPUT_DIM", "UNITS"),
+                        help="kernel shape of the Dense layer (default 131072 65536)")
+    args = parser.parse_args(argv)
+    try:
+        memory.check_shape(args.shape)
+    except ValueError as error:
+        parser.error(str(error))
+    setup = devices.configure_from_args(args, parser)
+    specs = variable_specs(seed_model, *args.shape)
+    try:
+        check_host_safe(specs, setup)
+    except memory.HostMemoryError as error:
+        parser.exit(2, f"{parser.prog}: refused: {error}\n")
+    print(f"Devices: {setup.describe()}")
+    print(f"Building Dense({args.shape[1]}) on inputs of width {args.shape[0]} "
+          f"under MirroredStrategy over {len(setup.devices)} devices...\n")
+    line = reproduce(setup, build_seed_model, *args.shape)
+    print(line if line else "No OOM: the model fits every replica.")
+    print("\nDiagnosis")
+    for text in diagnose(specs, setup).lines():
+        print(f"  {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""A fresh Python process that runs examples for the test process.
+
+TensorFlow fixes its devices once per process, and each chapter states its
+own devices (4 logical CPUs, a 200 MB cap, a 32480 MiB cap...). So every
+chapter, and every test that needs its own devices, runs in one of these.
+The parent (:mod:`tests.harness`) sends pickled requests on stdin and reads
+pickled replies from the original stdout; anything the examples print is
+captured and sent back, anything TensorFlow's C++ code writes goes to stderr.
+"""
+
+import contextlib
+import importlib
+import io
+import os
+import pickle
+import sys
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # C-level writes to stdout must not corrupt the reply stream
+    requests = sys.stdin.buffer
+    namespace: dict = {"__name__": "__main__"}
+    while True:
+        try:
+            request = pickle.load(requests)
+        except EOFError:
+            return
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            try:
+                reply = ("ok", handle(request, namespace))
+            except BaseException as error:  # reported to the parent, which decides
+                reply = ("error", (type(error).__name__, str(error), traceback.format_exc()))
+        try:
+            payload = pickle.dumps(reply + (printed.getvalue(),))
+        except Exception as error:
+            payload = pickle.dumps(("error", ("PicklingError", str(error), ""), printed.getvalue()))
+        replies.write(len(payload).to_bytes(8, "big") + payload)
+        replies.flush()
+
+
+def handle(request: tuple, namespace: dict):
+    kind, *args = request
+    if kind == "code":
+        source, path, line = args
+        # Leading newlines make tracebacks point at the line in the chapter.
+        exec(compile("\n" * line + source, path, "exec", dont_inherit=True), namespace)
+        return None
+    if kind == "doctest":
+        from sybil.evaluators.doctest import DocTestEvaluator
+
+        parsed, path, line, flags = args
+        return DocTestEvaluator(flags)(SimpleNamespace(parsed=parsed, path=path, line=line, namespace=namespace))
+    if kind == "import":
+        (path,) = args
+        module = importlib.import_module(module_name(Path(path)))
+        namespace.update(module.__dict__)
+        return None
+    if kind == "call":
+        target, call_args, call_kwargs = args
+        module, _, name = target.partition(":")
+        return getattr(importlib.import_module(module), name)(*call_args, **call_kwargs)
+    raise ValueError(f"unknown request {kind!r}")
+
+
+def module_name(path: Path) -> str:
+    """Dotted module name of a file under the repository root (the cwd)."""
+    parts = path.resolve().relative_to(Path.cwd().resolve()).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+if __name__ == "__main__":
+    main()
