@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import psutil
 
@@ -188,3 +189,435 @@ def check_host_can_hold(nbytes: int, what: str, available: int | None = None) ->
             "Use a smaller shape, or a device cap below the tensor's size so the "
             "allocator refuses it instead."
         )
+
+
+# --- per-device budgets (issue 3) -------------------------------------------
+
+#: Placements the planner knows. ``single``: everything on device 0;
+#: ``mirrored``: MirroredStrategy, a full copy per replica; ``column``: each
+#: weight split along its last axis, ``W[D, F_N]`` (DTensor layout
+#: ``[UNSHARDED, "model"]``); ``row``: split along its first axis, ``W[D_N, F]``,
+#: rank-1 weights replicated; ``parameter_server``: ParameterServerStrategy with
+#: ``FixedShardsPartitioner(N)``, shards along axis 0; ``offload``: variables,
+#: gradients' home and slots in host RAM, each device holding compute copies.
+STRATEGIES = ("single", "mirrored", "column", "row", "parameter_server", "offload")
+
+#: Optimizer names the planner accepts -> (Keras class, constructor kwargs).
+#: Their slots are counted by building the real optimizer (snippets.slots).
+OPTIMIZERS = {
+    "sgd": ("SGD", {}),
+    "sgd_momentum": ("SGD", {"momentum": 0.9}),
+    "rmsprop": ("RMSprop", {}),
+    "rmsprop_momentum": ("RMSprop", {"momentum": 0.9}),
+    "rmsprop_centered": ("RMSprop", {"centered": True}),
+    "adam": ("Adam", {}),
+    "adam_amsgrad": ("Adam", {"amsgrad": True}),
+    "adamw": ("AdamW", {}),
+    "adagrad": ("Adagrad", {}),
+    "adafactor": ("Adafactor", {}),
+    "lion": ("Lion", {}),
+}
+
+#: Mixed-precision policies: (variable dtype, compute dtype). Keras keeps the
+#: variables in float32 and casts a float16 copy for each layer call
+#: (Keras API page "Mixed precision"; field case F10).
+POLICIES = {"mixed_float16": ("float32", "float16"), "mixed_bfloat16": ("float32", "bfloat16")}
+
+#: Peak bytes while initialising one variable, as a multiple of the variable,
+#: measured under the capped CPU allocator (field case F18): a constant fill
+#: hands its buffer to the variable (1x); a random initializer draws a
+#: uniform or normal sample, then scales and shifts it, each step a new
+#: full-size tensor, before the variable takes the result (3x).
+INIT_PEAK = {
+    "zeros": 1,
+    "ones": 1,
+    "constant": 1,
+    "glorot_uniform": 3,
+    "glorot_normal": 3,
+    "he_uniform": 3,
+    "he_normal": 3,
+    "lecun_uniform": 3,
+    "lecun_normal": 3,
+    "random_uniform": 3,
+    "random_normal": 3,
+    "truncated_normal": 3,
+}
+
+#: Memory TensorFlow leaves outside its GPU allocator on a compute
+#: capability 7.x GPU such as the V100 (CUDA context, cuBLAS/cuDNN
+#: workspaces): 1050 MiB, ``MinSystemMemory`` in
+#: tensorflow/core/common_runtime/gpu/gpu_device.cc. With the CPU emulation
+#: (a capped BFC allocator, snippets.devices) the reserve is 0.
+GPU_RESERVE = 1050 * MiB
+
+
+def check_optimizer(name: str | None) -> str | None:
+    """Return ``name`` if the planner knows it (None means inference), else raise ValueError."""
+    if name is not None and name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+    return name
+
+
+def check_count(devices: int) -> int:
+    """Return ``devices`` if it is a positive int, else raise ValueError."""
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"device count must be a positive integer, not {devices!r}")
+    return devices
+
+
+def check_strategy(strategy: str) -> str:
+    """Return ``strategy`` if it is one of :data:`STRATEGIES`, else raise ValueError."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
+    return strategy
+
+
+def _initializer_name(initializer) -> str:
+    name = getattr(initializer, "__name__", None) or type(initializer).__name__
+    if isinstance(initializer, str):
+        name = initializer
+    # "GlorotUniform" -> "glorot_uniform"
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if not name.islower() else name
+
+
+def init_peak(initializer) -> int:
+    """Peak while initialising one variable, as a multiple of it (see :data:`INIT_PEAK`).
+
+    Accepts a Keras initializer name (``"glorot_uniform"``), class name
+    (``"GlorotUniform"``) or instance; unknown initializers count as 3x, the
+    worst measured.
+    """
+    if initializer is None:
+        return 1
+    return INIT_PEAK.get(_initializer_name(initializer), 3)
+
+
+def shard_axis(shape: Sequence[int], strategy: str) -> int | None:
+    """Axis of ``shape`` that ``strategy`` splits across devices, or None if replicated."""
+    if strategy == "column" and len(shape) >= 1:
+        return len(shape) - 1
+    if strategy == "row" and len(shape) >= 2:
+        return 0
+    if strategy == "parameter_server" and len(shape) >= 1:
+        return 0
+    return None
+
+
+def local_shape(shape: Sequence[int], strategy: str = "mirrored", devices: int = 4) -> tuple[int, ...]:
+    """Shape of the piece of a weight that one device holds under ``strategy``.
+
+    >>> local_shape([131072, 65536], "column", 4)
+    (131072, 16384)
+    >>> local_shape([131072, 65536], "row", 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot split dimension 0 of shape [131072, 65536] (size 131072) evenly over 3 devices; choose a device count that divides 131072, or pad the dimension
+
+    Raises:
+        ValueError: for a bad shape, strategy or count, or a split that does
+            not divide the dimension evenly (the message names the dimension,
+            its size and the count).
+    """
+    dims = check_shape(shape)
+    check_strategy(strategy)
+    check_count(devices)
+    axis = shard_axis(dims, strategy)
+    if axis is None or devices == 1:
+        return dims
+    if dims[axis] % devices:
+        raise ValueError(
+            f"cannot split dimension {axis} of shape {list(dims)} (size {dims[axis]}) evenly "
+            f"over {devices} devices; choose a device count that divides {dims[axis]}, "
+            "or pad the dimension"
+        )
+    return dims[:axis] + (dims[axis] // devices,) + dims[axis + 1 :]
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A model variable as the planner sees it (shape, dtype, initializer, trainable).
+
+    Anything with ``.shape`` and ``.dtype`` works as a weight (for example
+    ``snippets.reproduce_oom.VariableSpec``); ``initializer`` and
+    ``trainable`` are read if present.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    initializer: str | None = "glorot_uniform"
+    trainable: bool = True
+
+
+@dataclass(frozen=True)
+class DeviceBudget:
+    """Bytes one device needs at its peak, by kind. All fields are ints in bytes.
+
+    Attributes:
+        device: device index (0 .. N-1).
+        weights: the variables (or their shards) resident on the device.
+        gradients: one gradient per trainable weight, in the variable dtype.
+        slots: optimizer slots (per weight; the optimizer's own scalars,
+            e.g. ``iteration``, are a few bytes and left out).
+        transient: extra bytes at the peak beyond the resident state:
+            the larger of the step temporaries (mixed-precision compute
+            copies; offloaded variables' device copies) and whatever the
+            initialisation peak exceeds the gradients and slots by (they do
+            not exist yet while variables are initialised). So
+            ``weights + gradients + slots + transient`` is the larger of the
+            two phase peaks.
+        reserve: memory the framework's allocator cannot use
+            (:data:`GPU_RESERVE` on a V100; 0 under CPU emulation).
+        init_transient: initialiser temporaries alone (for explanation).
+        step_transient: step temporaries alone (for explanation).
+    """
+
+    device: int
+    weights: int
+    gradients: int
+    slots: int
+    transient: int
+    reserve: int
+    init_transient: int = 0
+    step_transient: int = 0
+
+    @property
+    def total(self) -> int:
+        """Peak bytes the device needs: the sum of all fields above."""
+        return self.weights + self.gradients + self.slots + self.transient + self.reserve
+
+    @property
+    def init_peak(self) -> int:
+        """Allocator peak while initialising (weights + initialiser temporaries), no reserve."""
+        return self.weights + self.init_transient
+
+    @property
+    def step_peak(self) -> int:
+        """Allocator peak during a training step (resident state + step temporaries), no reserve."""
+        return self.weights + self.gradients + self.slots + self.step_transient
+
+
+def _as_weight(item) -> Weight:
+    if isinstance(item, Weight):
+        return item
+    if isinstance(item, (tuple, list)):
+        return Weight(check_shape(item))
+    return Weight(
+        check_shape(tuple(int(d) for d in item.shape)),
+        str(getattr(item.dtype, "name", item.dtype)),
+        getattr(item, "initializer", "glorot_uniform"),
+        bool(getattr(item, "trainable", True)),
+    )
+
+
+def plan(
+    weights,
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    policy: str | None = None,
+    reserve: int | None = None,
+) -> list[DeviceBudget]:
+    """Per-device budgets for a whole model: one :class:`DeviceBudget` per device.
+
+    Args:
+        weights: the model's variables: :class:`Weight` objects, plain shapes
+            (float32, Glorot-initialised, trainable), or anything with
+            ``.shape`` and ``.dtype`` such as
+            :func:`snippets.reproduce_oom.variable_specs`' results.
+        optimizer: None (inference: no gradients, no slots) or a name in
+            :data:`OPTIMIZERS`; slots are counted by Keras (snippets.slots).
+        strategy: one of :data:`STRATEGIES`.
+        devices: number of devices N.
+        policy: None or a name in :data:`POLICIES`; float variables are then
+            stored in float32 and each device also holds compute copies.
+        reserve: bytes per device outside the allocator; default
+            :data:`GPU_RESERVE` (1050 MiB, V100). Pass 0 for the CPU emulation.
+
+    Raises:
+        ValueError: for a bad shape, dtype, optimizer, strategy, policy or
+            device count, or a split that does not divide a dimension.
+    """
+    check_optimizer(optimizer)
+    check_strategy(strategy)
+    check_count(devices)
+    if policy is not None and policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; use None or one of {', '.join(POLICIES)}")
+    reserve = GPU_RESERVE if reserve is None else reserve
+    items = [_as_weight(w) for w in weights]
+    if not items:
+        raise ValueError("the model has no weights to plan")
+
+    budgets = []
+    for device in range(devices):
+        resident = grads = slot_total = step_tmp = init_tmp = 0
+        for w in items:
+            var_dtype = w.dtype
+            dtype_bytes(var_dtype)
+            compute = var_dtype
+            if policy is not None and var_dtype.startswith(("float", "bfloat")):
+                var_dtype, compute = POLICIES[policy]
+            holds = strategy in ("mirrored", "column", "row", "parameter_server", "offload") or device == 0
+            if not holds:
+                continue
+            shape = local_shape(w.shape, strategy, devices)
+            nbytes = tensor_bytes(shape, var_dtype)
+            trains = optimizer is not None and w.trainable
+            if strategy == "offload":
+                # The variable lives in host RAM; the device holds a copy in
+                # the compute dtype while the layer runs, and computes the
+                # gradient before it is sent to the host.
+                step_tmp += tensor_bytes(shape, compute)
+                grads += nbytes if trains else 0
+                continue
+            resident += nbytes
+            if compute != var_dtype:
+                step_tmp += tensor_bytes(shape, compute)
+            if trains:
+                grads += nbytes
+                from snippets import slots as _slots  # imports Keras: only when counting slots
+
+                slot_total += _slots.slot_bytes(optimizer, shape, var_dtype)
+            # MirroredStrategy computes each initial value on the primary
+            # device and copies it to the others (tf.distribute's
+            # MirroredStrategy docs: "initial value ... on the first device").
+            if strategy not in ("single", "mirrored") or device == 0:
+                init_tmp = max(init_tmp, (init_peak(w.initializer) - 1) * nbytes)
+        transient = max(step_tmp, init_tmp - grads - slot_total, 0)
+        budgets.append(
+            DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp, step_tmp)
+        )
+    return budgets
+
+
+def per_device(
+    shape: Sequence[int],
+    dtype: str = "float32",
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    policy: str | None = None,
+    *,
+    initializer: str | None = "glorot_uniform",
+    reserve: int | None = None,
+) -> list[DeviceBudget]:
+    """Per-device budgets for one weight of ``shape`` and ``dtype``: one :class:`DeviceBudget` per device.
+
+    The seed: a float32 [131072, 65536] kernel trained with RMSprop under
+    MirroredStrategy over 4 devices needs, on every replica, 32 GiB of
+    weights, 32 GiB of gradients and a 32 GiB RMSprop velocity; split
+    column-wise over 4 devices, a quarter of each.
+
+    >>> b = per_device([131072, 65536], "float32", "rmsprop", "mirrored", 4)
+    >>> len(b), b[0].weights // GiB, b[0].gradients // GiB, b[0].slots // GiB
+    (4, 32, 32, 32)
+    >>> (b[0].total - b[0].reserve) // GiB, b[0].reserve // MiB
+    (96, 1050)
+    >>> [(x.weights + x.gradients + x.slots) // GiB for x in per_device(
+    ...     [131072, 65536], "float32", "rmsprop", "column", 4)]
+    [24, 24, 24, 24]
+
+    Args:
+        shape: the weight's shape, positive ints.
+        dtype: variable dtype: ``float32``, ``float16``, ``bfloat16`` (or any
+            of :data:`DTYPE_BYTES`).
+        optimizer: None (inference) or a name in :data:`OPTIMIZERS`.
+        strategy: one of :data:`STRATEGIES`.
+        devices: number of devices N.
+        policy: None or ``"mixed_float16"`` (float32 variable + float16 compute copy).
+        initializer: the weight's initializer (default Keras Dense's
+            ``glorot_uniform``, peaking at 3x the variable; ``"zeros"``: 1x).
+        reserve: bytes per device outside the allocator (default
+            :data:`GPU_RESERVE`; 0 for the CPU emulation).
+
+    Raises:
+        ValueError: for a bad shape, dtype, optimizer, strategy, policy or
+            count, and for an uneven split (naming the dimension, its size and
+            the count).
+    """
+    check_shape(shape)
+    dtype_bytes(dtype)
+    if policy is not None and dtype != POLICIES.get(policy, (dtype,))[0]:
+        raise ValueError(
+            f"policy {policy!r} stores {POLICIES[policy][0]} variables, not {dtype}; "
+            "drop the dtype or the policy"
+        )
+    weight = Weight(tuple(shape), dtype, initializer)
+    return plan([weight], optimizer, strategy, devices, policy, reserve)
+
+
+# --- sharding/precision helpers (other helpers append functions below) ------
+
+# CPU offload and smaller layers (snippets.offload, snippets.reduce): pure
+# arithmetic on shapes and dtypes, no TensorFlow.
+
+#: PCIe 3.0 x16, one direction, in bytes per second: 8 GT/s per lane
+#: (PCI Express Base Specification 3.0, PCI-SIG 2010), 128b/130b line code,
+#: 16 lanes, 8 bits per byte: 15753846153.8 B/s, about 15.75 GB/s. The
+#: "PCIe 32 GB/s" of NVIDIA's Tesla V100 datasheet is both directions
+#: rounded. A theoretical peak: real copies reach less, so times computed
+#: with it are lower bounds.
+PCIE3_X16_BYTES_PER_S = 8e9 * 16 * (128 / 130) / 8
+
+#: Peak float32 throughput of a V100-SXM2 in FLOP/s (NVIDIA Tesla V100
+#: datasheet: 15.7 TFLOPS single precision, SXM2 form factor).
+V100_FP32_FLOPS = 15.7e12
+
+
+def transfer_seconds(nbytes: int, bytes_per_s: float = PCIE3_X16_BYTES_PER_S) -> float:
+    """Least time (s) to move ``nbytes`` over a link of ``bytes_per_s`` (default PCIe 3.0 x16).
+
+    >>> round(transfer_seconds(34359738368), 3)
+    2.181
+
+    Raises:
+        ValueError: for a negative size or a bandwidth that is not positive.
+    """
+    if nbytes < 0 or bytes_per_s <= 0:
+        raise ValueError(f"need nbytes >= 0 and bandwidth > 0, got {nbytes} B at {bytes_per_s} B/s")
+    return nbytes / bytes_per_s
+
+
+def offload_step_bytes(kernel_shape: Sequence[int], dtype: str = "float32",
+                       batch: int = 1, compute: str = "device") -> dict[str, int]:
+    """Bytes one training step moves over each GPU's host link when a Dense kernel lives on the host.
+
+    ``kernel_shape`` is ``W[D, F]``. ``compute="device"``: the layer runs on
+    the GPU (a host variable read on a GPU, or ``CentralStorageStrategy``), so
+    each replica copies all of W in to read it and sends its gradient dW
+    (same shape) out for the update on the host. ``compute="host"``: the layer
+    also runs on the host, so only activations cross: y[B, F] in, dy[B, F]
+    out (the input x[B, D] is assumed to come from the host input pipeline).
+
+    Returns:
+        ``{"host_to_device": bytes, "device_to_host": bytes}`` per replica per step.
+
+    >>> offload_step_bytes([131072, 65536])
+    {'host_to_device': 34359738368, 'device_to_host': 34359738368}
+    >>> offload_step_bytes([131072, 65536], batch=64, compute="host")
+    {'host_to_device': 16777216, 'device_to_host': 16777216}
+
+    Raises:
+        ValueError: for a bad shape or dtype, or ``compute`` not "device"/"host".
+    """
+    d, f = check_shape(kernel_shape)
+    if compute == "device":
+        w = tensor_bytes((d, f), dtype)
+        return {"host_to_device": w, "device_to_host": w}
+    if compute == "host":
+        y = tensor_bytes((batch, f), dtype)
+        return {"host_to_device": y, "device_to_host": y}
+    raise ValueError(f"compute must be 'device' or 'host', not {compute!r}")
+
+
+def dense_train_flops(batch: int, d: int, f: int) -> int:
+    """FLOPs of one training step of ``x[B, D] @ W[D, F]``: 2BDF forward, 4BDF backward (dx and dW)."""
+    return 6 * batch * d * f
+
+
+def low_rank_bytes(d: int, f: int, rank: int, dtype: str = "float32") -> int:
+    """Bytes of ``U[D, r] @ V[r, F]``, the rank-``r`` factorisation of ``W[D, F]``.
+
+    >>> low_rank_bytes(131072, 65536, 512)
+    402653184
+    """
+    return tensor_bytes((d, rank), dtype) + tensor_bytes((rank, f), dtype)
