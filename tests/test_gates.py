@@ -1,0 +1,314 @@
+"""Quality gates on the chapters, checked without running them.
+
+* Every Python code block in ``docs/**/*.md`` is either collected by the
+  test harness (Sybil, with the parsers ``conftest.py`` gives it) or skipped
+  with a stated reason. A block Sybil does not see (```` ```python3 ````,
+  ```` ```Python ````, ```` ```{.python} ````...) would sit on the site
+  unexecuted and rot, which is the weakness of guides nothing runs.
+* Every module in ``snippets/`` is imported or run by at least one chapter,
+  so no snippet is left without a page that exercises it.
+
+These tests parse the documents with the same Sybil object pytest uses, so
+they follow the harness if it changes, and they never import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sybil import Document
+from sybil.evaluators.skip import Skipper
+from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
+
+from conftest import chapters
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SNIPPETS = ROOT / "snippets"
+
+#: Info strings a reader (or Pygments) takes for Python, in any spelling:
+#: python, py, python3, pycon, ipython, {.python ...}, Python.
+PYTHONISH = re.compile(r"^\{?\s*\.?(?:i?python[0-9]*|py[0-9]*|pycon|python-console)(?![\w-])", re.I)
+
+#: The whole info line of any fenced block (``` or ~~~, indented or not).
+_ANY_FENCE = RawFencedCodeBlockLexer(re.compile(r"(?P<info>[^\n]*)$\n", re.MULTILINE))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A fenced code block whose info string looks like Python."""
+
+    line: int
+    info: str
+    start: int
+    end: int
+
+
+def python_blocks(document: Document) -> list[Block]:
+    """Every fenced block of ``document`` that a reader would take for Python."""
+    blocks = []
+    for region in _ANY_FENCE(document):
+        info = region.lexemes["info"].strip()
+        if PYTHONISH.match(info):
+            line = document.text.count("\n", 0, region.start) + 1
+            blocks.append(Block(line, info, region.start, region.end))
+    return blocks
+
+
+def skip_reason_problem(arguments: str | None) -> str | None:
+    """Why a skip's arguments give no reason, or None if they give one.
+
+    Accepted: ``if(condition, reason="...")`` and a plain string literal
+    (``<!-- skip: next "why" -->``), with a non-blank reason.
+    """
+    if not arguments or not arguments.strip():
+        return "it gives no reason"
+    text = arguments.strip()
+    try:
+        if text.startswith("if"):
+            call = ast.parse("f" + text[2:], mode="eval").body
+            if not isinstance(call, ast.Call):
+                return f"cannot read {text!r}"
+            reasons = [k.value for k in call.keywords if k.arg == "reason"] + call.args[1:2]
+            if not reasons:
+                return "its if(...) has no reason=..."
+            node = reasons[0]
+        else:
+            node = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return f"cannot read {text!r}"
+    if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip()):
+        return "its reason is not a non-empty string literal"
+    return None
+
+
+def _is_skip(region) -> bool:
+    return isinstance(region.evaluator, Skipper)
+
+
+def audit(path: Path) -> list[str]:
+    """Problems with the Python blocks of one Markdown file (empty list: none).
+
+    A block is fine if Sybil collects at least one example inside it and,
+    when a ``skip`` directive covers it, that directive states a reason. A
+    ``skip: next`` covers only the next *example*, so it may not precede a
+    ``pycon`` block holding several ``>>>`` examples (use ``skip: start`` /
+    ``skip: end`` there).
+    """
+    name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    try:
+        document = chapters.parse(path)
+    except ValueError as error:  # e.g. a malformed skip directive
+        return [f"{name}: Sybil cannot parse it: {error}"]
+    regions = [region for _, region in document.regions]
+
+    # Which skip directive (if any) covers each example, following Sybil's rules.
+    covering: dict[int, object] = {}
+    pending_next = open_range = None
+    for region in regions:
+        if _is_skip(region):
+            action, _ = region.parsed
+            if action == "next":
+                pending_next = region
+            elif action == "start":
+                open_range = region
+            elif action == "end":
+                open_range = None
+            continue
+        skip = pending_next or open_range
+        if skip is not None:
+            covering[id(region)] = skip
+        pending_next = None
+
+    problems = []
+    for block in python_blocks(document):
+        inside = [r for r in regions if block.start <= r.start < block.end and not _is_skip(r)]
+        where = f"{name}:{block.line}: ```{block.info}"
+        if not inside:
+            problems.append(
+                f"{where} is not collected by the tests (the harness reads ```python, ```py "
+                "and ```pycon): spell the fence ```python or ```pycon, or mark it "
+                '<!-- skip: next "why" -->'
+            )
+            continue
+        skip = covering.get(id(inside[0]))
+        if skip is None:
+            continue
+        action, arguments = skip.parsed
+        problem = skip_reason_problem(arguments)
+        if problem:
+            problems.append(
+                f"{where} is skipped but {problem}: write e.g. "
+                '<!-- skip: next if(not GPU, reason="needs a GPU: ...") -->'
+            )
+        if action == "next" and len(inside) > 1:
+            unskipped = sum(1 for r in inside if covering.get(id(r)) is not skip)
+            problems.append(
+                f"{where} holds {len(inside)} examples but 'skip: next' skips only the first, "
+                f"so {unskipped} still run: wrap it in <!-- skip: start ... --> / <!-- skip: end -->"
+            )
+    return problems
+
+
+def chapter_paths() -> list[Path]:
+    return sorted(DOCS.rglob("*.md"))
+
+
+def snippet_modules() -> list[str]:
+    """Dotted names of the modules under ``snippets/`` (packages' ``__init__`` excluded)."""
+    names = []
+    for path in sorted(SNIPPETS.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] != "__init__":
+            names.append(".".join(parts))
+    return names
+
+
+_DOTTED = re.compile(r"\bsnippets(?:\.\w+)+")
+
+
+def modules_used(source: str) -> set[str]:
+    """Dotted ``snippets.*`` names that Python ``source`` imports or names in a string.
+
+    Strings count so that runs count: ``subprocess.run([sys.executable, "-m",
+    "snippets.reproduce_oom"])``, ``runpy.run_module("snippets.x")`` and
+    ``Kernel().call("snippets.x:f")`` all use ``snippets.x``.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(_DOTTED.findall(source))
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            used.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            used.add(node.module)
+            used.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            used.update(_DOTTED.findall(node.value))
+        elif isinstance(node, ast.Attribute):
+            used.update(_DOTTED.findall(ast.unparse(node)))
+    return {name for name in used if name.startswith("snippets.")}
+
+
+def chapter_sources(path: Path) -> list[str]:
+    """The Python source of every example Sybil collects from one chapter."""
+    sources = []
+    for _, region in chapters.parse(path).regions:
+        if _is_skip(region):
+            continue
+        parsed = region.parsed
+        sources.append(getattr(parsed, "source", None) or str(parsed))
+    return sources
+
+
+# --- the gates ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", chapter_paths(), ids=lambda p: str(p.relative_to(DOCS)))
+def test_every_python_block_runs_or_says_why_not(path):
+    problems = audit(path)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_snippet_module_is_used_by_a_chapter():
+    used = {}
+    for path in chapter_paths():
+        for source in chapter_sources(path):
+            for name in modules_used(source):
+                used.setdefault(name, path.relative_to(ROOT))
+    unused = [name for name in snippet_modules() if name not in used]
+    assert not unused, (
+        "snippets modules no chapter imports or runs (add a chapter block that uses each): "
+        + ", ".join(unused)
+    )
+
+
+# --- the gates catch what they should (a gate that cannot fail is no gate) ---
+
+
+def _audit_text(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "chapter.md"
+    path.write_text(text)
+    return audit(path)
+
+
+GOOD = '''
+Executed:
+
+```python title="x.py"
+x = 1
+```
+
+=== "Tab"
+
+    ```pycon
+    >>> x + 1
+    2
+    ```
+
+<!-- skip: next if(not GPU, reason="needs a GPU: real device memory") -->
+```python
+import tensorflow as tf
+```
+
+<!-- skip: start "needs 4 real GPUs" -->
+```pycon
+>>> 1
+1
+>>> 2
+2
+```
+<!-- skip: end -->
+
+```bash
+python -m snippets.reproduce_oom
+```
+'''
+
+
+def test_audit_accepts_executed_and_reasoned_blocks(tmp_path):
+    assert _audit_text(tmp_path, GOOD) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("```python3\nx = 1\n```\n", "not collected"),
+        ("```Python\nx = 1\n```\n", "not collected"),
+        ("```{.python}\nx = 1\n```\n", "not collected"),
+        ("~~~ipython\nx = 1\n~~~\n", "not collected"),
+        ("<!-- skip: next -->\n```python\nx = 1\n```\n", "gives no reason"),
+        ("<!-- skip: next if(not GPU) -->\n```python\nx = 1\n```\n", "no reason="),
+        ('<!-- skip: next if(True, reason="") -->\n```python\nx = 1\n```\n', "non-empty string"),
+        ("<!-- skip: start -->\n```python\nx = 1\n```\n<!-- skip: end -->\n", "gives no reason"),
+        (
+            '<!-- skip: next "needs a GPU" -->\n```pycon\n>>> 1\n1\n>>> 2\n2\n```\n',
+            "skips only the first, so 1 still run",
+        ),
+    ],
+    ids=["python3", "Python", "brace-class", "tilde-ipython", "bare-skip", "if-without-reason",
+         "empty-reason", "bare-range", "skip-next-over-doctests"],
+)
+def test_audit_flags_unrun_and_unexplained_blocks(tmp_path, text, expected):
+    problems = _audit_text(tmp_path, text)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_modules_used_counts_imports_and_runs():
+    source = (
+        "import subprocess, sys\n"
+        "from snippets import devices, memory as m\n"
+        "import snippets.placement\n"
+        "from snippets.plan import plan\n"
+        'subprocess.run([sys.executable, "-m", "snippets.reproduce_oom"])\n'
+        'k.call("snippets.sharding:shard_bytes")\n'
+    )
+    assert {"snippets.devices", "snippets.memory", "snippets.placement", "snippets.plan",
+            "snippets.reproduce_oom", "snippets.sharding"} <= modules_used(source)
+    assert modules_used("import numpy\nprint('snippet')\n") == set()
