@@ -100,6 +100,46 @@ def oom_line(error: Exception) -> str:
     return f"{type(error).__name__}: {message}"
 
 
+#: TensorFlow's names for dtypes in error messages (``DataTypeString`` in
+#: ``tensorflow/core/framework/types.cc``) -> the names used on this site.
+TF_MESSAGE_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}
+
+_OOM = re.compile(
+    r"OOM when allocating tensor with shape\s*\[(?P<shape>[\d,\s]*)\] and type (?P<type>\w+) "
+    r"on (?P<device>\S+) by allocator (?P<allocator>\S+)(?:.*\[Op:(?P<op>\w+)\])?"
+)
+
+
+@dataclass(frozen=True)
+class OomReport:
+    """The parts of an OOM message: what was asked for, where, and by which op."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    allocator: str
+    op: str | None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the one tensor the allocator refused."""
+        return memory.tensor_bytes(self.shape, self.dtype)
+
+
+def parse_oom(message: str) -> OomReport:
+    """Read a ``ResourceExhaustedError`` message: shape, dtype, device, allocator, op.
+
+    Raises:
+        ValueError: if ``message`` has no "OOM when allocating tensor" part.
+    """
+    match = _OOM.search(message)
+    if match is None:
+        raise ValueError("not a TensorFlow OOM message: no 'OOM when allocating tensor with shape[...]'")
+    shape = tuple(int(d) for d in match["shape"].replace(" ", "").split(",") if d)
+    dtype = TF_MESSAGE_DTYPES.get(match["type"], match["type"])
+    return OomReport(shape, dtype, match["device"], match["allocator"], match["op"])
+
+
 def reproduce(setup: devices.DeviceSetup, build_model=build_seed_model, *args, **kwargs) -> str | None:
     """Build ``build_model(...)`` inside ``MirroredStrategy(setup.devices).scope()``.
 

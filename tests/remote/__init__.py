@@ -1,0 +1,1 @@
+"""Functions the tests run inside a fresh kernel (see tests.harness.Kernel)."""
