@@ -1,0 +1,111 @@
+"""The troubleshooting index quotes messages that TensorFlow (or this site's code) really raises.
+
+Every entry of docs/troubleshooting.md is a heading ``### `Type: message` {#anchor}``; ``...`` in
+a quoted message stands for text that varies (device names, sizes). Each entry that a CPU can
+raise is raised in a kernel by snippets.troubleshooting and compared with the quoted text, type
+and message; each GPU-only entry must name its TensorFlow source, and the quoted text must still be
+in that source. So a TensorFlow upgrade that rewords a message fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from snippets import troubleshooting as ts
+from tests.harness import Kernel, RemoteError
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
+HEADING = re.compile(r"^### `(?P<type>\w+): (?P<message>.+)` \{#(?P<anchor>[\w-]+)\}\s*$", re.MULTILINE)
+
+#: The messages issue 6 asks the index to cover, by anchor.
+REQUIRED = {
+    "oom", "physical-devices", "virtual-devices", "growth-differ", "growth-virtual-devices",
+    "allocator-stats", "per-worker-dataset", "uneven-tf-split", "uneven-dtensor", "uneven-planner",
+}
+
+
+def entries() -> dict[str, tuple[str, str, str]]:
+    """anchor -> (type name, quoted message, the section's text) from the page."""
+    text = PAGE.read_text(encoding="utf-8")
+    matches = list(HEADING.finditer(text))
+    found = {}
+    for match, following in zip(matches, matches[1:] + [None]):
+        body = text[match.end(): following.start() if following else len(text)]
+        found[match["anchor"]] = (match["type"], match["message"], body)
+    return found
+
+
+def pattern(quoted: str) -> re.Pattern:
+    """The quoted message as a regex: ``...`` matches any text, the rest literally."""
+    return re.compile(".*?".join(re.escape(part) for part in quoted.split("...")), re.DOTALL)
+
+
+ENTRIES = entries()
+EMULATED = sorted(a for a, (kind, _) in ts.RAISERS.items() if kind == "emulated")
+PLAIN = sorted(a for a, (kind, _) in ts.RAISERS.items() if kind == "plain")
+
+
+def test_index_covers_every_required_message_and_only_known_ones():
+    assert REQUIRED <= set(ENTRIES), f"missing from the index: {sorted(REQUIRED - set(ENTRIES))}"
+    assert set(ENTRIES) == set(ts.RAISERS) | set(ts.GPU_ONLY)
+    assert not set(ts.RAISERS) & set(ts.GPU_ONLY)
+
+
+def test_every_entry_links_the_page_that_fixes_it():
+    for anchor, (_, _, body) in ENTRIES.items():
+        assert re.search(r"\*\*Fix:\*\*.*?\]\([\w-]+\.md(#[\w-]+)?\)", body, re.DOTALL), f"{anchor}: no Fix link"
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """4 logical CPUs sharing a 32480 MiB cap; the parameter-server entry runs last in it."""
+    with Kernel() as kernel:
+        yield kernel
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """TensorFlow with nothing configured."""
+    with Kernel() as kernel:
+        yield kernel
+
+
+def check_raised(kernel: Kernel, anchor: str) -> None:
+    type_name, quoted, _ = ENTRIES[anchor]
+    with pytest.raises(RemoteError) as raised:
+        kernel.call("snippets.troubleshooting:trigger", anchor)
+    assert raised.value.type_name == type_name, raised.value.traceback
+    assert pattern(quoted).search(raised.value.message), (
+        f"{anchor}: TensorFlow now says\n{raised.value.message}\nbut the index quotes\n{quoted}"
+    )
+
+
+# per-worker-dataset starts a cluster, which changes the process's context: keep it last.
+@pytest.mark.parametrize("anchor", sorted(EMULATED, key=lambda a: a == "per-worker-dataset"))
+def test_cpu_message_matches_the_index_emulated(emulated, anchor):
+    check_raised(emulated, anchor)
+
+
+# configure-too-late starts the runtime, which the other plain entries must not see first.
+@pytest.mark.parametrize("anchor", sorted(PLAIN, key=lambda a: a == "configure-too-late"))
+def test_cpu_message_matches_the_index_plain(plain, anchor):
+    check_raised(plain, anchor)
+
+
+@pytest.mark.parametrize("anchor", sorted(ts.GPU_ONLY))
+def test_gpu_only_message_is_in_its_tensorflow_source(plain, anchor):
+    _, quoted, body = ENTRIES[anchor]
+    target = ts.GPU_ONLY[anchor]
+    assert "GPU-only" in body and target.split(":")[1] in body, f"{anchor}: say GPU-only and name {target}"
+    source = plain.call("snippets.troubleshooting:tf_source", target)
+    assert pattern(quoted).search(source), f"{anchor}: {quoted!r} is no longer in {target}"
+
+
+def test_pattern_treats_dots_as_wildcards_only():
+    assert pattern("shape[131072,65536] and type float on ... by allocator ...").search(
+        "OOM when allocating tensor with shape[131072,65536] and type float on /device:CPU:0 by allocator x"
+    )
+    assert not pattern("shape[1,2] ...").search("shape[1,3] x")
