@@ -459,7 +459,8 @@ def replace_matrix(page_text: str, table: str) -> str:
     """``page_text`` with the generated block replaced by ``table``."""
     committed_matrix(page_text)  # raises if the markers are missing
     start, end = page_text.find(BEGIN) + len(BEGIN), page_text.find(END)
-    return f"{page_text[:start]}\n{table}\n{page_text[end:]}"
+    # Blank lines: a table glued to an HTML comment would be read as part of the comment block.
+    return f"{page_text[:start]}\n\n{table}\n\n{page_text[end:]}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
