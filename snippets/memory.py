@@ -198,8 +198,10 @@ def check_host_can_hold(nbytes: int, what: str, available: int | None = None) ->
 #: weight split along its last axis, ``W[D, F_N]`` (DTensor layout
 #: ``[UNSHARDED, "model"]``); ``row``: split along its first axis, ``W[D_N, F]``,
 #: rank-1 weights replicated; ``parameter_server``: ParameterServerStrategy with
-#: ``FixedShardsPartitioner(N)``, shards along axis 0; ``offload``: variables,
-#: gradients' home and slots in host RAM, each device holding compute copies.
+#: ``FixedShardsPartitioner(N)``, weight shards along axis 0 on N parameter
+#: servers (Keras 3.15 keeps the optimizer slots full-size on the coordinator,
+#: see :func:`host_bytes`); ``offload``: variables and slots in host RAM, each
+#: device holding a compute copy of the variables and their gradients.
 STRATEGIES = ("single", "mirrored", "column", "row", "parameter_server", "offload")
 
 #: Optimizer names the planner accepts -> (Keras class, constructor kwargs).
@@ -472,7 +474,12 @@ def plan(
             resident += nbytes
             if compute != var_dtype:
                 step_tmp += tensor_bytes(shape, compute)
-            if trains:
+            if trains and strategy == "parameter_server":
+                # Workers compute the gradients; Keras 3.15 creates the
+                # optimizer's slots full-size on the coordinator, not as
+                # shards on the parameter servers (read by snippets.ledger).
+                pass
+            elif trains:
                 grads += nbytes
                 from snippets import slots as _slots  # imports Keras: only when counting slots
 
@@ -487,6 +494,35 @@ def plan(
             DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp, step_tmp)
         )
     return budgets
+
+
+def host_bytes(
+    weights,
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    policy: str | None = None,
+) -> int:
+    """Bytes that live in host RAM (or on the coordinator) rather than on the devices.
+
+    ``offload``: all variables and their optimizer slots. ``parameter_server``:
+    the optimizer slots, full-size, which Keras 3.15 creates on the
+    coordinator (measured by :mod:`snippets.ledger`). Other strategies: 0.
+    Accepts ``weights`` as :func:`plan` does.
+    """
+    check_strategy(strategy)
+    if strategy not in ("offload", "parameter_server"):
+        return 0
+    total = 0
+    for w in (_as_weight(item) for item in weights):
+        var_dtype = POLICIES[policy][0] if policy and w.dtype.startswith(("float", "bfloat")) else w.dtype
+        if strategy == "offload":
+            total += tensor_bytes(w.shape, var_dtype)
+        if optimizer is not None and w.trainable:
+            from snippets import slots as _slots
+
+            total += _slots.slot_bytes(optimizer, w.shape, var_dtype)
+    return total
 
 
 def per_device(
@@ -621,3 +657,187 @@ def low_rank_bytes(d: int, f: int, rank: int, dtype: str = "float32") -> int:
     402653184
     """
     return tensor_bytes((d, rank), dtype) + tensor_bytes((rank, f), dtype)
+
+
+# DTensor layouts (snippets.dtensor_sharding): which piece of a tensor each
+# device of a mesh holds. Pure arithmetic on shapes, no TensorFlow.
+
+#: The spelling of "not split along this dimension" in a DTensor layout
+#: (``tf.experimental.dtensor.UNSHARDED``); ``None`` is accepted as well.
+UNSHARDED = "unsharded"
+
+
+def layout_local_shape(shape: Sequence[int], sharding: Sequence[str | None],
+                       mesh: dict[str, int]) -> tuple[int, ...]:
+    """Shape of the piece of a tensor one device holds under a DTensor layout.
+
+    ``sharding`` has one entry per dimension: a mesh axis name (that
+    dimension is split into as many pieces as the axis has devices) or
+    ``"unsharded"``/``None``. ``mesh`` maps axis names to sizes. This is the
+    rule of ``tf.experimental.dtensor.Layout`` (DTensor concepts guide,
+    "Layout"): ``W[D, F]`` with layout ``[UNSHARDED, "model"]`` on a mesh
+    ``model=4`` is ``W[D, F_model]``, a ``[D, F/4]`` piece per device.
+
+    >>> layout_local_shape([131072, 65536], [UNSHARDED, "model"], {"model": 4})
+    (131072, 16384)
+    >>> layout_local_shape([64, 1024], ["batch", None], {"batch": 2, "model": 2})
+    (32, 1024)
+    >>> layout_local_shape([1024, 510], [None, "model"], {"model": 4})
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis 'model' of 4 devices; choose sizes that 4 divides, or another mesh
+
+    Raises:
+        ValueError: for a bad shape, a sharding whose length is not the
+            rank, an axis the mesh does not have or used twice, or a
+            dimension the axis size does not divide.
+    """
+    dims = check_shape(shape)
+    specs = [UNSHARDED if s is None else str(s) for s in sharding]
+    if len(specs) != len(dims):
+        raise ValueError(f"layout {specs} has {len(specs)} entries but shape {list(dims)} has rank {len(dims)}")
+    used = [s for s in specs if s != UNSHARDED]
+    for axis_name in used:
+        if axis_name not in mesh:
+            raise ValueError(f"layout {specs} names mesh axis {axis_name!r}, but the mesh has only {list(mesh)}")
+        if used.count(axis_name) > 1:
+            raise ValueError(f"layout {specs} uses mesh axis {axis_name!r} twice; a mesh axis can split one dimension only")
+    local = []
+    for axis, (dim, spec) in enumerate(zip(dims, specs)):
+        pieces = 1 if spec == UNSHARDED else check_count(mesh[spec])
+        if dim % pieces:
+            raise ValueError(
+                f"cannot split dimension {axis} of shape {list(dims)} (size {dim}) evenly over "
+                f"mesh axis {spec!r} of {pieces} devices; choose sizes that {pieces} divides, or another mesh"
+            )
+        local.append(dim // pieces)
+    return tuple(local)
+
+
+def layout_copies(sharding: Sequence[str | None], mesh: dict[str, int]) -> int:
+    """How many devices hold each piece: the product of the mesh axes the layout does not use.
+
+    A kernel ``[UNSHARDED, "model"]`` on a ``batch=2 x model=2`` mesh is
+    stored twice (once per batch row of the mesh), as in data parallelism.
+
+    >>> layout_copies([UNSHARDED, "model"], {"batch": 2, "model": 2})
+    2
+    """
+    used = {str(s) for s in sharding if s is not None and s != UNSHARDED}
+    return math.prod(size for name, size in mesh.items() if name not in used)
+
+
+# Tensor parallelism (snippets.tensor_parallel, docs/sharding.md): bytes each
+# device sends per training step, and the least time that takes on NVLink.
+# Pure arithmetic on shapes, no TensorFlow.
+
+#: NVLink 2.0 on a V100-SXM2, one direction, bytes per second: 6 links x
+#: 25 GB/s (NVIDIA Tesla V100 datasheet: "NVLink 300 GB/s", both directions
+#: added). A peak: NCCL reaches less, so times computed with it are lower bounds.
+V100_NVLINK_BYTES_PER_S = 6 * 25e9
+
+#: Collectives a training step of a split Dense layer uses.
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def ring_bytes(collective: str, nbytes: int, devices: int) -> int:
+    """Bytes each device sends in a ring ``collective`` over ``devices`` devices.
+
+    ``nbytes`` is the size of the full result (the reduced tensor for
+    all-reduce, the gathered tensor for all-gather, the input for
+    reduce-scatter). A ring all-reduce sends ``2 (N - 1) / N`` of it from
+    every device, all-gather and reduce-scatter ``(N - 1) / N`` (NCCL's
+    "bus bandwidth" factors, nccl-tests doc/PERFORMANCE.md; Patarasuk & Yuan
+    2009 for the ring all-reduce's optimality).
+
+    >>> ring_bytes("all_reduce", 34359738368, 4)
+    51539607552
+    >>> ring_bytes("all_gather", 16777216, 4)
+    12582912
+
+    Raises:
+        ValueError: for an unknown collective, a negative size or a bad count.
+    """
+    check_count(devices)
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; use one of {', '.join(COLLECTIVES)}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, not {nbytes}")
+    factor = 2 if collective == "all_reduce" else 1
+    return factor * (devices - 1) * nbytes // devices
+
+
+#: Placements whose per-step communication :func:`step_communication` knows:
+#: ``mirrored`` (data parallel, the batch split, W replicated), ``column``
+#: (W[D, F_N], output gathered), ``row`` (W[D_N, F], partial outputs
+#: summed) and ``column_row`` (the Megatron pair W1[D, H_N], W2[H_N, F]).
+COMM_STRATEGIES = ("mirrored", "column", "row", "column_row")
+
+
+def step_communication(kernel_shape: Sequence[int], batch: int, strategy: str,
+                       devices: int = 4, dtype: str = "float32", input_grad: bool = False,
+                       out_width: int | None = None) -> dict[str, int]:
+    """Bytes each device sends in one training step of ``x[B, D] @ W[D, F]``, by collective.
+
+    * ``mirrored``: each replica computes a full gradient dW[D, F] on its
+      part of the batch; one all-reduce of dW per step, whatever the batch.
+    * ``column``: W[D, F_N]; the output slices y[B, F_N] are all-gathered
+      into y[B, F] (forward). Backward needs no collective for dW; dx[B, D]
+      is a sum of N partial products, one all-reduce, only if
+      ``input_grad`` (a layer before this one trains).
+    * ``row``: W[D_N, F]; the partial outputs y_i[B, F] are all-reduced
+      (forward); dx[B, D_N] stays split, all-gathered only if ``input_grad``.
+    * ``column_row``: W1[D, H_N] then W2[H_N, F] with ``kernel_shape`` =
+      [D, H] and ``out_width`` = F: one all-reduce of y[B, F] forward, and of
+      dx[B, D] backward if ``input_grad`` (Shoeybi et al. 2019,
+      arXiv:1909.08053, section 3: "two all-reduce operations in the forward
+      path and two in the backward path" per transformer layer, i.e. one per
+      MLP block each way).
+
+    Returns:
+        ``{collective: bytes sent per device}``, with a ``"total"`` entry.
+
+    >>> step_communication([131072, 65536], 64, "mirrored")
+    {'all_reduce': 51539607552, 'total': 51539607552}
+    >>> step_communication([131072, 65536], 64, "column")
+    {'all_gather': 12582912, 'total': 12582912}
+
+    Raises:
+        ValueError: for a bad shape, batch, strategy, dtype or device count.
+    """
+    d, f = check_shape(kernel_shape)
+    check_shape([batch])
+    check_count(devices)
+    if strategy not in COMM_STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(COMM_STRATEGIES)}")
+    x = tensor_bytes((batch, d), dtype)
+    sent: dict[str, int] = {}
+
+    def add(collective: str, nbytes: int) -> None:
+        sent[collective] = sent.get(collective, 0) + ring_bytes(collective, nbytes, devices)
+
+    if strategy == "mirrored":
+        add("all_reduce", tensor_bytes((d, f), dtype))
+    elif strategy == "column":
+        add("all_gather", tensor_bytes((batch, f), dtype))
+        if input_grad:
+            add("all_reduce", x)
+    elif strategy == "row":
+        add("all_reduce", tensor_bytes((batch, f), dtype))
+        if input_grad:
+            add("all_gather", x)
+    else:
+        add("all_reduce", tensor_bytes((batch, out_width or d), dtype))
+        if input_grad:
+            add("all_reduce", x)
+    sent["total"] = sum(sent.values())
+    return sent
+
+
+def step_seconds(nbytes_sent: int, bytes_per_s: float = V100_NVLINK_BYTES_PER_S) -> float:
+    """Least time (s) for a device to send ``nbytes_sent`` at ``bytes_per_s`` (default V100 NVLink).
+
+    >>> round(step_seconds(51539607552) * 1e3, 1)  # the mirrored all-reduce of dW, in ms
+    343.6
+    """
+    return transfer_seconds(nbytes_sent, bytes_per_s)

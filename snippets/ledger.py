@@ -1,0 +1,432 @@
+"""Ledger: what each device really holds, read from variables TensorFlow built.
+
+The planner (:func:`snippets.memory.plan`) says what each device *will* hold;
+this module reads what each device *does* hold once a model is built for real
+at a scale that fits, so the two can be compared byte for byte:
+
+* a mirrored variable (``tf.distribute`` ``DistributedValues``) has one
+  component per replica: ``variable.values``;
+* a ``ShardedVariable`` (ParameterServerStrategy with a partitioner) has one
+  shard per parameter server: ``variable.variables``;
+* a DTensor variable has one component per mesh device:
+  ``tf.experimental.dtensor.unpack(variable)``;
+* anything else is one tensor on ``variable.device``.
+
+Optimizer slots are read from the Keras optimizer's own variables (not the
+``iteration`` and ``learning_rate`` scalars), gradients from the per-replica
+tensors ``strategy.run`` returns.
+
+It also measures the capped allocator's peak for one phase (initialising
+variables, building an optimizer, computing gradients) with
+``tf.config.experimental.get_memory_info`` after ``reset_memory_stats``, so
+tests can hold the planner to the allocator within 2%.
+
+Run it: ``python -m snippets.ledger --help`` builds the seed layer at a
+small shape under a strategy on N logical devices and prints the ledger next
+to the plan.
+
+Sources: ``tf.distribute.MirroredStrategy``, ``tf.distribute.experimental.
+ParameterServerStrategy`` (``variable_partitioner``), ``tf.experimental.dtensor.
+unpack`` and ``tf.config.experimental.get_memory_info`` API pages (TF 2.21).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from snippets import devices, memory
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One per-device piece of a variable or gradient.
+
+    Attributes:
+        device: full device name, e.g. ``/job:localhost/replica:0/task:0/device:CPU:1``.
+        kind: ``"weights"``, ``"slots"`` or ``"gradients"``.
+        name: the variable's name or path.
+        shape: the piece's shape.
+        dtype: dtype name.
+        nbytes: ``memory.tensor_bytes(shape, dtype)``.
+    """
+
+    device: str
+    kind: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+def _tf_variable(variable):
+    # A Keras 3 variable on the TF backend wraps a tf.Variable in ``.value``
+    # (keras/src/backend/tensorflow/core.py); the wrapper itself has no device.
+    import keras
+
+    if isinstance(variable, keras.Variable):
+        return variable.value
+    return variable
+
+
+def pieces(variable) -> list:
+    """The per-device tensors behind ``variable`` (see the module docstring)."""
+    from tensorflow.experimental import dtensor
+
+    value = _tf_variable(variable)
+    if hasattr(value, "variables") and type(value).__name__ == "ShardedVariable":
+        return list(value.variables)
+    if getattr(value, "values", None) is not None and not callable(value.values):
+        return list(value.values)
+    if dtensor.is_dtensor(value):
+        # unpack() takes a tensor, not a DVariable: read it (one copy per
+        # component, fine at the scales the ledger builds).
+        tensor = value.read_value() if hasattr(value, "read_value") else value
+        return list(dtensor.unpack(tensor))
+    return [value]
+
+
+def holdings(variables: Iterable, kind: str) -> list[Holding]:
+    """One :class:`Holding` per device piece of each of ``variables``."""
+    result = []
+    for variable in variables:
+        name = getattr(variable, "path", None) or getattr(variable, "name", "?")
+        for piece in pieces(variable):
+            shape = tuple(int(d) for d in piece.shape)
+            dtype = piece.dtype.name
+            result.append(Holding(piece.device, kind, name, shape, dtype, memory.tensor_bytes(shape, dtype)))
+    return result
+
+
+def slot_variables(optimizer) -> list:
+    """The optimizer's per-weight slots: its variables except ``iterations`` and the learning rate."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer wraps one
+    skip = {id(_tf_variable(v)) for v in (inner.iterations, getattr(inner, "_learning_rate", None)) if v is not None}
+    return [v for v in inner.variables if id(_tf_variable(v)) not in skip]
+
+
+def by_device(items: Iterable[Holding], device_names: Sequence[str], reserve: int = 0) -> list[memory.DeviceBudget]:
+    """Sum holdings per device into :class:`snippets.memory.DeviceBudget` rows, in ``device_names`` order.
+
+    ``transient`` is 0: the ledger reads what is resident, not temporaries.
+
+    Raises:
+        ValueError: if a holding sits on a device not in ``device_names``.
+    """
+    index = {_canonical(name): i for i, name in enumerate(device_names)}
+    sums = [{"weights": 0, "gradients": 0, "slots": 0} for _ in device_names]
+    for item in items:
+        key = _canonical(item.device)
+        if key not in index:
+            raise ValueError(f"{item.name} has a piece on {item.device}, not one of {list(device_names)}")
+        sums[index[key]][item.kind] += item.nbytes
+    return [memory.DeviceBudget(i, s["weights"], s["gradients"], s["slots"], 0, reserve) for i, s in enumerate(sums)]
+
+
+def _canonical(device: str) -> str:
+    import tensorflow as tf
+
+    spec = tf.DeviceSpec.from_string(device)
+    return f"/job:{spec.job or 'localhost'}/task:{spec.task or 0}/{spec.device_type}:{spec.device_index or 0}"
+
+
+# --- building the seed layer at CI scale under each placement ---------------
+
+
+def _dense_shards(shape, dtype, strategy, count):
+    """Layer specs (device index, kernel shape, use_bias) for a placement by tf.device slices."""
+    input_dim, units = shape
+    if strategy == "column":
+        return [(i, (input_dim, units // count), True) for i in range(count)]
+    if strategy == "row":
+        return [(i, (input_dim // count, units), True) for i in range(count)]
+    return [(0, (input_dim, units), True)]
+
+
+def build(
+    setup: devices.DeviceSetup,
+    shape: Sequence[int],
+    dtype: str = "float32",
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    initializer: str = "zeros",
+    batch: int = 2,
+    policy: str | None = None,
+) -> list[Holding]:
+    """Build a ``Dense`` layer with kernel ``shape`` for real under ``strategy``, and read its ledger.
+
+    Placements: ``single`` (no strategy, device 0), ``mirrored``
+    (MirroredStrategy over ``setup.devices``), ``column`` / ``row`` (one
+    Dense per device on a slice of the kernel, placed with ``tf.device``,
+    one Keras optimizer over all of them: Keras colocates each slot with
+    its variable), ``dtensor_column`` / ``dtensor_row`` (weights only, as
+    DTensor variables on a 1-D mesh ``model``), ``parameter_server``
+    (ParameterServerStrategy with ``FixedShardsPartitioner(N)`` over an
+    in-process cluster of one worker and N parameter servers; it changes
+    the process's device names, so use a process of its own).
+
+    If ``optimizer`` is given, its slots are built and one gradient is
+    computed per replica (a batch of ``batch`` ones) and read from the
+    per-replica result.
+
+    Returns:
+        The :class:`Holding` list (weights, slots, gradients).
+
+    Raises:
+        ValueError: for a bad shape, an uneven split, or an unknown placement.
+    """
+    import keras
+    import tensorflow as tf
+
+    from snippets import slots
+
+    shape = memory.local_shape(shape, "mirrored", 1)
+    if len(shape) != 2:
+        raise ValueError(f"build() makes a Dense kernel, so shape must have 2 dims, not {list(shape)}")
+    names = setup.devices
+    count = len(names)
+    layer_dtype = policy or dtype
+    if strategy.startswith("dtensor_"):
+        return _build_dtensor(names, shape, dtype, strategy.removeprefix("dtensor_"))
+    if strategy == "parameter_server":
+        return _build_parameter_server(shape, dtype, optimizer, count, initializer)
+    if strategy in ("column", "row"):
+        memory.local_shape(shape, strategy, count)  # uneven splits raise here
+    elif strategy not in ("single", "mirrored"):
+        raise ValueError(f"build() cannot place {strategy!r}; use single, mirrored, column, row, "
+                         "dtensor_column or dtensor_row")
+
+    def make(units, device):
+        layer = keras.layers.Dense(units, kernel_initializer=initializer, dtype=layer_dtype)
+        with tf.device(device):
+            layer.build((None, in_dim_of[device]))
+        return layer
+
+    in_dim_of = {}
+    if strategy == "mirrored":
+        dist = tf.distribute.MirroredStrategy(names)
+        with dist.scope():
+            layers = [keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=layer_dtype)]
+            layers[0].build((None, shape[0]))
+            opt = slots.make_optimizer(optimizer) if optimizer else None
+            if opt:
+                opt.build(layers[0].trainable_variables)
+    else:
+        layers = []
+        for index, kernel, _ in _dense_shards(shape, dtype, strategy, count):
+            in_dim_of[names[index]] = kernel[0]
+            layers.append(make(kernel[1], names[index]))
+        opt = slots.make_optimizer(optimizer) if optimizer else None
+        if opt:
+            opt.build([v for layer in layers for v in layer.trainable_variables])
+
+    result = holdings([v for layer in layers for v in layer.weights], "weights")
+    if opt:
+        result += holdings(slot_variables(opt), "slots")
+        grads = _gradients(layers, strategy, names, shape, batch, dist if strategy == "mirrored" else None)
+        result += grads
+    return result
+
+
+def _gradients(layers, strategy, names, shape, batch, dist) -> list[Holding]:
+    import tensorflow as tf
+
+    def step(layer, x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.cast(layer(x), "float32"))
+        return tape.gradient(loss, layer.trainable_variables)
+
+    items = []
+    if dist is not None:
+        x = tf.ones((batch, shape[0]))
+        per_replica = dist.run(step, args=(layers[0], x))
+        for variable, grad in zip(layers[0].trainable_variables, per_replica):
+            for piece in grad.values:
+                items.append(_holding(piece, "gradients", variable.path))
+        return items
+    for layer in layers:
+        kernel = layer.kernel
+        with tf.device(_tf_variable(kernel).device):
+            x = tf.ones((batch, kernel.shape[0]))
+            for variable, grad in zip(layer.trainable_variables, step(layer, x)):
+                items.append(_holding(grad, "gradients", variable.path))
+    return items
+
+
+def _holding(tensor, kind, name) -> Holding:
+    shape = tuple(int(d) for d in tensor.shape)
+    dtype = tensor.dtype.name
+    return Holding(tensor.device, kind, name, shape, dtype, memory.tensor_bytes(shape, dtype))
+
+
+def _build_dtensor(names, shape, dtype, split) -> list[Holding]:
+    import tensorflow as tf
+    from tensorflow.experimental import dtensor
+
+    count = len(names)
+    memory.local_shape(shape, split, count)
+    mesh = dtensor.create_mesh([("model", count)], devices=list(names))
+    sharded = "model"
+    kernel_layout = dtensor.Layout(
+        [dtensor.UNSHARDED, sharded] if split == "column" else [sharded, dtensor.UNSHARDED], mesh
+    )
+    bias_layout = dtensor.Layout([sharded if split == "column" else dtensor.UNSHARDED], mesh)
+    kernel = dtensor.DVariable(
+        dtensor.call_with_layout(tf.zeros, kernel_layout, shape=shape, dtype=dtype), name="kernel"
+    )
+    bias = dtensor.DVariable(
+        dtensor.call_with_layout(tf.zeros, bias_layout, shape=(shape[1],), dtype=dtype), name="bias"
+    )
+    return holdings([kernel, bias], "weights")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def parameter_server_strategy(count: int):
+    """ParameterServerStrategy over an in-process cluster: one worker, ``count`` parameter servers.
+
+    Variables are split along axis 0 by ``FixedShardsPartitioner(count)``.
+    The servers live in this process (``tf.distribute.Server``), as in
+    TensorFlow's own in-process cluster tests.
+    """
+    import tensorflow as tf
+
+    spec = tf.train.ClusterSpec({
+        "worker": [f"localhost:{_free_port()}"],
+        "ps": [f"localhost:{_free_port()}" for _ in range(count)],
+    })
+    global _servers
+    _servers = [tf.distribute.Server(spec, job_name="worker", task_index=0, start=True)]
+    _servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, start=True) for i in range(count)]
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(count)
+    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+_servers: list = []
+
+
+def _build_parameter_server(shape, dtype, optimizer, count, initializer) -> list[Holding]:
+    import keras
+
+    from snippets import slots
+
+    memory.local_shape(shape, "parameter_server", count)
+    strategy = parameter_server_strategy(count)
+    with strategy.scope():
+        layer = keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=dtype)
+        layer.build((None, shape[0]))
+        opt = slots.make_optimizer(optimizer) if optimizer else None
+        if opt:
+            opt.build(layer.trainable_variables)
+    result = holdings(layer.weights, "weights")
+    if opt:
+        result += holdings(slot_variables(opt), "slots")
+    return result
+
+
+def parameter_server_devices(count: int) -> tuple[str, ...]:
+    """Names of the ``count`` parameter-server devices :func:`parameter_server_strategy` makes."""
+    return tuple(f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(count))
+
+
+def compare(
+    setup: devices.DeviceSetup,
+    shape: Sequence[int],
+    dtype: str = "float32",
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    policy: str | None = None,
+) -> tuple[list[memory.DeviceBudget], list[memory.DeviceBudget]]:
+    """(planner, ledger) per-device budgets for the Dense layer with kernel ``shape``.
+
+    Both have ``transient = 0`` and ``reserve = 0`` (the ledger reads resident
+    bytes); planner rows for the seed layer's kernel and bias come from
+    :func:`snippets.memory.plan`. ``dtensor_*`` placements plan as
+    ``column``/``row``; the planner's gradients and slots are zero without
+    an optimizer.
+    """
+    held = build(setup, shape, dtype, optimizer, strategy, policy=policy)
+    names = setup.devices
+    if strategy == "parameter_server":
+        # The planner's devices are the parameter servers; what Keras puts
+        # on the coordinator (the slots) is memory.host_bytes's business.
+        names = parameter_server_devices(len(setup.devices))
+        held = [h for h in held if h.device.startswith("/job:ps/")]
+    ledger = by_device(held, names)
+    placement = strategy.removeprefix("dtensor_")
+    weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
+    planned = memory.plan(weights, optimizer, placement, len(setup.devices), policy, reserve=0)
+    resident = [memory.DeviceBudget(b.device, b.weights, b.gradients, b.slots, 0, 0) for b in planned]
+    return resident, ledger
+
+
+# --- the capped allocator's peak ---------------------------------------------
+
+
+def allocator_peak(action: Callable[[], object], device: str = "CPU:0") -> tuple[int, object]:
+    """Bytes the allocator of ``device`` peaked at above its starting level while running ``action``.
+
+    Resets the peak (``tf.config.experimental.reset_memory_stats``), runs
+    ``action()`` and reads ``get_memory_info(device)["peak"]`` minus the
+    bytes in use before. Needs allocator statistics: a GPU, or CPU mode of
+    :mod:`snippets.devices` (capped BFC allocator).
+
+    Returns:
+        ``(peak_bytes, result_of_action)``; keep the result alive if the
+        next phase should count it as resident.
+    """
+    import tensorflow as tf
+
+    gc.collect()
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    tf.config.experimental.reset_memory_stats(device)
+    result = action()
+    return tf.config.experimental.get_memory_info(device)["peak"] - before, result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m snippets.ledger",
+        description="Build a Dense layer for real under a placement on N logical devices and "
+        "print what each device holds next to the planner's figures.",
+    )
+    devices.add_arguments(parser)
+    parser.set_defaults(devices=4, device_memory="1024MiB")
+    parser.add_argument("--shape", type=int, nargs=2, default=[1024, 256], metavar=("INPUT_DIM", "UNITS"))
+    parser.add_argument("--dtype", default="float32", choices=sorted(memory.DTYPE_BYTES))
+    parser.add_argument("--optimizer", default=None, choices=sorted(memory.OPTIMIZERS))
+    parser.add_argument("--strategy", default="mirrored",
+                        choices=["single", "mirrored", "column", "row", "dtensor_column", "dtensor_row"])
+    args = parser.parse_args(argv)
+    try:
+        memory.check_count(args.devices)
+        memory.local_shape(args.shape, args.strategy.removeprefix("dtensor_"), args.devices)
+        memory.check_host_can_hold(memory.tensor_bytes(args.shape, args.dtype) * 4 * args.devices,
+                                   "building this layer for real")
+    except (ValueError, memory.HostMemoryError) as error:
+        parser.error(str(error))
+    setup = devices.configure_from_args(args, parser)
+    from tabulate import tabulate
+
+    planned, ledger = compare(setup, args.shape, args.dtype, args.optimizer, args.strategy)
+    rows = [
+        [setup.devices[p.device].rsplit("device:", 1)[-1], p.weights, l.weights, p.gradients, l.gradients,
+         p.slots, l.slots, "yes" if p == l else "NO"]
+        for p, l in zip(planned, ledger)
+    ]
+    print(tabulate(rows, headers=["device", "weights plan", "held", "grads plan", "held",
+                                  "slots plan", "held", "equal"]))
+    return 0 if planned == ledger else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
