@@ -393,6 +393,140 @@ def allocator_peak(action: Callable[[], object], device: str = "CPU:0") -> tuple
     return tf.config.experimental.get_memory_info(device)["peak"] - before, result
 
 
+@dataclass(frozen=True)
+class AllocatorCase:
+    """One planner-versus-allocator configuration (a Dense layer, one phase).
+
+    Attributes:
+        name: short label.
+        phase: ``"init"`` (create the variables) or ``"state"`` (build the
+            optimizer's slots and compute one gradient per weight, keeping
+            them).
+        dtype: variable dtype, or None with ``policy``.
+        policy: None or ``"mixed_float16"``.
+        initializer: kernel initializer.
+        optimizer: for the ``state`` phase.
+        raw: ``init`` phase only: create a bare ``tf.Variable`` from the
+            initializer (``"zeros"`` uses ``tf.zeros``) instead of a Dense layer.
+    """
+
+    name: str
+    phase: str
+    dtype: str | None = "float32"
+    policy: str | None = None
+    initializer: str = "zeros"
+    optimizer: str | None = None
+    raw: bool = False
+
+
+#: The configurations the tests hold the planner to (field case F18 first).
+ALLOCATOR_CASES = (
+    AllocatorCase("tf.zeros variable", "init", raw=True),
+    AllocatorCase("GlorotUniform variable", "init", initializer="glorot_uniform", raw=True),
+    AllocatorCase("Dense glorot float32", "init", initializer="glorot_uniform"),
+    AllocatorCase("Dense zeros float32", "init"),
+    AllocatorCase("Dense he_normal float32", "init", initializer="he_normal"),
+    AllocatorCase("Dense glorot float16", "init", "float16", initializer="glorot_uniform"),
+    AllocatorCase("Dense glorot bfloat16", "init", "bfloat16", initializer="glorot_uniform"),
+    AllocatorCase("Dense glorot mixed_float16", "init", None, "mixed_float16", "glorot_uniform"),
+    AllocatorCase("state float32 sgd", "state", optimizer="sgd"),
+    AllocatorCase("state float32 sgd_momentum", "state", optimizer="sgd_momentum"),
+    AllocatorCase("state float32 rmsprop", "state", optimizer="rmsprop"),
+    AllocatorCase("state float32 adam", "state", optimizer="adam"),
+    AllocatorCase("state float32 adam_amsgrad", "state", optimizer="adam_amsgrad"),
+    AllocatorCase("state float16 rmsprop", "state", "float16", optimizer="rmsprop"),
+    AllocatorCase("state bfloat16 adam", "state", "bfloat16", optimizer="adam"),
+    AllocatorCase("state mixed_float16 sgd", "state", None, "mixed_float16", optimizer="sgd"),
+    AllocatorCase("state mixed_float16 rmsprop", "state", None, "mixed_float16", optimizer="rmsprop"),
+)
+
+
+def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> dict:
+    """Run ``case`` at ``shape`` on ``CPU:0`` and return planned and measured peak bytes.
+
+    The layer is ``Dense(shape[1])`` on inputs of width ``shape[0]`` (kernel
+    ``shape`` plus a bias), except ``raw`` cases (one bare variable). The
+    measured figure is the allocator's peak during the phase minus its level
+    before the layer existed, so resident weights count; the planned figure
+    is :attr:`snippets.memory.DeviceBudget.init_peak` or ``step_peak`` of
+    :func:`snippets.memory.plan` (single device, no reserve).
+
+    Needs CPU mode of :mod:`snippets.devices` (allocator statistics).
+
+    Returns:
+        ``{"name", "planned", "measured", "error"}``; ``error`` is
+        ``(planned - measured) / measured``.
+    """
+    import keras
+    import tensorflow as tf
+
+    from snippets import slots
+
+    shape = memory.check_shape(shape)
+    dtype = case.dtype or memory.POLICIES[case.policy][0]
+    gc.collect()
+    start = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    with tf.device("/CPU:0"):
+        if case.raw:
+            weights = [memory.Weight(shape, dtype, case.initializer)]
+            init = keras.initializers.get(case.initializer)
+            peak, variable = allocator_peak(lambda: tf.Variable(
+                tf.zeros(shape, dtype) if case.initializer == "zeros" else init(shape, dtype=dtype)))
+            planned = memory.plan(weights, None, "single", 1, None, reserve=0)[0].init_peak
+            measured = peak
+            del variable
+        else:
+            weights = [memory.Weight(shape, dtype, case.initializer), memory.Weight((shape[1],), dtype, "zeros")]
+
+            def make():
+                layer = keras.layers.Dense(shape[1], kernel_initializer=case.initializer,
+                                           dtype=case.policy or case.dtype)
+                layer.build((None, shape[0]))
+                return layer
+
+            peak, layer = allocator_peak(make)
+            budget = memory.plan(weights, case.optimizer, "single", 1, case.policy, reserve=0)[0]
+            if case.phase == "init":
+                planned, measured = budget.init_peak, peak
+            else:
+                compute = memory.POLICIES[case.policy][1] if case.policy else dtype
+
+                def state():
+                    opt = slots.make_optimizer(case.optimizer) if case.optimizer else None
+                    if opt:
+                        opt.build(layer.trainable_variables)
+                    # A gradient has its variable's shape whatever the loss, so
+                    # the loss is a plain sum of the compute copies: a MatMul
+                    # would add CPU-only temporaries (float16 MatMul on CPU
+                    # computes through float32), which a GPU does not need.
+                    with tf.GradientTape() as tape:
+                        loss = tf.add_n([tf.cast(tf.reduce_sum(tf.cast(v, compute)), "float32")
+                                         for v in layer.trainable_variables])
+                    return opt, tape.gradient(loss, layer.trainable_variables)
+
+                base = tf.config.experimental.get_memory_info("CPU:0")["current"] - start
+                peak, kept = allocator_peak(state)
+                planned, measured = budget.step_peak, base + peak
+                del kept
+            del layer
+    return {"name": case.name, "planned": planned, "measured": measured,
+            "error": (planned - measured) / measured}
+
+
+def allocator_check(shape: Sequence[int] = (16384, 1024), cases=ALLOCATOR_CASES) -> list[dict]:
+    """:func:`measure_case` for every case: the planner held to the capped allocator."""
+    return [measure_case(case, shape) for case in cases]
+
+
+def max_allocator_error(shape: Sequence[int] = (16384, 1024)) -> float:
+    """Largest ``abs(planned - measured) / measured`` over :data:`ALLOCATOR_CASES` (a fraction).
+
+    The benchmark quotes this figure. Needs CPU mode with a cap of at least
+    about 8 x the kernel's bytes (1024 MiB for the default shape).
+    """
+    return max(abs(row["error"]) for row in allocator_check(shape))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.ledger",
