@@ -1,0 +1,332 @@
+"""Plan a model's memory per device before waiting for an OOM.
+
+Given a model (or plain shapes), an optimizer, a placement and N devices of
+M bytes, print what each device will hold (weights, gradients, optimizer
+slots, initialisation or compute temporaries, the framework's reserve), a
+verdict, and the remedies that would fit, ranked by how little they change.
+All arithmetic is :mod:`snippets.memory`'s; slots are counted by building the
+real Keras optimizer (:mod:`snippets.slots`); a model is built at full size
+under ``keras.StatelessScope(initialize_variables=False)``, which records
+shapes and dtypes and allocates nothing.
+
+Run it::
+
+    python -m snippets.plan --shape 131072 65536 --optimizer rmsprop --devices 4 \\
+        --device-memory 32480MiB --strategy mirrored
+    python -m snippets.plan --model snippets.reproduce_oom:seed_model --optimizer adam
+    python -m snippets.plan --model-json model.json --strategy column
+    python -m snippets.plan --help
+
+Bad input (a non-positive dimension, an unknown dtype or optimizer, zero
+devices, a split that does not divide a dimension) exits with status 2 and
+one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from snippets import memory
+
+#: Precision changes the remedies try: (label, variable dtype or None, policy).
+PRECISIONS = (
+    ("as given", None, None),
+    ("float16", "float16", None),
+    ("bfloat16", "bfloat16", None),
+    ("mixed_float16", "float32", "mixed_float16"),
+)
+
+#: Placements the remedies try (``single`` never holds less than ``mirrored``).
+REMEDY_STRATEGIES = ("mirrored", "column", "row", "parameter_server", "offload")
+
+
+def import_callable(target: str) -> Callable:
+    """Resolve ``"package.module:function"`` to the function.
+
+    Raises:
+        ValueError: if the text has no ``:``, the module does not import or
+            the function is missing; the message names which.
+    """
+    module_name, colon, name = target.partition(":")
+    if not colon or not module_name or not name:
+        raise ValueError(f"--model wants package.module:function, not {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name!r} for --model: {error}") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"{module_name} has no function {name!r} for --model")
+    return function
+
+
+def model_weights(build_model: Callable, *args, **kwargs) -> list[memory.Weight]:
+    """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
+
+    Reuses :func:`snippets.reproduce_oom.variable_specs` (shapes and dtypes
+    under ``keras.StatelessScope(initialize_variables=False)``) and reads each
+    variable's initializer and ``trainable`` flag from the same model.
+    """
+    from snippets.reproduce_oom import variable_specs
+
+    built = {}
+
+    def capture():
+        built["model"] = build_model(*args, **kwargs)
+        return built["model"]
+
+    specs = variable_specs(capture)
+    variables = {v.path: v for v in built["model"].weights}
+    return [
+        memory.Weight(
+            spec.shape,
+            spec.dtype,
+            type(getattr(variables[spec.path], "_initializer", None)).__name__,
+            bool(variables[spec.path].trainable),
+        )
+        for spec in specs
+    ]
+
+
+def json_weights(text: str) -> list[memory.Weight]:
+    """The weights of the model whose config is ``text`` (``model.to_json()``), not allocated."""
+    import keras
+
+    return model_weights(keras.models.model_from_json, text)
+
+
+def with_precision(weights: Sequence[memory.Weight], dtype: str | None) -> list[memory.Weight]:
+    """``weights`` with every floating-point weight stored as ``dtype`` (None: unchanged)."""
+    if dtype is None:
+        return list(weights)
+    memory.dtype_bytes(dtype)
+    return [
+        memory.Weight(w.shape, dtype if w.dtype.startswith(("float", "bfloat")) else w.dtype,
+                      w.initializer, w.trainable)
+        for w in weights
+    ]
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A configuration that fits: what changes, and each device's peak.
+
+    Attributes:
+        strategy: placement name (:data:`snippets.memory.STRATEGIES`).
+        precision: label from :data:`PRECISIONS`.
+        budgets: per-device budgets under this configuration.
+        changes: how many things differ from the reader's configuration.
+    """
+
+    strategy: str
+    precision: str
+    budgets: tuple[memory.DeviceBudget, ...]
+    changes: int
+
+    @property
+    def peak(self) -> int:
+        return max(b.total for b in self.budgets)
+
+    def label(self, devices: int) -> str:
+        where = {"mirrored": f"mirrored over {devices}", "column": f"{devices}-way column shard",
+                 "row": f"{devices}-way row shard", "parameter_server": f"{devices} parameter servers",
+                 "offload": "variables offloaded to the host"}[self.strategy]
+        return where if self.precision == "as given" else f"{where} + {self.precision}"
+
+
+def remedies(
+    weights: Sequence[memory.Weight],
+    optimizer: str | None,
+    strategy: str,
+    devices: int,
+    capacity: int,
+    policy: str | None = None,
+    reserve: int | None = None,
+) -> list[Remedy]:
+    """Configurations that fit ``capacity`` bytes per device, fewest changes first, then smallest peak.
+
+    Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
+    in :data:`PRECISIONS`, with the same optimizer and device count; splits
+    that do not divide a dimension are skipped.
+    """
+    found = []
+    for candidate in REMEDY_STRATEGIES:
+        for label, dtype, new_policy in PRECISIONS:
+            chosen_policy = policy if label == "as given" else new_policy
+            if candidate == strategy and label == "as given":
+                continue
+            try:
+                budgets = memory.plan(with_precision(weights, dtype), optimizer, candidate, devices,
+                                      chosen_policy, reserve)
+            except ValueError:
+                continue
+            if max(b.total for b in budgets) <= capacity:
+                changes = (candidate != strategy) + (label != "as given")
+                found.append(Remedy(candidate, label, tuple(budgets), changes))
+    return sorted(found, key=lambda r: (r.changes, r.peak, r.strategy))
+
+
+def budget_table(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
+    """The per-device table (tabulate): weights ... total, capacity, fits."""
+    from tabulate import tabulate
+
+    h = memory.human_bytes
+    rows = [
+        [b.device, h(b.weights), h(b.gradients), h(b.slots), h(b.transient), h(b.reserve), h(b.total),
+         h(capacity), "yes" if b.total <= capacity else "NO"]
+        for b in budgets
+    ]
+    headers = ["device", "weights", "gradients", "slots", "transient", "reserve", "total", "capacity", "fits"]
+    return tabulate(rows, headers=headers, colalign=("right",) * len(headers))
+
+
+def verdict(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
+    """One line: fits (with the headroom) or does not (which device, by how much)."""
+    worst = max(budgets, key=lambda b: b.total)
+    if worst.total <= capacity:
+        return (f"Fits: the fullest device (device {worst.device}) needs {memory.human_bytes(worst.total)} "
+                f"of {memory.human_bytes(capacity)}, {memory.human_bytes(capacity - worst.total)} to spare.")
+    return (f"Does not fit: device {worst.device} needs {memory.format_bytes(worst.total)} but holds "
+            f"{memory.format_bytes(capacity)}; short by {memory.format_bytes(worst.total - capacity)}.")
+
+
+def report(
+    weights: Sequence[memory.Weight],
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    capacity: int = memory.V100_32GB_MIB * memory.MiB,
+    policy: str | None = None,
+    reserve: int | None = None,
+    top: int = 5,
+) -> str:
+    """The CLI's text: table, verdict, host bytes if any, and up to ``top`` ranked remedies.
+
+    Raises:
+        ValueError: as :func:`snippets.memory.plan` does.
+    """
+    budgets = memory.plan(weights, optimizer, strategy, devices, policy, reserve)
+    lines = [budget_table(budgets, capacity), "", verdict(budgets, capacity)]
+    host = memory.host_bytes(weights, optimizer, strategy, devices, policy)
+    if host:
+        lines.append(f"Host (or coordinator) RAM also holds {memory.format_bytes(host)}.")
+    found = remedies(weights, optimizer, strategy, devices, capacity, policy, reserve)
+    if found:
+        lines += ["", "Remedies that fit, fewest changes first:"]
+        for rank, remedy in enumerate(found[:top], 1):
+            lines.append(f"  {rank}. {remedy.label(devices)}: peak {memory.human_bytes(remedy.peak)} "
+                         f"per device, {memory.human_bytes(capacity - remedy.peak)} to spare")
+    elif max(b.total for b in budgets) > capacity:
+        lines += ["", f"No placement or precision tried fits {devices} devices of "
+                      f"{memory.human_bytes(capacity)}: add devices, or factorise the largest weight."]
+    return "\n".join(lines)
+
+
+def benchmark(repeats: int = 5) -> dict:
+    """Seconds the planner takes on the full seed model, after imports.
+
+    Imports Keras and TensorFlow first, then times, ``repeats`` times, the
+    whole path a reader runs: build the seed model ([131072, 65536] kernel)
+    under ``StatelessScope``, read its weights, plan float32 + RMSprop
+    mirrored over 4 devices, rank remedies. The first run includes counting
+    RMSprop's slots (one probe build). Nothing is asserted here: the
+    benchmark quotes the figures.
+
+    Returns:
+        ``{"first_s": float, "best_s": float, "repeats": int}``.
+    """
+    import keras  # noqa: F401  (imports are not what is timed)
+
+    from snippets.reproduce_oom import seed_model
+
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        weights = model_weights(seed_model)
+        report(weights, "rmsprop", "mirrored", 4)
+        times.append(time.perf_counter() - start)
+    return {"first_s": times[0], "best_s": min(times), "repeats": repeats}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m snippets.plan",
+        description="Per-device memory plan (weights, gradients, optimizer slots, temporaries, reserve) "
+        "for a model or plain shapes under a placement, with a verdict and ranked remedies. "
+        "Allocates nothing.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--shape", type=int, nargs="+", action="append", metavar="DIM",
+                        help="a weight's shape; repeat for several weights (default: 131072 65536)")
+    source.add_argument("--model", metavar="MODULE:FUNCTION",
+                        help="a function that builds the Keras model, e.g. snippets.reproduce_oom:seed_model")
+    source.add_argument("--model-json", metavar="PATH", help="a file holding model.to_json()")
+    parser.add_argument("--dtype", default=None, metavar="DTYPE",
+                        help=f"variable dtype ({', '.join(memory.DTYPE_BYTES)}); default float32 for "
+                        "--shape, the model's own dtypes otherwise")
+    parser.add_argument("--policy", default=None, choices=sorted(memory.POLICIES),
+                        help="mixed-precision policy: float32 variables + float16 compute copies")
+    parser.add_argument("--optimizer", default=None, metavar="NAME",
+                        help=f"training optimizer ({', '.join(memory.OPTIMIZERS)}); omit for inference")
+    parser.add_argument("--strategy", default="mirrored", metavar="NAME",
+                        help=f"placement: {', '.join(memory.STRATEGIES)} (default mirrored)")
+    parser.add_argument("--initializer", default="glorot_uniform",
+                        help="initializer of --shape weights (default glorot_uniform, Keras Dense's; zeros peaks lower)")
+    parser.add_argument("--devices", type=int, default=4, metavar="N", help="number of devices (default 4)")
+    parser.add_argument("--device-memory", default=f"{memory.V100_32GB_MIB}MiB", metavar="SIZE",
+                        help="memory per device: 32480MiB (V100-SXM2-32GB, default), 32GiB, 32GB")
+    parser.add_argument("--reserve", default=f"{memory.GPU_RESERVE // memory.MiB}MiB", metavar="SIZE",
+                        help="per-device memory outside the allocator (default 1050MiB, TensorFlow's "
+                        "MinSystemMemory for a V100; 0B for CPU emulation)")
+    parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
+    return parser
+
+
+def _user_model(read: Callable, source, name: str) -> list[memory.Weight]:
+    # The reader's model code can raise anything; the CLI reports one line.
+    try:
+        return read(source)
+    except Exception as error:  # noqa: BLE001
+        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(f"building the model from {name} failed: {type(error).__name__}: {message}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        capacity = memory.parse_size(args.device_memory)
+        reserve = 0 if args.reserve.strip() in ("0", "0B", "0b") else memory.parse_size(args.reserve)
+        memory.check_count(args.devices)
+        memory.check_optimizer(args.optimizer)
+        memory.check_strategy(args.strategy)
+        if args.dtype is not None:
+            memory.dtype_bytes(args.dtype)
+        if args.model:
+            build = import_callable(args.model)
+            weights = with_precision(_user_model(model_weights, build, args.model), args.dtype)
+        elif args.model_json:
+            try:
+                with open(args.model_json, encoding="utf-8") as handle:
+                    text = handle.read()
+            except OSError as error:
+                raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
+            weights = with_precision(_user_model(json_weights, text, args.model_json), args.dtype)
+        else:
+            shapes = args.shape or [[131072, 65536]]
+            weights = [memory.Weight(memory.check_shape(s), args.dtype or "float32", args.initializer)
+                       for s in shapes]
+        text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,
+                      reserve, args.top)
+    except ValueError as error:
+        parser.error(str(error).splitlines()[0])
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
