@@ -187,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="shape of the one tensor to allocate (default 131072 1024)")
     parser.add_argument("--cap", default="256MiB",
                         help="CPU mode: allocator cap, e.g. 256MiB (default); ignored with a GPU")
+    parser.add_argument("--devices", type=int, default=1, metavar="N",
+                        help="CPU mode: logical CPUs sharing the cap (default 1); ignored with a GPU")
     args = parser.parse_args(argv)
     try:
         nbytes = memory.tensor_bytes(args.shape)
@@ -205,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             device = "GPU:0"
             print(f"memory growth on: {', '.join(grown)}")
         else:
-            setup = devices.configure(1, f"{cap // memory.MiB}MiB", mode="cpu")
+            setup = devices.configure(args.devices, f"{cap // memory.MiB}MiB")
             device = setup.devices[0]
             print(setup.describe())
             print("no GPU: the capped CPU allocator grows on demand, like a GPU with growth on")
