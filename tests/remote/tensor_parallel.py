@@ -1,0 +1,176 @@
+"""Remote side of tests/test_tensor_parallel.py (field case F13 and the tf.device layers).
+
+Each function runs in a fresh kernel (tests.harness.Kernel), configures
+devices first (calling again with the same arguments is a no-op), and
+returns plain data for the test process to assert on.
+"""
+
+from __future__ import annotations
+
+from snippets import devices, memory
+from snippets import tensor_parallel as tp
+
+#: CI scale: 4 logical CPUs sharing a 200 MiB capped pool.
+CI = (4, "200MiB")
+
+
+def _ci():
+    return devices.configure(*CI)
+
+
+def _shard_rows(variables):
+    return [(tp.short_device(v.device), tuple(int(d) for d in v.shape)) for v in variables]
+
+
+def f13_by_hand(seed: int = 0) -> dict:
+    """F13: x[4, 64] @ W[64, 32] split 4 ways by columns and by rows, with plain tf.device."""
+    import numpy as np
+
+    setup = _ci()
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 64)).astype("float32")
+    w = rng.standard_normal((64, 32)).astype("float32")
+    reference = x @ w
+    y_col, col = tp.column_by_hand(x, w, setup.devices)
+    y_row, row = tp.row_by_hand(x, w, setup.devices)
+    return {
+        "column_diff": float(np.max(np.abs(y_col - reference))),
+        "row_diff": float(np.max(np.abs(y_row - reference))),
+        "column_shards": _shard_rows(col),
+        "row_shards": _shard_rows(row),
+        "column_piece_equal": [bool(np.array_equal(v.numpy(), w[:, 8 * i : 8 * i + 8])) for i, v in enumerate(col)],
+        "row_piece_equal": [bool(np.array_equal(v.numpy(), w[16 * i : 16 * i + 16])) for i, v in enumerate(row)],
+    }
+
+
+def compare(kind: str) -> dict:
+    """A sharded layer against keras.layers.Dense with the same weights (outputs and kernel gradients)."""
+    result = tp.compare_with_dense(_ci(), kind)
+    result["shards"] = [(s.name, s.device, s.shape, s.nbytes) for s in result["shards"]]
+    return result
+
+
+def uneven(kind: str, units: int = 30, in_dim: int = 64) -> str:
+    """Build a layer whose split dimension 4 does not divide; return the error message."""
+    setup = _ci()
+    layer = tp.make_layer(kind, units, setup.devices)
+    try:
+        layer.build((None, in_dim))
+    except ValueError as error:
+        return str(error)
+    return "no error"
+
+
+def fit_losses(kind: str) -> dict:
+    """Train a one-layer model (column or row) or the column -> row pair with compile/fit."""
+    import keras
+
+    setup = _ci()
+    if kind == "column_row":
+        model = tp.megatron_model(setup)
+    else:
+        model = keras.Sequential([keras.Input((64,)), tp.make_layer(kind, 32, setup.devices)])
+    losses = tp.train(model)
+    velocity = [
+        (v.path, tp.short_device(v.value.device)) for v in model.optimizer.variables if "velocity" in v.path
+    ]
+    return {"losses": losses, "velocity": velocity, "weights": [(s.name, s.device) for s in tp.shards(model)]}
+
+
+def _step(model):
+    import numpy as np
+
+    x = np.ones((16, 64), "float32")
+    y = np.ones((16, model.outputs[0].shape[-1]), "float32")
+    return tp.train_step_function(model), ((x, y),)
+
+
+def megatron_step(pinned: bool = True) -> dict:
+    """Where the column -> row train step runs its ops and what it copies between devices.
+
+    ``pinned=False`` builds the same model with plain ``tf.device`` (forward
+    only) and a stock RMSprop, the naive way.
+    """
+    import keras
+
+    setup = _ci()
+    model = keras.Sequential([
+        keras.Input((64,)),
+        tp.ColumnParallelDense(128, setup.devices, activation="relu", gather_output=False,
+                               pin_backward=pinned, name="column"),
+        tp.RowParallelDense(32, setup.devices, input_is_parallel=True, pin_backward=pinned, name="row"),
+    ])
+    optimizer = keras.optimizers.RMSprop()
+    model.compile(optimizer=tp.colocate_updates(optimizer) if pinned else optimizer, loss="mse")
+    step, args = _step(model)
+    found = tp.placement(step, *args)
+    placed, moved = found.ops, found.transfers
+    return {
+        "grad_matmul": sorted((n, d) for t, n, d in placed if t == "MatMul" and n.startswith("gradient_tape")),
+        "concat": [(n, d) for t, n, d in placed if t == "ConcatV2"],
+        # g**2 in RMSprop's update (Grappler keeps Square; it turns sqrt into Rsqrt).
+        "update_square": sorted(d for t, n, d in placed if t == "Square" and "rm_sprop" in n),
+        "transfers": [(m.tensor, m.source, m.destination) for m in moved],
+    }
+
+
+def column_gather_step() -> dict:
+    """The gathered column layer's train step: the concat and where it runs."""
+    import keras
+
+    setup = _ci()
+    model = keras.Sequential([keras.Input((64,)), tp.ColumnParallelDense(32, setup.devices, name="column")])
+    model.compile(optimizer=tp.colocate_updates(keras.optimizers.RMSprop()), loss="mse")
+    step, args = _step(model)
+    placed = tp.placement(step, *args).ops
+    return {"concat": sorted(d for t, n, d in placed if t == "ConcatV2"),
+            "grad_matmul": sorted(d for t, n, d in placed if t == "MatMul" and n.startswith("gradient_tape"))}
+
+
+def init_peaks(in_dim: int = 4096, units: int = 1024) -> dict:
+    """Allocator peak and resident bytes while building Dense, column and row layers of [in_dim, units]."""
+    import keras
+
+    setup = _ci()
+
+    def dense():
+        layer = keras.layers.Dense(units)
+        layer.build((None, in_dim))
+        return layer
+
+    def sharded(kind):
+        def build():
+            layer = tp.make_layer(kind, units, setup.devices)
+            layer.build((None, in_dim))
+            return layer
+        return build
+
+    result = {"kernel": memory.tensor_bytes((in_dim, units))}
+    for name, build in (("dense", dense), ("column", sharded("column")), ("row", sharded("row"))):
+        measured = tp.init_peak(setup, build)
+        result[name] = (measured["peak"], measured["current"])
+        del measured
+    return result
+
+
+def config_round_trip() -> dict:
+    """get_config / from_config keep units, devices and the gather flag."""
+    setup = _ci()
+    layer = tp.ColumnParallelDense(32, setup.devices, activation="relu", gather_output=False)
+    clone = tp.ColumnParallelDense.from_config(layer.get_config())
+    return {"units": clone.units, "devices": list(clone.shard_devices), "gather": clone.gather_output,
+            "activation": clone.activation.__name__}
+
+
+def full_shape(strategy: str) -> dict:
+    """The seed kernel's 4 shards reserved through the capped pool (pages untouched), per device."""
+    setup = devices.configure(4, "32480MiB", cpu_pool=tp.full_shape_pool())
+    report = tp.full_shape(setup, strategy)
+    return {
+        "shards": [(s.device, s.shape, s.nbytes) for s in report.shards],
+        "state": [report.state(b) for b in report.budgets],
+        "mirrored": report.state(report.mirrored),
+        "device_bytes": report.device_bytes,
+        "allocated": report.allocated,
+        "rss": report.rss,
+    }

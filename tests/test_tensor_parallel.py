@@ -1,0 +1,191 @@
+"""Tensor parallelism with tf.device (snippets.tensor_parallel) and field case F13.
+
+Everything that needs TensorFlow runs in a kernel (tests.harness.Kernel);
+the remote functions are in tests/remote/tensor_parallel.py.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snippets import memory
+from tests.harness import Kernel
+
+REMOTE = "tests.remote.tensor_parallel"
+ROOT = Path(__file__).resolve().parents[1]
+DEVICES = [f"CPU:{i}" for i in range(4)]
+SEED_SHARD = 8589934592  # [131072, 16384] or [32768, 65536] float32
+
+
+@pytest.fixture(scope="module")
+def ci():
+    """4 logical CPUs, 200 MiB pool: one kernel for every CI-scale test here."""
+    with Kernel() as kernel:
+        yield kernel
+
+
+@pytest.fixture(scope="module")
+def full():
+    """4 logical CPUs of 32480 MiB with a pool that holds the 4 seed shards (32 GiB + 1 GiB)."""
+    with Kernel() as kernel:
+        yield kernel
+
+
+# --- field case F13 --------------------------------------------------------------
+
+
+def test_F13_split_by_hand_equals_matmul_with_each_shard_on_its_device(ci):
+    result = ci.call(f"{REMOTE}:f13_by_hand")
+    assert result["column_diff"] < 1e-4
+    assert result["row_diff"] < 1e-4
+    assert result["column_shards"] == [(d, (64, 8)) for d in DEVICES]
+    assert result["row_shards"] == [(d, (16, 32)) for d in DEVICES]
+    # W[:, 8i:8i+8] and W[16i:16i+16]: the pieces are the slices F13 names.
+    assert all(result["column_piece_equal"]) and all(result["row_piece_equal"])
+
+
+@pytest.mark.parametrize("strategy, shape", [("column", (131072, 16384)), ("row", (32768, 65536))])
+def test_F13_seed_kernel_split_4_ways_is_8589934592_B_per_device(full, strategy, shape):
+    result = full.call(f"{REMOTE}:full_shape", strategy)
+    assert result["shards"] == [(d, shape, SEED_SHARD) for d in DEVICES]
+    # The 4 shards really went through the capped allocator...
+    assert 4 * SEED_SHARD <= result["allocated"] < 4 * SEED_SHARD + memory.MiB
+    # ...without touching their pages (32 GiB reserved; the process stays far below).
+    assert result["rss"] < 4 * memory.GiB
+    # Weights + gradients + RMSprop velocity: 24 GiB per device fits 32480 MiB; mirrored 96 GiB does not.
+    assert result["state"] == [3 * SEED_SHARD] * 4 == [24 * memory.GiB] * 4
+    assert result["device_bytes"] == 32480 * memory.MiB
+    assert result["state"][0] < result["device_bytes"] < result["mirrored"] == 96 * memory.GiB
+
+
+# --- the layers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, shard_shape", [("column", (64, 8)), ("row", (16, 32))])
+def test_layer_equals_dense_with_same_weights_and_gradients(ci, kind, shard_shape):
+    result = ci.call(f"{REMOTE}:compare", kind)
+    assert result["max_abs_diff"] < 1e-4
+    assert result["max_grad_diff"] < 1e-4
+    kernels = [(device, shape) for name, device, shape, _ in result["shards"] if "kernel" in name]
+    assert kernels == [(d, shard_shape) for d in DEVICES]
+    # Each shard's gradient is computed on the shard's device.
+    assert result["grad_devices"] == DEVICES
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("column", "cannot split units (size 30) into 4 equal shards: 4 does not divide 30"),
+    ("row", "cannot split input width (size 66) into 4 equal shards: 4 does not divide 66"),
+])
+def test_uneven_split_names_dimension_size_and_count(ci, kind, message):
+    units, in_dim = (30, 64) if kind == "column" else (32, 66)
+    assert ci.call(f"{REMOTE}:uneven", kind, units, in_dim).startswith(message)
+
+
+@pytest.mark.parametrize("kind", ["column", "row", "column_row"])
+def test_fit_trains_and_keeps_slots_next_to_shards(ci, kind):
+    result = ci.call(f"{REMOTE}:fit_losses", kind)
+    losses = result["losses"]
+    assert losses[-1] < 0.5 * losses[0], losses
+    # RMSprop's velocity for kernel_i lives where kernel_i lives.
+    kernels = [(n, d) for n, d in result["weights"] if "kernel_" in n]
+    assert len(kernels) == (8 if kind == "column_row" else 4)
+    for name, device in kernels:
+        slot = [d for p, d in result["velocity"] if p.endswith(name.replace("/", "_") + "_velocity")]
+        assert slot == [device], (name, result["velocity"])
+
+
+def test_column_then_row_never_gathers_the_hidden_activation(ci):
+    result = ci.call(f"{REMOTE}:megatron_step", True)
+    assert result["concat"] == []
+    # Forward and backward matmuls of shard i run on device i: 3 per device (dW1, dW2, dh).
+    devices_used = sorted(d for _, d in result["grad_matmul"])
+    assert devices_used == sorted(DEVICES * 3)
+    # RMSprop's update arithmetic runs next to each variable: a column kernel, a column bias
+    # and a row kernel per device, plus the row bias on CPU:0.
+    assert result["update_square"] == ["CPU:0"] * 4 + ["CPU:1"] * 3 + ["CPU:2"] * 3 + ["CPU:3"] * 3
+    # What crosses devices: the input x out of CPU:0, the output gradient back out (one each),
+    # the learning-rate scalar, and the partial products into CPU:0. No shard-sized tensor.
+    moved = result["transfers"]
+    assert not [t for t in moved if "Relu" in t[0]]  # the hidden activation stays put
+    assert not [t for t in moved if "gradient_tape" in t[0] and "MatMul" in t[0]]  # so do dW, dh
+    partials = sorted(src for name, src, dst in moved if "row" in name and "MatMul" in name and dst == "CPU:0")
+    assert partials == DEVICES[1:]
+    inputs = sorted(dst for name, src, dst in moved if name == "data")
+    assert inputs == DEVICES[1:]
+    output_grads = sorted(dst for name, src, dst in moved if "unstack" in name)
+    assert output_grads == DEVICES[1:]
+    scalars = [t for t in moved if t[0].startswith("rm_sprop/Cast")]  # learning rate, iteration
+    assert len(partials) + len(inputs) + len(output_grads) + len(scalars) == len(moved), moved
+
+
+def test_naive_tf_device_puts_every_gradient_on_device_0(ci):
+    # The pitfall on_device and colocate_updates exist for (TensorFlow 2.21's placer).
+    result = ci.call(f"{REMOTE}:megatron_step", False)
+    devices_used = {d for _, d in result["grad_matmul"]}
+    assert devices_used == {"CPU:0"}
+    assert result["update_square"] == ["CPU:0"] * 13
+    moved = result["transfers"]
+    # The hidden activation slices travel to CPU:0 (for the gradients computed there)...
+    assert sorted(src for name, src, dst in moved if "column" in name and "Relu" in name) == DEVICES[1:]
+    # ...and so do the row kernel shards themselves (dh = dy @ W2_i^T runs on CPU:0):
+    # at full size, device 0 would receive every shard.
+    assert sorted(src for name, src, dst in moved
+                  if "row" in name and "ReadVariableOp" in name and dst == "CPU:0") == DEVICES[1:]
+
+
+def test_gathered_column_layer_concatenates_on_device_0_only(ci):
+    result = ci.call(f"{REMOTE}:column_gather_step")
+    assert result["concat"] == ["CPU:0"]
+    assert result["grad_matmul"] == DEVICES
+
+
+def test_initialisation_has_no_full_size_temporary(ci):
+    result = ci.call(f"{REMOTE}:init_peaks")
+    kernel = result["kernel"]  # [4096, 1024] float32 = 16 MiB
+    shard = kernel // 4
+    dense_peak, dense_now = result["dense"]
+    # Dense: Glorot draws, scales and shifts full-size tensors: peak 3x the kernel (F18).
+    assert dense_peak >= 3 * kernel
+    for kind in ("column", "row"):
+        peak, now = result[kind]
+        assert kernel <= now < kernel + memory.MiB  # all four shards (+ bias) are resident
+        # The temporaries are at most two shards, never a full-size tensor.
+        assert peak - now <= 2 * shard + memory.MiB, (kind, peak, now)
+        assert peak < 2 * kernel
+
+
+def test_config_round_trip(ci):
+    assert ci.call(f"{REMOTE}:config_round_trip") == {
+        "units": 32, "devices": [f"/device:CPU:{i}" for i in range(4)], "gather": False,
+        "activation": "relu",
+    }
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+def run_cli(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, "-m", "snippets.tensor_parallel", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_uneven_split_is_one_line_and_exit_2():
+    result = run_cli("--devices", "3")
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "cannot split units (size 32) into 3 equal shards" in last
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_full_shape_prints_per_device_figures():
+    result = run_cli("--full-shape")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    per_device = [line for line in lines if "reserved = 8589934592 B" in line]
+    assert len(per_device) == 8  # 4 devices x (column, row)
+    assert all("25769803776 B (24 GiB): fits in 34057748480 B (31.72 GiB)" in line for line in per_device)
+    assert sum("103079215104 B (96 GiB) per device: does NOT fit" in line for line in lines) == 2
