@@ -214,38 +214,57 @@ def table(rows: Sequence[Reservation]) -> str:
 # --- loss scaling -------------------------------------------------------------
 
 
-def tiny_gradient(scaled: bool) -> float:
-    """The gradient of a float16 loss whose backward pass underflows, with or without loss scaling.
+@dataclass(frozen=True)
+class Float16Step:
+    """One SGD step on a float16 weight whose gradient underflows in the backward pass.
 
-    ``loss = ((w * x) * a) * b`` with ``w = 1``, ``x = 2**10``, ``a = b =
-    2**-14``, all float16, so ``dloss/dw = x * a * b = 2**-18`` (about
-    3.8e-6, a float16 subnormal). The backward pass first forms
-    ``a * b = 2**-28``, below float16's smallest subnormal ``2**-24``: it
-    becomes 0 and so does the gradient. With ``scaled=True`` the loss is
-    multiplied by ``keras.optimizers.LossScaleOptimizer``'s initial scale
-    (2**15) first and the gradient divided by it after, as the optimizer
-    does in ``apply``: the intermediate is ``2**-13`` and the gradient
-    survives.
+    Attributes:
+        gradient: the gradient as the backward pass produced it (scaled, if
+            loss scaling was on), a Python float.
+        before: the weight before the step.
+        after: the weight after ``optimizer.apply`` (which unscales first).
+    """
 
-    Returns:
-        The gradient as a Python float.
+    gradient: float
+    before: float
+    after: float
+
+
+def underflow_step(scaled: bool) -> Float16Step:
+    """One ``SGD(learning_rate=1)`` step on a float16 weight, with or without loss scaling.
+
+    ``loss = ((w * x) * a) * b`` with ``w = 2**-14``, ``x = 2**10`` and
+    ``a = b = 2**-14``, all float16, so ``dloss/dw = x * a * b = 2**-18``
+    (about 3.8e-6, a float16 subnormal) and the step should take ``w`` to
+    ``2**-14 - 2**-18``. The backward pass first forms ``a * b = 2**-28``,
+    below float16's smallest subnormal ``2**-24``: it becomes 0, and so do
+    the gradient and the update.
+
+    With ``scaled=True`` the optimizer is wrapped in
+    ``keras.optimizers.LossScaleOptimizer``: ``scale_loss`` multiplies the
+    loss by its scale (2**15 to start) before the backward pass, so the
+    intermediate is ``2**-13``, and ``apply`` divides the gradient by the
+    scale before the update. Measured with Keras 3.15: the raw gradient is
+    0.125 and the weight moves by exactly ``2**-18``.
     """
     import keras
     import tensorflow as tf
 
     half = tf.float16
-    w = tf.Variable(1.0, dtype=half)
+    w = keras.Variable(2.0**-14, dtype="float16")
     x = tf.constant(2.0**10, half)
     a = b = tf.constant(2.0**-14, half)
-    scale = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()).initial_scale
-    with tf.GradientTape() as tape:
-        loss = ((w * x) * a) * b
-        if scaled:
-            loss = loss * tf.constant(scale, half)
-    grad = tape.gradient(loss, w)
+    optimizer = keras.optimizers.SGD(learning_rate=1.0)
     if scaled:
-        grad = grad / tf.constant(scale, half)
-    return float(grad)
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    before = float(w.numpy())
+    with tf.GradientTape() as tape:
+        loss = ((w.value * x) * a) * b
+        if scaled:
+            loss = optimizer.scale_loss(loss)
+    (grad,) = tape.gradient(loss, [w.value])
+    optimizer.apply([grad], [w])
+    return Float16Step(float(grad), before, float(w.numpy()))
 
 
 @dataclass(frozen=True)

@@ -171,9 +171,11 @@ def test_float16_budget_per_replica_and_sharded(kernel):
 
 
 def test_loss_scaling_rescues_an_underflowing_float16_gradient(kernel):
-    unscaled, scaled = kernel.call(f"{REMOTE}:tiny_gradients")
-    assert unscaled == 0.0
-    assert scaled == 2.0**-18
+    plain, scaled = kernel.call(f"{REMOTE}:underflow_steps")
+    assert plain.before == 2.0**-14
+    assert (plain.gradient, plain.after) == (0.0, 2.0**-14)  # underflowed: no update
+    assert scaled.gradient == 2.0**-18 * 2**15  # the scaled gradient, in range
+    assert scaled.after == 2.0**-14 - 2.0**-18  # unscaled by apply, then applied exactly
 
 
 def test_keras_wraps_loss_scaling_only_for_mixed_float16(kernel):

@@ -57,9 +57,9 @@ def reserve_training(shape, dtype):
             precision.reserve(precision.training_tensors(shape, dtype))]
 
 
-def tiny_gradients():
+def underflow_steps():
     _setup()
-    return precision.tiny_gradient(False), precision.tiny_gradient(True)
+    return precision.underflow_step(False), precision.underflow_step(True)
 
 
 def compiled_optimizers(policies):
