@@ -124,12 +124,13 @@ def test_startup_log_only_in_the_hidden_cell(fresh):
 
 def test_numbers_are_the_planners_and_verdicts_follow(fresh):
     from snippets import memory
+    from snippets.reproduce_oom import seed_model  # the notebook's default build_model
     from tests.harness import Kernel
 
     table = stdout_of(fresh, "peak_per_gpu(strategy, n)")
     gpus = {"16 GB (V100-16GB)": 16160, "32 GB (V100-32GB)": memory.V100_32GB_MIB, "80 GB (A100-80GB)": 81920}
-    seed = [memory.Weight((131072, 65536)), memory.Weight((65536,))]
     with Kernel() as kernel:
+        seed = kernel.call("snippets.plan:model_weights", seed_model)
         for label, strategy in (("MirroredStrategy", "mirrored"), ("column split", "column")):
             for n in (1, 2, 4, 8):
                 peak = max(b.total for b in kernel.call("snippets.memory:plan", seed, "rmsprop", strategy, n))
