@@ -1,0 +1,130 @@
+"""DTensor sharding (snippets.dtensor_sharding) and field case F14, in fresh kernels.
+
+One kernel with 4 logical CPUs under a 200 MiB cap serves every test but
+F14's first half, which needs a process where no devices were configured.
+"""
+
+import pytest
+
+from snippets import memory
+from tests.harness import Kernel, RemoteError
+
+REMOTE = "tests.remote.dtensor_cases"
+CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
+
+
+@pytest.fixture(scope="module")
+def four_cpus():
+    with Kernel() as kernel:
+        yield kernel
+
+
+def test_F14_mesh_over_devices_that_do_not_exist():
+    with Kernel() as kernel:
+        result = kernel.call(f"{REMOTE}:f14_mesh_without_devices")
+    # create_mesh accepts it; the first op on the mesh fails on the missing device.
+    assert result["mesh_created"] == 2
+    error_type, message = result["errors"]["pack"]
+    assert error_type == "InvalidArgumentError"
+    assert "device:CPU:1 unknown device" in message
+    error_type, message = result["errors"]["call_with_layout"]
+    assert error_type == "InternalError"  # TF 2.21 wraps the same cause differently here
+    assert "device:CPU:1 unknown device" in message
+    assert result["make_mesh"].startswith("device CPU:1 does not exist here (1 logical devices)")
+
+
+def test_F14_dvariable_unpacks_to_four_column_pieces(four_cpus):
+    kind, pieces = four_cpus.call(f"{REMOTE}:f14_dvariable_pieces")
+    assert kind == "DVariable"
+    assert pieces == [(CPU.format(i), (1024, 128), 1024 * 128 * 4) for i in range(4)]
+
+
+def test_model_mesh_training_matches_keras_rmsprop(four_cpus):
+    result = four_cpus.call(f"{REMOTE}:train", None, 3)
+    assert result["mesh"] == {"model": 4}
+    assert result["losses"] == pytest.approx(result["reference_losses"], rel=1e-5)
+    assert result["losses"][2] < result["losses"][0]
+    assert result["max_weight_error"] < 1e-6
+    assert result["kernel"] == [(CPU.format(i), (1024, 128), 524288) for i in range(4)]
+    # The RMSprop velocity is a sharded slot, laid out like the kernel.
+    assert result["velocity"] == [(CPU.format(i), (1024, 128)) for i in range(4)]
+    # No batch axis: every device sees the whole batch.
+    assert {shape for _, shape in result["x"]} == {(16, 1024)}
+
+
+def test_batch_by_model_mesh_combines_data_and_model_parallelism(four_cpus):
+    result = four_cpus.call(f"{REMOTE}:train", {"batch": 2, "model": 2}, 3)
+    assert result["mesh"] == {"batch": 2, "model": 2}
+    assert result["losses"] == pytest.approx(result["reference_losses"], rel=1e-5)
+    assert result["max_weight_error"] < 1e-6
+    # Kernel split in two along F, each half stored twice (once per batch row);
+    # the batch split in two along B.
+    assert [shape for _, shape, _ in result["kernel"]] == [(1024, 256)] * 4
+    assert [shape for _, shape in result["x"]] == [(8, 1024)] * 4
+    assert memory.layout_copies([None, "model"], result["mesh"]) == 2
+
+
+def test_batch_by_model_mesh_without_gradient_relayout_drifts(four_cpus):
+    # Measured TF 2.21 behaviour the module works around (make_train_step's docstring).
+    result = four_cpus.call(f"{REMOTE}:train", {"batch": 2, "model": 2}, 2, False)
+    assert result["losses"][0] == pytest.approx(result["reference_losses"][0], rel=1e-6)
+    assert result["max_weight_error"] > 1e-3
+
+
+def test_random_init_in_layout(four_cpus):
+    result = four_cpus.call(f"{REMOTE}:random_init_pieces")
+    assert result["shapes"] == [(1024, 256)] * 4
+    assert result["replica_equal"] and result["model_pieces_differ"]
+    assert result["max_abs"] <= (6 / (1024 + 512)) ** 0.5
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("bad_mesh", "mesh batch=2 x model=3 has 6 positions but 4 devices are configured; "
+                 "choose axis sizes whose product is 4, or configure 6 devices"),
+    ("bad_units", "cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis "
+                  "'model' of 4 devices; choose sizes that 4 divides, or another mesh"),
+    ("bad_batch", "cannot split dimension 0 of shape [15, 1024] (size 15) evenly over mesh axis "
+                  "'batch' of 2 devices; choose sizes that 2 divides, or another mesh"),
+])
+def test_bad_input_is_one_clear_line(four_cpus, case, expected):
+    error_type, message = four_cpus.call(f"{REMOTE}:{case}")
+    assert (error_type, message) == ("MeshError", expected)
+
+
+def test_reserve_training_state_goes_through_the_capped_allocator(four_cpus):
+    # 3 x [8192, 1024] float32 = 96 MiB in 12 pieces of 8 MiB: fits the 200 MiB cap.
+    status, rows = four_cpus.call(f"{REMOTE}:reserve", (8192, 1024))
+    piece = memory.tensor_bytes((8192, 256))
+    assert status == "ok"
+    assert [(r["shape"], r["kernel"], r["gradient"], r["velocity"], r["total"]) for r in rows] == [
+        ((8192, 256), piece, piece, piece, 3 * piece)] * 4
+    # 3 x [16384, 2048] = 384 MiB does not: the allocator refuses before touching pages.
+    status, message = four_cpus.call(f"{REMOTE}:reserve", (16384, 2048))
+    assert status == "ResourceExhaustedError"
+
+
+def test_seed_figures_per_device():
+    # The full-shape run (python -m snippets.dtensor_sharding --full-shape)
+    # reserves exactly these pieces; the arithmetic is checked here.
+    local = memory.layout_local_shape((131072, 65536), [None, "model"], {"model": 4})
+    assert local == (131072, 16384)
+    assert memory.tensor_bytes(local) == 8589934592
+    assert 3 * memory.tensor_bytes(local) == 24 * memory.GiB < memory.V100_32GB_MIB * memory.MiB
+
+
+def test_shard_summary_for_the_overview(four_cpus):
+    summary = four_cpus.call(f"{REMOTE}:summary")
+    assert summary["method"] == "DTensor"
+    assert summary["where"] == [CPU.format(i) for i in range(4)]
+    assert summary["local_shape"] == (1024, 128)
+    assert summary["kernel_bytes"] == [524288] * 4
+    assert summary["measured"] == summary["ledger"] == [3 * 524288] * 4
+
+
+def test_cli_rejects_a_mesh_that_does_not_match(capsys):
+    from snippets import dtensor_sharding
+
+    with pytest.raises(SystemExit) as exit_info:
+        dtensor_sharding.main(["--mesh", "batch=two"])
+    assert exit_info.value.code == 2
+    assert "mesh 'batch=two' is not a list of axis=size" in capsys.readouterr().err
