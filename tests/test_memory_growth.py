@@ -178,3 +178,22 @@ def test_F04_visible_devices_after_start(kernel):
     same, different = kernel.call(f"{REMOTE}:f04_visible_after_start")
     assert same is None  # repeating the current list is allowed
     assert different == ("RuntimeError", "Visible devices cannot be modified after being initialized")
+
+
+# --- TensorFlow's own rules for growth across GPUs, on stand-in GPUs --------------------
+
+
+def test_tf_starts_with_growth_when_every_gpu_has_it(kernel):
+    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, [0, 1, 2, 3]) == ("ok", True)
+    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, []) == ("ok", False)
+
+
+def test_tf_refuses_growth_on_only_some_gpus(kernel):
+    # Why enable_memory_growth sets every GPU: growth on GPU 0 only stops the runtime from starting.
+    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, [0]) == (
+        "error", "ValueError", "Memory growth cannot differ between GPU devices")
+
+
+def test_tf_drops_growth_silently_once_a_gpu_is_split(kernel):
+    # Growth set first, then GPU 0 split into logical devices: no error, and no growth.
+    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, [0, 1, 2, 3], [0]) == ("ok", False)

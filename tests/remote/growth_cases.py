@@ -56,3 +56,40 @@ def f04_visible_after_start():
     same = _error(lambda: tf.config.set_visible_devices(tf.config.list_physical_devices("CPU"), "CPU"))
     different = _error(lambda: tf.config.set_visible_devices([], "CPU"))
     return same, different
+
+
+def tf_gpu_options(gpus, growth, split=()):
+    """TensorFlow's own GPU-options builder, fed ``gpus`` stand-in GPUs.
+
+    A fresh ``tensorflow.python.eager.context.Context`` (not the process's
+    one, which stays untouched) is given ``gpus`` physical GPUs; memory growth
+    is set on the indexes in ``growth`` and GPUs in ``split`` get two logical
+    devices of 1024 MiB, through the context's own setters. Then the context
+    builds the ``GPUOptions`` it would start the runtime with
+    (``_compute_gpu_options``, TF 2.21), which is where growth is checked
+    across GPUs and combined with logical devices.
+
+    Returns:
+        ``("ok", allow_growth)`` or ``("error", type name, message)``.
+    """
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    ctx = context.Context()
+    devices_ = [context.PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU")
+                for i in range(gpus)]
+    ctx._physical_devices = devices_
+    ctx._physical_device_to_index = {d: i for i, d in enumerate(devices_)}
+    ctx._pluggable_devices = []
+    ctx._visible_device_list = list(devices_)
+    ctx._memory_growth_map = {d: None for d in devices_}
+    for i in growth:
+        ctx.set_memory_growth(devices_[i], True)
+    for i in split:
+        ctx.set_logical_device_configuration(
+            devices_[i], [tf.config.LogicalDeviceConfiguration(memory_limit=1024)] * 2)
+    try:
+        options = ctx._compute_gpu_options()
+    except ValueError as error:
+        return "error", type(error).__name__, str(error)
+    return "ok", options.allow_growth
