@@ -16,7 +16,10 @@ allocator is created, ``gpu_bfc_allocator.cc``).
 
 What it cannot do. It never adds capacity: a tensor larger than what the
 device has left is refused with growth on or off. The seed kernel needs
-34359738368 B on every replica; a V100-SXM2-32GB has 34057748480 B.
+34359738368 B on every replica; a V100-SXM2-32GB has 34057748480 B:
+
+>>> memory.tensor_bytes([131072, 65536], "float32"), memory.V100_32GB_MIB * memory.MiB
+(34359738368, 34057748480)
 
 The CPU stand-in: TensorFlow's capped CPU allocator (``snippets.devices``,
 CPU mode) is a BFC allocator created with ``allow_growth = true``

@@ -6,7 +6,11 @@ layer ``Dense(65536)`` on inputs of width 131072 (kernel ``W[131072, 65536]``):
 * the kernel's storage dtype under each Keras dtype policy, read from Keras
   without allocating it: ``float16`` stores 2 bytes per weight (16 GiB),
   ``mixed_float16`` still stores float32 (32 GiB) and adds a float16 compute
-  copy each step (field cases F10, F11);
+  copy each step (field cases F10, F11):
+
+  >>> [memory.tensor_bytes([131072, 65536], d) // memory.GiB for d in ("float16", "float32")]
+  [16, 32]
+
 * which of those tensors one 32480 MiB device (a V100-SXM2-32GB) can reserve,
   tried at full size on the capped allocator with ``tf.raw_ops.Empty`` (it
   reserves without touching a page);
