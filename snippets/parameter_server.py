@@ -1,0 +1,671 @@
+"""Shard variables over parameter servers: ParameterServerStrategy with a variable_partitioner.
+
+Run it: ``python -m snippets.parameter_server --help``. It shows:
+
+* an **in-process cluster** on free loopback ports (``127.0.0.1`` only): one
+  ``tf.distribute.Server`` per task, all in this Python process, which is
+  the coordinator (the "chief"). Good for CI and for reading the code;
+* ``ParameterServerStrategy(resolver, variable_partitioner=...)`` with
+  ``FixedShardsPartitioner``, ``MinSizePartitioner`` or
+  ``MaxSizePartitioner``: a variable created in its scope becomes a
+  ``ShardedVariable`` whose shards (split along axis 0) are placed round-robin
+  on the ps tasks; Keras 3 layers honour it (an ``Embedding``'s table is a
+  ``ShardedVariable``);
+* training through ``ClusterCoordinator`` with a per-worker dataset
+  (``coordinator.create_per_worker_dataset``) and a hand-written RMSprop
+  whose velocity shards are colocated with the variable shards. Keras 3's
+  ``Model.fit`` refuses a plain dataset under this strategy (it asks for
+  ``create_per_worker_dataset``, and Keras 3 has no ``DatasetCreator``), and
+  the Keras 3 optimizer cannot update a ``ShardedVariable``
+  ("ShardedVariable doesn't support being used as a reference"), hence the
+  custom loop;
+* the **multi-process form**: the same script run as ps, worker and chief,
+  each reading its role from ``TF_CONFIG``. ``--launch-local`` starts that
+  cluster as separate processes on localhost, waits for the chief and kills
+  the ps and worker processes afterwards (they serve until killed).
+
+Where it applies: the shards live on the ps tasks (usually CPU hosts), but
+a worker that runs a ``Dense`` layer reads the whole kernel: the
+``ShardedVariable`` is concatenated before the matmul (a ``ConcatV2`` of the
+full shape in the traced graph). Lookups into a sharded ``Embedding`` read
+only their rows. So this strategy stores a huge embedding, not a huge dense
+kernel on a 32 GiB GPU worker.
+
+Sources: "Parameter server training with ParameterServerStrategy" tutorial
+(tensorflow.org/tutorials/distribute/parameter_server_training); API pages
+``tf.distribute.experimental.ParameterServerStrategy``,
+``tf.distribute.experimental.partitioners.*``,
+``tf.distribute.experimental.coordinator.ClusterCoordinator``,
+``tf.distribute.cluster_resolver.TFConfigClusterResolver``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from snippets import memory
+
+#: Partitioners this module builds, by the name the CLI uses.
+PARTITIONERS = ("fixed", "min_size", "max_size")
+
+#: Only loopback: the in-process and --launch-local clusters never listen
+#: on a routable address.
+LOOPBACK = "127.0.0.1"
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class ClusterError(RuntimeError):
+    """A local cluster could not be started or did not finish; the message says which task.
+
+    ``pids`` lists the processes :func:`launch_local` had started (all
+    killed and reaped by the time this is raised).
+    """
+
+    pids: list[int] = []
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a variable: device (e.g. ``/job:ps/replica:0/task:1/device:CPU:0``), shape, dtype, bytes."""
+
+    device: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+def make_partitioner(kind: str, value: int, max_shards: int | None = None):
+    """Build a ``tf.distribute.experimental.partitioners`` object.
+
+    Args:
+        kind: ``"fixed"`` (``value`` shards), ``"min_size"`` (shards of at
+            least ``value`` bytes, at most ``max_shards``, default 1) or
+            ``"max_size"`` (shards of at most ``value`` bytes, optionally at
+            most ``max_shards``).
+        value: shard count or bytes, a positive int.
+
+    Raises:
+        ValueError: for an unknown kind or a value that is not a positive int.
+    """
+    import tensorflow as tf
+
+    if kind not in PARTITIONERS:
+        raise ValueError(f"unknown partitioner {kind!r}; use one of {', '.join(PARTITIONERS)}")
+    memory.check_count(value)
+    if max_shards is not None:
+        memory.check_count(max_shards)
+    partitioners = tf.distribute.experimental.partitioners
+    if kind == "fixed":
+        return partitioners.FixedShardsPartitioner(num_shards=value)
+    if kind == "min_size":
+        return partitioners.MinSizePartitioner(min_shard_bytes=value, max_shards=max_shards or 1)
+    return partitioners.MaxSizePartitioner(max_shard_bytes=value, max_shards=max_shards)
+
+
+def check_even_shards(shape: Sequence[int], shards: int) -> tuple[int, ...]:
+    """Shape of one shard when ``shape`` is split into ``shards`` along axis 0, evenly.
+
+    TensorFlow itself accepts uneven splits (3 shards of 2048 rows are
+    683, 683 and 682 rows, measured), but then the ps tasks hold different
+    amounts; this site asks for even splits so that per-task bytes are equal.
+
+    >>> check_even_shards([2048, 1024], 2)
+    (1024, 1024)
+    >>> check_even_shards([2048, 1024], 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot split dimension 0 of shape [2048, 1024] (size 2048) evenly over 3 devices; choose a device count that divides 2048, or pad the dimension
+    """
+    return memory.local_shape(shape, "parameter_server", shards)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def local_cluster(workers: int = 1, ps: int = 2, chief: bool = False) -> dict[str, list[str]]:
+    """A cluster definition on free loopback ports: ``{"worker": [...], "ps": [...]}`` (+ ``"chief"``).
+
+    Raises:
+        ValueError: for a worker or ps count that is not a positive int.
+    """
+    memory.check_count(workers)
+    memory.check_count(ps)
+    cluster = {"worker": [f"{LOOPBACK}:{free_port()}" for _ in range(workers)],
+               "ps": [f"{LOOPBACK}:{free_port()}" for _ in range(ps)]}
+    if chief:
+        cluster["chief"] = [f"{LOOPBACK}:{free_port()}"]
+    return cluster
+
+
+#: Servers of the in-process cluster. A ``tf.distribute.Server`` cannot be
+#: stopped; it serves until the process exits, so they are kept here.
+_servers: list = []
+
+
+def start_in_process_cluster(workers: int = 1, ps: int = 2):
+    """Start one ``tf.distribute.Server`` per worker and ps task in this process.
+
+    This process is the coordinator. Call once per process: servers cannot
+    be shut down, and the strategy connects this process to one cluster.
+
+    Returns:
+        A ``SimpleClusterResolver`` for ``ParameterServerStrategy``.
+
+    Raises:
+        ValueError: for counts that are not positive ints.
+        ClusterError: if a cluster was already started in this process.
+    """
+    import tensorflow as tf
+
+    if _servers:
+        raise ClusterError("an in-process cluster is already running in this process; "
+                           "reuse its resolver (servers cannot be stopped), or start a new process")
+    spec = tf.train.ClusterSpec(local_cluster(workers, ps))
+    for job in ("worker", "ps"):
+        for index in range(spec.num_tasks(job)):
+            _servers.append(tf.distribute.Server(spec, job_name=job, task_index=index,
+                                                 protocol="grpc", start=True))
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+
+
+def make_strategy(resolver, partitioner=None):
+    """``ParameterServerStrategy(resolver, variable_partitioner=partitioner)``.
+
+    Creating it connects this process to the cluster; several strategies
+    (e.g. with different partitioners) can share one resolver.
+    """
+    import tensorflow as tf
+
+    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def components(variable) -> list:
+    """The ``tf.Variable`` pieces of a variable: a ShardedVariable's shards, or the variable itself.
+
+    Accepts a Keras 3 variable too (its ``.value`` is the backend variable,
+    a ``ShardedVariable`` under a partitioner).
+    """
+    import keras
+
+    # A Keras 3 variable wraps the backend one in ``.value`` (on tf.Variable,
+    # ``.value`` is a method, hence the type check).
+    inner = variable.value if isinstance(variable, keras.Variable) else variable
+    if not hasattr(inner, "variables"):
+        return [inner]
+    return list(inner.variables)
+
+
+def shards(variable) -> list[Shard]:
+    """Where each piece of ``variable`` lives: device, shape, dtype, bytes (from the shape)."""
+    result = []
+    for piece in components(variable):
+        shape = tuple(int(d) for d in piece.shape)
+        dtype = piece.dtype.name
+        result.append(Shard(piece.device, shape, dtype, memory.tensor_bytes(shape, dtype)))
+    return result
+
+
+def build_model(vocabulary: int = 8192, width: int = 64, length: int = 4):
+    """``Sequential(Input((length,), int32), Embedding(vocabulary, width), Flatten, Dense(1))``.
+
+    Call it inside ``strategy.scope()``; under a partitioner the embedding
+    table ``[vocabulary, width]`` and the Dense kernel ``[length * width, 1]``
+    become ShardedVariables.
+    """
+    import keras
+
+    return keras.Sequential([
+        keras.Input((length,), dtype="int32"),
+        keras.layers.Embedding(vocabulary, width),
+        keras.layers.Flatten(),
+        keras.layers.Dense(1),
+    ])
+
+
+def example_data(examples: int = 256, vocabulary: int = 8192, length: int = 4, seed: int = 0):
+    """Seeded token ids ``x[examples, length]`` int32 and targets ``y[examples, 1]`` float32."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, vocabulary, (examples, length)).astype("int32")
+    y = rng.random((examples, 1)).astype("float32")
+    return x, y
+
+
+class Trainer:
+    """A training loop for ``model`` under ParameterServerStrategy, driven by a ClusterCoordinator.
+
+    The RMSprop velocity of each shard is created with
+    ``strategy.extended.colocate_vars_with(shard)``, so it lives on the same
+    ps task as its shard (and is never partitioned again). Each step runs on
+    a worker: it pulls the variables, computes the loss and gradients, and
+    updates each shard in place on its ps task.
+    """
+
+    def __init__(self, strategy, model, learning_rate: float = 1e-3, rho: float = 0.9,
+                 epsilon: float = 1e-7) -> None:
+        import tensorflow as tf
+
+        self.strategy = strategy
+        self.model = model
+        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+        self.pieces = [p for v in model.trainable_variables for p in components(v)]
+        self.velocities = []
+        with strategy.scope():
+            for piece in self.pieces:
+                with strategy.extended.colocate_vars_with(piece):
+                    self.velocities.append(tf.Variable(tf.zeros(piece.shape, piece.dtype), trainable=False))
+        self.hyper = (learning_rate, rho, epsilon)
+        self._step = None
+
+    def per_worker_iterator(self, x, y, batch: int = 32):
+        """``iter(coordinator.create_per_worker_dataset(fn))``: each worker builds its own pipeline."""
+        import tensorflow as tf
+
+        def dataset_fn():
+            return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch)
+
+        return iter(self.coordinator.create_per_worker_dataset(dataset_fn))
+
+    def _make_step(self):
+        import tensorflow as tf
+
+        from snippets.dtensor_sharding import rmsprop_update
+
+        learning_rate, rho, epsilon = self.hyper
+
+        @tf.function
+        def train_step(iterator):
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(self.model(x, training=True) - y))
+                # Gradients with respect to the shards (tf.Variables): the tape
+                # cannot watch a ShardedVariable itself ("no attribute 'handle'").
+                gradients = tape.gradient(loss, self.pieces)
+                for piece, velocity, gradient in zip(self.pieces, self.velocities, gradients):
+                    # An embedding shard's gradient is IndexedSlices; RMSprop
+                    # decays the whole velocity each step, so use it densely.
+                    rmsprop_update(piece, velocity, gradient, learning_rate, rho, epsilon)
+                return loss
+
+            x, y = next(iterator)
+            return self.strategy.run(replica_step, args=(x, y))
+
+        return train_step
+
+    def fit(self, iterator, steps: int) -> list[float]:
+        """Schedule ``steps`` steps on the workers, wait for all, return their losses in order."""
+        if self._step is None:
+            self._step = self._make_step()
+        results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(steps)]
+        self.coordinator.join()
+        return [float(r.fetch()) for r in results]
+
+
+def model_weights(model) -> list:
+    """The model's weights as NumPy arrays, shards concatenated (CI scale only)."""
+    import numpy as np
+
+    return [np.concatenate([p.numpy() for p in components(v)], axis=0) for v in model.weights]
+
+
+def keras_reference(weights: list, x, y, steps: int, batch: int = 32, learning_rate: float = 1e-3,
+                    vocabulary: int = 8192, width: int = 64, length: int = 4) -> dict:
+    """The same steps with no strategy: an unsharded model, ``keras.optimizers.RMSprop``.
+
+    Batches are taken in order from the start of ``x``, as the per-worker
+    dataset of a single worker yields them.
+
+    Returns:
+        ``{"losses": [float], "weights": [ndarray]}``.
+    """
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    model = build_model(vocabulary, width, length)
+    model.set_weights(weights)
+    optimizer = keras.optimizers.RMSprop(learning_rate)
+    losses = []
+    for i in range(steps):
+        start = (i * batch) % len(x)
+        xb, yb = x[start:start + batch], y[start:start + batch]
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
+        # Dense gradients, as the coordinator loop applies them: Keras's
+        # RMSprop squares an embedding's IndexedSlices row by row, before
+        # repeated token ids are summed, which is a different update.
+        gradients = [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        losses.append(float(loss))
+    return {"losses": losses, "weights": [np.asarray(w) for w in model.get_weights()]}
+
+
+def train(strategy, steps: int = 20, batch: int = 32, learning_rate: float = 1e-3,
+          vocabulary: int = 8192, width: int = 64, length: int = 4, seed: int = 0) -> dict:
+    """Build :func:`build_model` in ``strategy.scope()`` and train it for ``steps`` coordinator steps.
+
+    Returns:
+        ``{"losses": [float], "initial": [ndarray], "final": [ndarray],
+        "embedding": [Shard], "kernel": [Shard], "velocity": [Shard]}``:
+        initial and final weights (shards concatenated) and where the
+        embedding, the Dense kernel and their velocities live.
+    """
+    x, y = example_data(8 * batch, vocabulary, length, seed)
+    with strategy.scope():
+        model = build_model(vocabulary, width, length)
+    initial = model_weights(model)
+    trainer = Trainer(strategy, model, learning_rate)
+    losses = trainer.fit(trainer.per_worker_iterator(x, y, batch), steps)
+    return {
+        "losses": losses,
+        "initial": initial,
+        "final": model_weights(model),
+        "embedding": shards(model.layers[0].embeddings),
+        "kernel": shards(model.layers[2].kernel),
+        "velocity": [shards(v)[0] for v in trainer.velocities],
+    }
+
+
+def fit_refusal(strategy, steps_per_epoch: int = 2) -> str:
+    """Try Keras 3 ``Model.fit(numpy_x, numpy_y)`` under ``strategy``; return the error message.
+
+    Raises:
+        AssertionError: if ``fit`` does not raise ValueError (it did on Keras 3.15 / TF 2.21).
+    """
+    x, y = example_data(64)
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer="rmsprop", loss="mean_squared_error")
+    try:
+        model.fit(x, y, steps_per_epoch=steps_per_epoch, verbose=0)
+    except ValueError as error:
+        return str(error)
+    raise AssertionError("Model.fit accepted a plain dataset under ParameterServerStrategy")
+
+
+def dense_reads_full_kernel(strategy, shape: Sequence[int] = (1024, 512)) -> list[tuple[int, ...]]:
+    """Shapes of the ``ConcatV2`` ops in a traced ``Dense`` call on a sharded kernel ``W[shape]``.
+
+    The worker runs exactly this graph: it concatenates the shards into the
+    full kernel before the ``MatMul``, so it needs the whole kernel's bytes.
+    """
+    import keras
+    import tensorflow as tf
+
+    with strategy.scope():
+        layer = keras.layers.Dense(shape[1])
+        layer.build((None, shape[0]))
+    traced = tf.function(lambda x: layer(x)).get_concrete_function(tf.TensorSpec([None, shape[0]]))
+    return [tuple(op.outputs[0].shape.as_list()) for op in traced.graph.get_operations()
+            if op.type == "ConcatV2"]
+
+
+def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> dict:
+    """For the overview's comparison table: where a kernel's shards live under this strategy.
+
+    Creates ``tf.Variable(zeros(shape))`` under ``FixedShardsPartitioner(ps)``
+    on the cluster of ``resolver`` (which must have ``ps`` ps tasks), and its
+    RMSprop velocity colocated shard by shard, as :class:`Trainer` does.
+
+    Returns:
+        ``{"method": "ParameterServerStrategy", "where": [ps device per shard],
+        "local_shape": shard shape, "kernel_bytes": [per shard],
+        "measured": [weights + slots per ps task, read by snippets.ledger],
+        "ledger": [snippets.memory.per_device for "parameter_server", no reserve],
+        "worker_kernel_bytes": bytes a worker concatenates to run Dense}``.
+        The planner's ``parameter_server`` row counts only the weight shards:
+        it models Keras's optimizer, whose slots stay on the coordinator; the
+        hand-written loop here puts each velocity next to its shard.
+
+    Raises:
+        ValueError: if ``ps`` does not divide ``shape[0]``.
+    """
+    import tensorflow as tf
+
+    from snippets import ledger
+
+    check_even_shards(shape, ps)
+    strategy = make_strategy(resolver, make_partitioner("fixed", ps))
+    with strategy.scope():
+        variable = tf.Variable(tf.zeros(shape))
+        velocities = []
+        for piece in components(variable):
+            with strategy.extended.colocate_vars_with(piece):
+                velocities.append(tf.Variable(tf.zeros(piece.shape)))
+    pieces = shards(variable)
+    where = [p.device for p in pieces]
+    held = ledger.holdings([variable], "weights") + ledger.holdings(velocities, "slots")
+    measured = ledger.by_device(held, where)
+    planned = memory.per_device(shape, "float32", "rmsprop", "parameter_server", ps,
+                                initializer="zeros", reserve=0)
+    concat = dense_reads_full_kernel(strategy, shape)
+    return {
+        "method": "ParameterServerStrategy",
+        "where": where,
+        "local_shape": pieces[0].shape,
+        "kernel_bytes": [p.nbytes for p in pieces],
+        "measured": [b.weights + b.gradients + b.slots for b in measured],
+        "ledger": [b.weights + b.gradients + b.slots for b in planned],
+        "worker_kernel_bytes": max(memory.tensor_bytes(s) for s in concat),
+    }
+
+
+# --- multi-process form: the same script as ps, worker and chief (TF_CONFIG) ---
+
+def tf_config(cluster: dict[str, list[str]], task_type: str, index: int = 0) -> str:
+    """The ``TF_CONFIG`` JSON for one task of ``cluster``.
+
+    >>> tf_config({"chief": ["host0:2222"], "worker": ["host1:2222"], "ps": ["host2:2222"]}, "worker")
+    '{"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222"], "ps": ["host2:2222"]}, "task": {"type": "worker", "index": 0}}'
+    """
+    if task_type not in cluster or not 0 <= index < len(cluster[task_type]):
+        raise ValueError(f"task {task_type}:{index} is not in the cluster {cluster}")
+    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+def run_task(steps: int = 10, num_shards: int = 2) -> int:
+    """Run this process's role from ``TF_CONFIG``.
+
+    ps and worker tasks start a ``tf.distribute.Server`` and serve until
+    killed. The chief builds the strategy (``FixedShardsPartitioner(num_shards)``),
+    trains :func:`build_model` for ``steps`` coordinator steps, and prints
+    one JSON line: losses and where the embedding's shards live.
+
+    Raises:
+        ValueError: if ``TF_CONFIG`` is missing or names another role.
+    """
+    os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")  # the tutorial's setting for PS training
+    import tensorflow as tf
+
+    if "TF_CONFIG" not in os.environ:
+        raise ValueError("TF_CONFIG is not set; --task reads the cluster and this task's role from it")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    role = resolver.task_type
+    if role in ("worker", "ps"):
+        server = tf.distribute.Server(resolver.cluster_spec(), job_name=role,
+                                      task_index=resolver.task_id,
+                                      protocol=resolver.rpc_layer or "grpc", start=True)
+        server.join()
+        return 0
+    if role != "chief":
+        raise ValueError(f"TF_CONFIG names task type {role!r}; use chief, worker or ps")
+    strategy = make_strategy(resolver, make_partitioner("fixed", num_shards))
+    result = train(strategy, steps)
+    print(json.dumps({"losses": result["losses"],
+                      "embedding": [asdict(s) for s in result["embedding"]]}), flush=True)
+    return 0
+
+
+def _tail(path: Path, chars: int = 1500) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return text[-chars:]
+
+
+def launch_local(workers: int = 1, ps: int = 2, steps: int = 10, timeout: float = 120.0,
+                 log_dir: str | None = None) -> dict:
+    """Run the multi-process form on localhost: ps, worker and chief processes, then clean up.
+
+    Starts ``ps`` ps and ``workers`` worker processes (``python -m
+    snippets.parameter_server --task``, each with its own ``TF_CONFIG``),
+    then the chief. Waits for the chief at most ``timeout`` seconds,
+    failing early if any task exits. Always kills the ps and worker
+    processes (and the chief, if still running) before returning.
+
+    Returns:
+        ``{"chief": <the chief's JSON>, "pids": [int]}``.
+
+    Raises:
+        ClusterError: if a task exits early, the chief fails, or time runs
+            out; the message names the task and ends with its log's tail.
+    """
+    import tempfile
+
+    memory.check_count(steps)
+    cluster = local_cluster(workers, ps, chief=True)
+    logs = Path(log_dir or tempfile.mkdtemp(prefix="ps-cluster-"))
+    environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_FAIL_FAST": "use_caller",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "snippets.parameter_server", "--task", "--steps", str(steps),
+               "--shards", str(ps)]
+    processes: dict[str, subprocess.Popen] = {}
+    files = []
+
+    def start(task_type: str, index: int) -> None:
+        name = f"{task_type}{index}"
+        out = open(logs / f"{name}.out", "w")
+        err = open(logs / f"{name}.err", "w")
+        files.extend([out, err])
+        processes[name] = subprocess.Popen(
+            command, cwd=ROOT, env={**environ, "TF_CONFIG": tf_config(cluster, task_type, index)},
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+
+    error = None
+    try:
+        for task_type in ("ps", "worker", "chief"):
+            for index in range(len(cluster[task_type])):
+                start(task_type, index)
+        deadline = time.monotonic() + timeout
+        chief = processes["chief0"]
+        while chief.poll() is None:
+            for name, process in processes.items():
+                if name != "chief0" and process.poll() is not None:
+                    raise ClusterError(f"task {name} exited with code {process.returncode} before the "
+                                       f"chief finished; its log:\n{_tail(logs / f'{name}.err')}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the chief did not finish within {timeout:.0f} s; its log:\n"
+                                   f"{_tail(logs / 'chief0.err')}")
+            time.sleep(0.2)
+        if chief.returncode != 0:
+            raise ClusterError(f"the chief exited with code {chief.returncode}; its log:\n"
+                               f"{_tail(logs / 'chief0.err')}")
+        lines = (logs / "chief0.out").read_text().strip().splitlines()
+        return {"chief": json.loads(lines[-1]), "pids": [p.pid for p in processes.values()]}
+    except ClusterError as raised:
+        error = raised
+        raise
+    finally:
+        # ps and worker tasks serve forever: kill every process we started,
+        # by its own pid, and reap it so none is left behind.
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+        for process in processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for f in files:
+            f.close()
+        if error is not None:
+            error.pids = [p.pid for p in processes.values()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m snippets.parameter_server", description=__doc__.split("\n\n")[0]
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--launch-local", action="store_true",
+                      help="run ps, worker and chief as separate processes on localhost")
+    mode.add_argument("--task", action="store_true",
+                      help="run the role TF_CONFIG gives this process (chief, worker or ps); "
+                           "this is what each host runs in a real cluster")
+    parser.add_argument("--workers", type=int, default=1, help="worker tasks (default 1)")
+    parser.add_argument("--ps", type=int, default=2, help="parameter-server tasks (default 2)")
+    parser.add_argument("--partitioner", choices=PARTITIONERS, default="fixed",
+                        help="fixed: --shards shards; min_size/max_size: shards of at least / "
+                             "at most --shard-bytes bytes (default fixed)")
+    parser.add_argument("--shards", type=int, default=None,
+                        help="shard count for fixed, max shards for min_size/max_size (default: --ps)")
+    parser.add_argument("--shard-bytes", type=int, default=256 << 10,
+                        help="bytes for min_size/max_size (default 262144)")
+    parser.add_argument("--shape", type=int, nargs=2, default=[2048, 1024], metavar=("ROWS", "COLS"),
+                        help="variable to partition in the in-process demo (default 2048 1024)")
+    parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    parser.add_argument("--timeout", type=float, default=180.0,
+                        help="seconds to wait for the chief with --launch-local (default 180)")
+    args = parser.parse_args(argv)
+    num_shards = args.ps if args.shards is None else args.shards
+    try:
+        memory.check_count(args.workers)
+        memory.check_count(args.ps)
+        memory.check_count(args.steps)
+        memory.check_count(num_shards)
+        if args.partitioner == "fixed":
+            check_even_shards(args.shape, num_shards)
+        else:
+            memory.check_count(args.shard_bytes)
+        memory.check_host_can_hold(3 * memory.tensor_bytes(args.shape), "this variable")
+        if args.task and "TF_CONFIG" not in os.environ:
+            raise ValueError("--task needs TF_CONFIG set (cluster and this task's role)")
+    except (ValueError, memory.HostMemoryError) as error:
+        parser.error(str(error))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.task:
+        return run_task(args.steps, num_shards)
+    if args.launch_local:
+        try:
+            result = launch_local(args.workers, args.ps, args.steps, args.timeout)
+        except ClusterError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        print("Embedding shards:")
+        for s in result["chief"]["embedding"]:
+            print(f"  {s['device']}: {s['shape']} {s['nbytes']} B")
+        print("Losses:", ", ".join(f"{v:.4f}" for v in result["chief"]["losses"]))
+        return 0
+
+    import tensorflow as tf
+    from tabulate import tabulate
+
+    resolver = start_in_process_cluster(args.workers, args.ps)
+    value = args.shard_bytes if args.partitioner != "fixed" else num_shards
+    strategy = make_strategy(resolver, make_partitioner(args.partitioner, value, num_shards))
+    with strategy.scope():
+        variable = tf.Variable(tf.zeros(args.shape))
+    print(f"In-process cluster: {args.workers} worker(s), {args.ps} ps task(s) on {LOOPBACK}")
+    print(f"tf.Variable(zeros({args.shape})) is a {type(variable).__name__}:")
+    print(tabulate([(s.device, list(s.shape), s.nbytes) for s in shards(variable)],
+                   headers=["device", "shape", "bytes"]))
+    result = train(strategy, args.steps)
+    print("\nLosses:", ", ".join(f"{v:.4f}" for v in result["losses"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

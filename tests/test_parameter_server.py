@@ -1,0 +1,114 @@
+"""ParameterServerStrategy (snippets.parameter_server) and field cases F15, F16.
+
+The in-process cluster (1 worker + 2 ps on 127.0.0.1) lives in one kernel
+shared by the module. The multi-process form runs from this (TensorFlow-free)
+test process: launch_local starts ps, worker and chief processes and must
+leave none behind, whether the chief succeeds or time runs out.
+"""
+
+import psutil
+import pytest
+
+from snippets import memory
+from snippets import parameter_server as ps
+from tests.harness import Kernel
+
+REMOTE = "tests.remote.ps_cases"
+PS = "/job:ps/replica:0/task:{}/device:CPU:0"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Kernel() as kernel:
+        yield kernel
+
+
+def test_F15_min_size_partitioner_shards_a_variable_and_a_keras_embedding(cluster):
+    result = cluster.call(f"{REMOTE}:f15_partitioned_variables")
+    kind, rows = result["variable"]
+    assert kind == "ShardedVariable"
+    assert rows == [(PS.format(0), (1024, 1024), 4194304), (PS.format(1), (1024, 1024), 4194304)]
+    kind, shape, rows = result["embedding"]
+    assert (kind, shape) == ("ShardedVariable", (8192, 64))
+    assert rows == [(PS.format(0), (4096, 64), 1048576), (PS.format(1), (4096, 64), 1048576)]
+
+
+def test_F16_keras_fit_refuses_a_plain_dataset(cluster):
+    message, has_dataset_creator = cluster.call(f"{REMOTE}:f16_fit_refusal")
+    assert message == ("To use this dataset, you need to pass this dataset to "
+                       "ClusterCoordinator.create_per_worker_dataset.")
+    assert has_dataset_creator is False
+
+
+@pytest.mark.parametrize("kind, value, max_shards, expected", [
+    ("fixed", 2, None, [("task:0", (1024, 1024)), ("task:1", (1024, 1024))]),
+    # 8 MiB at most 1 MiB a shard: 8 shards of 256 rows, round-robin over 2 ps tasks.
+    ("max_size", 1 << 20, None, [(f"task:{i % 2}", (256, 1024)) for i in range(8)]),
+    # TensorFlow accepts uneven shards; this site's CLI refuses them (below).
+    ("fixed", 3, None, [("task:0", (683, 1024)), ("task:1", (683, 1024)), ("task:0", (682, 1024))]),
+])
+def test_partitioners(cluster, kind, value, max_shards, expected):
+    assert cluster.call(f"{REMOTE}:partitioner_shards", kind, value, max_shards) == expected
+
+
+def test_coordinator_training_matches_keras_rmsprop(cluster):
+    result = cluster.call(f"{REMOTE}:train", 5)
+    assert result["losses"] == pytest.approx(result["reference_losses"], rel=1e-5)
+    assert result["max_weight_error"] < 1e-6 < result["moved"]
+    assert result["embedding"] == [(PS.format(0), (4096, 64)), (PS.format(1), (4096, 64))]
+    assert result["kernel"] == [(PS.format(0), (128, 1)), (PS.format(1), (128, 1))]
+    # Each velocity sits on the same ps task as its shard: embedding, kernel, bias.
+    assert result["velocity"] == [(PS.format(0), (4096, 64)), (PS.format(1), (4096, 64)),
+                                  (PS.format(0), (128, 1)), (PS.format(1), (128, 1)),
+                                  (PS.format(0), (1,))]
+
+
+def test_dense_layer_concatenates_the_whole_kernel_on_the_worker(cluster):
+    assert (1024, 512) in cluster.call(f"{REMOTE}:dense_concat", (1024, 512))
+
+
+def test_shard_summary_for_the_overview(cluster):
+    summary = cluster.call(f"{REMOTE}:summary", (1024, 512))
+    assert summary["where"] == [PS.format(0), PS.format(1)]
+    assert summary["local_shape"] == (512, 512)
+    assert summary["kernel_bytes"] == [1048576, 1048576]
+    assert summary["measured"] == [2 * 1048576] * 2   # shard + colocated velocity
+    assert summary["ledger"] == [1048576] * 2         # planner: weight shards only
+    assert summary["worker_kernel_bytes"] == memory.tensor_bytes((1024, 512))
+
+
+def test_uneven_shards_are_one_clear_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ps.main(["--shards", "3", "--shape", "2048", "1024"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("cannot split dimension 0 of shape [2048, 1024] (size 2048) evenly over 3 "
+                        "devices; choose a device count that divides 2048, or pad the dimension")
+
+
+def test_task_without_tf_config_is_one_clear_line(capsys, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        ps.main(["--task"])
+    assert exit_info.value.code == 2
+    assert "--task needs TF_CONFIG set" in capsys.readouterr().err
+
+
+def _alive(pids):
+    return [pid for pid in pids if psutil.pid_exists(pid)
+            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_multi_process_cluster_from_tf_config():
+    result = ps.launch_local(workers=1, ps=2, steps=3, timeout=240)
+    assert len(result["pids"]) == 4 and not _alive(result["pids"])
+    chief = result["chief"]
+    assert len(chief["losses"]) == 3
+    assert [(s["device"], tuple(s["shape"]), s["nbytes"]) for s in chief["embedding"]] == [
+        (PS.format(0), (4096, 64), 1048576), (PS.format(1), (4096, 64), 1048576)]
+
+
+def test_multi_process_cluster_is_cleaned_up_on_timeout():
+    with pytest.raises(ps.ClusterError, match="the chief did not finish within 1 s") as info:
+        ps.launch_local(workers=1, ps=1, steps=1, timeout=1)
+    assert len(info.value.pids) == 3 and not _alive(info.value.pids)
