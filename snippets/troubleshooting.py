@@ -166,6 +166,26 @@ def uneven_planner() -> None:
     memory.per_device([131072, 65537], "float32", None, "column", 4)
 
 
+def uneven_tensor_parallel() -> None:
+    """This site's tensor-parallel layer asked to split 30 units over 4 devices.
+
+    Raises:
+        ValueError: "cannot split units (size 30) into 4 equal shards ...".
+    """
+    from snippets import tensor_parallel
+
+    tensor_parallel.check_split("units", 30, 4)
+
+
+def uneven_layout() -> None:
+    """This site's DTensor layout arithmetic asked to split 510 columns over a 4-device axis.
+
+    Raises:
+        ValueError: "cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis 'model' ...".
+    """
+    memory.layout_local_shape([1024, 510], [None, "model"], {"model": 4})
+
+
 def per_worker_dataset() -> None:
     """Keras 3 ``Model.fit`` on NumPy arrays under a ParameterServerStrategy.
 
@@ -254,6 +274,8 @@ RAISERS: dict[str, tuple[str, Callable[[], None]]] = {
     "uneven-tf-split": ("emulated", uneven_tf_split),
     "uneven-dtensor": ("emulated", uneven_dtensor),
     "uneven-planner": ("emulated", uneven_planner),
+    "uneven-tensor-parallel": ("emulated", uneven_tensor_parallel),
+    "uneven-layout": ("emulated", uneven_layout),
     "per-worker-dataset": ("emulated", per_worker_dataset),
     "allocator-stats": ("plain", allocator_stats),
     "growth-on-cpu": ("plain", growth_on_cpu),
