@@ -1,0 +1,59 @@
+"""Remote side of tests/test_reduce.py (field case F20 and the smaller layers)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from snippets import devices, reduce
+
+#: One logical CPU with a 1024 MiB cap, as the Smaller layers chapter uses.
+CI = (1, "1024MiB")
+
+
+def _ci() -> devices.DeviceSetup:
+    return devices.configure(*CI)
+
+
+def f20() -> dict:
+    """F20: ids=[3,7,3], T=random[100,5]; one_hot(ids,100) @ T vs tf.gather(T, ids)."""
+    import numpy as np
+
+    _ci()
+    product, lookup = reduce.onehot_vs_gather([3, 7, 3], 100, 5)
+    return {"shape": product.shape, "equal": bool(np.array_equal(product, lookup)),
+            "rows_equal": bool(np.array_equal(lookup[0], lookup[2]))}
+
+
+def step_bytes(vocab: int, dim: int, batch: int) -> list[dict]:
+    _ci()
+    return [asdict(row) for row in reduce.onehot_vs_embedding_bytes(vocab, dim, batch)]
+
+
+def training_diff(**kwargs) -> float:
+    _ci()
+    return reduce.onehot_vs_embedding_training(**kwargs)
+
+
+def low_rank(**kwargs) -> list[dict]:
+    _ci()
+    return [asdict(v) for v in reduce.low_rank_experiment(**kwargs)]
+
+
+def hashing(**kwargs) -> list[dict]:
+    _ci()
+    return [asdict(v) for v in reduce.hashing_experiment(**kwargs)]
+
+
+def bad_input(case: str) -> str:
+    """The ValueError message for a bad id, rank or bucket count."""
+    _ci()
+    calls = {
+        "id": lambda: reduce.onehot_vs_gather([3, 100], 100, 5),
+        "rank": lambda: reduce.factorised_dense(8, 0),
+        "buckets": lambda: reduce.id_model(100, 0),
+    }
+    try:
+        calls[case]()
+    except ValueError as error:
+        return str(error)
+    return "no error"

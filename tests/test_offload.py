@@ -1,0 +1,149 @@
+"""CPU offload (snippets.offload) and field case F12.
+
+TensorFlow runs in one kernel (tests.harness.Kernel) with 4 logical CPUs:
+CPU:0 plays the host, CPU:1-3 the GPUs. Remote functions are in
+tests/remote/offload_cases.py. The arithmetic is tested here directly.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snippets import devices, memory, offload
+from tests.harness import Kernel
+
+REMOTE = "tests.remote.offload_cases"
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL_BYTES = 1024 * 256 * 4  # the CI-scale kernel W[1024, 256] float32
+BIAS_BYTES = 256 * 4
+SEED_W = 34359738368  # W[131072, 65536] float32
+
+
+@pytest.fixture(scope="module")
+def ci():
+    with Kernel() as kernel:
+        yield kernel
+
+
+def sends_of(moved, shape):
+    return [(src, dst) for src, dst, s, _, _, _ in moved if s == shape]
+
+
+# --- field case F12 ----------------------------------------------------------------
+
+
+def test_F12_tf_device_inside_scope_is_mirrored_outside_scope_is_plain_on_CPU0(ci):
+    result = ci.call(f"{REMOTE}:f12")
+    assert result["w"] == ("MirroredVariable", ["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    assert result["big"] == ("ResourceVariable", "CPU:0", (1024, 256))
+    # The snippet's version of the trap: asking for the host inside the scope
+    # still mirrors onto every compute device, none on the host.
+    assert result["trap"] == ("MirroredVariable", ["CPU:1", "CPU:2", "CPU:3"])
+
+
+# --- what a step moves, measured from the partitioned graph ------------------------
+
+
+def test_host_variable_step_moves_the_whole_kernel_in_and_its_gradient_out(ci):
+    result = ci.call(f"{REMOTE}:transfers", "host-variable")
+    assert {(cls, dev) for _, cls, dev in result["placed"]} == {("ResourceVariable", "CPU:0")}
+    assert len(result["placed"]) == 6  # kernel, bias, iteration, learning rate, 2 velocities
+    moved = result["moved"]
+    assert sends_of(moved, (1024, 256)) == [("CPU:0", "CPU:1"), ("CPU:1", "CPU:0")]
+    weights_in = sum(b for src, _, _, _, b, kind in moved if kind == "weights" and src == "CPU:0")
+    grads_out = sum(b for _, dst, _, _, b, kind in moved if kind == "gradients" and dst == "CPU:0")
+    assert weights_in == grads_out == KERNEL_BYTES + BIAS_BYTES
+    # The batch goes to the compute device too: x[32, 1024] and y[32, 256].
+    assert {s for src, _, s, _, _, _ in moved if src == "CPU:0"} >= {(32, 1024), (32, 256)}
+
+
+def test_host_compute_step_moves_activations_only(ci):
+    result = ci.call(f"{REMOTE}:transfers", "host-compute")
+    moved = result["moved"]
+    assert [m for m in moved if m[5] == "weights"] == []
+    assert sends_of(moved, (1024, 256)) == []
+    # h[32, 256] in, dh[32, 256] out, nothing bigger.
+    assert ("CPU:1", "CPU:0", (32, 256), "float32", 32 * 256 * 4, "gradients") in moved
+    assert max(m[4] for m in moved) == 32 * 256 * 4
+
+
+def test_central_storage_step_reads_the_kernel_once_per_replica(ci):
+    result = ci.call(f"{REMOTE}:transfers", "central-storage")
+    assert {(cls, dev) for _, cls, dev in result["placed"]} == {("AggregatingVariable", "CPU:0")}
+    pairs = sorted(sends_of(result["moved"], (1024, 256)))
+    assert pairs == sorted([("CPU:0", f"CPU:{i}") for i in (1, 2, 3)]
+                           + [(f"CPU:{i}", "CPU:0") for i in (1, 2, 3)])
+
+
+def test_keras_fit_runs_under_central_storage_with_variables_and_slots_on_the_host(ci):
+    result = ci.call(f"{REMOTE}:central_storage_fit")
+    assert result["replicas"] == 3
+    assert [p for p, _, _ in result["placed"]] == [
+        "m/d/kernel", "m/d/bias", "rmsprop/iteration", "rmsprop/learning_rate",
+        "rmsprop/m_d_kernel_velocity", "rmsprop/m_d_bias_velocity",
+    ]
+    assert {(cls, dev) for _, cls, dev in result["placed"]} == {("AggregatingVariable", "CPU:0")}
+    assert len(result["loss"]) == 2 and result["loss"][1] < result["loss"][0]
+
+
+def test_host_dense_refuses_to_build_inside_a_strategy_scope(ci):
+    assert "outside any strategy scope" in ci.call(f"{REMOTE}:host_dense_in_scope")
+
+
+# --- arithmetic: bytes and seconds at full size --------------------------------------
+
+
+def test_pcie3_x16_bandwidth_is_8GTs_times_16_lanes_times_128_130_over_8():
+    assert memory.PCIE3_X16_BYTES_PER_S == pytest.approx(15753846153.846, rel=1e-12)
+
+
+def test_seed_kernel_on_the_gpu_costs_2W_over_PCIe_per_step():
+    cost = offload.step_cost([131072, 65536], batch=64, compute="device")
+    assert (cost.host_to_device, cost.device_to_host) == (SEED_W, SEED_W)
+    assert cost.seconds == pytest.approx(2 * SEED_W / memory.PCIE3_X16_BYTES_PER_S)
+    assert round(cost.seconds, 3) == 4.362
+    assert cost.layer_seconds == pytest.approx(6 * 64 * 131072 * 65536 / 15.7e12)
+    shared = offload.step_cost(bytes_per_s=memory.PCIE3_X16_BYTES_PER_S / 2)
+    assert shared.seconds == pytest.approx(2 * cost.seconds)
+
+
+def test_seed_layer_on_the_host_moves_only_activations():
+    cost = offload.step_cost([131072, 65536], batch=64, compute="host")
+    assert (cost.host_to_device, cost.device_to_host) == (64 * 65536 * 4,) * 2 == (16777216,) * 2
+
+
+def test_float16_halves_the_traffic():
+    cost = offload.step_cost([131072, 65536], compute="device", dtype="float16")
+    assert cost.host_to_device == SEED_W // 2
+
+
+@pytest.mark.parametrize("bad, error", [
+    (dict(compute="gpu"), "compute must be 'device' or 'host'"),
+    (dict(kernel_shape=[131072, 0]), "dimension 1"),
+])
+def test_bad_step_cost_input_names_the_fix(bad, error):
+    with pytest.raises(ValueError, match=error):
+        offload.step_cost(**bad)
+
+
+def test_roles_need_a_host_in_cpu_mode():
+    one = devices.DeviceSetup(devices.DevicePlan("cpu", 1, 256), ("/device:CPU:0",), 256)
+    with pytest.raises(devices.DeviceConfigError, match="at least 2 logical CPUs"):
+        offload.roles(one)
+    gpus = devices.DeviceSetup(devices.DevicePlan("gpu", 2, 32480, ((32480,), (32480,))),
+                               ("/device:GPU:0", "/device:GPU:1"))
+    assert offload.roles(gpus) == ("/device:CPU:0", ("/device:GPU:0", "/device:GPU:1"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shape", "1024", "0"], "dimension 1"),
+    (["--offload", "ram"], "invalid choice"),
+])
+def test_cli_bad_input_exits_2_with_one_line(argv, message):
+    run = subprocess.run([sys.executable, "-m", "snippets.offload", *argv], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    last = run.stderr.strip().splitlines()[-1]
+    assert message in last and "Traceback" not in run.stderr

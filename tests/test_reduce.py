@@ -1,0 +1,101 @@
+"""Smaller layers (snippets.reduce) and field case F20.
+
+TensorFlow runs in one kernel (tests.harness.Kernel), 1 logical CPU with a
+1024 MiB cap; remote functions are in tests/remote/reduce_cases.py. The
+experiments run here at a smaller scale than in the chapter (which asserts
+the chapter-scale figures itself) to keep the suite fast.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snippets import memory
+from tests.harness import Kernel
+
+REMOTE = "tests.remote.reduce_cases"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ci():
+    with Kernel() as kernel:
+        yield kernel
+
+
+# --- field case F20 ----------------------------------------------------------------
+
+
+def test_F20_one_hot_times_table_equals_gather(ci):
+    result = ci.call(f"{REMOTE}:f20")
+    assert result == {"shape": (3, 5), "equal": True, "rows_equal": True}
+
+
+def test_F20_rank_512_factorisation_is_402653184_B_vs_34359738368_B():
+    assert memory.low_rank_bytes(131072, 65536, 512) == (131072 + 65536) * 512 * 4 == 402653184
+    assert memory.tensor_bytes([131072, 65536]) == 34359738368
+
+
+# --- one-hot x Dense vs Embedding ------------------------------------------------------
+
+
+def test_embedding_keeps_the_table_but_shrinks_input_and_gradient(ci):
+    dense, embedding = ci.call(f"{REMOTE}:step_bytes", 4096, 64, 32)
+    assert dense["weights"] == embedding["weights"] == 4096 * 64 * 4
+    assert (dense["inputs"], embedding["inputs"]) == (32 * 4096 * 4, 32 * 4)
+    assert (dense["gradient"], dense["gradient_type"]) == (4096 * 64 * 4, "Tensor")
+    assert (embedding["gradient"], embedding["gradient_type"]) == (32 * 64 * 4 + 32 * 4, "IndexedSlices")
+
+
+def test_embedding_and_one_hot_dense_train_to_the_same_table(ci):
+    assert ci.call(f"{REMOTE}:training_diff", vocab=128, dim=8, batch=32, steps=20) < 1e-6
+
+
+# --- low rank and hashing: bytes exact, costs ordered ------------------------------
+
+
+def test_low_rank_bytes_are_exact_and_loss_grows_as_rank_falls(ci):
+    variants = ci.call(f"{REMOTE}:low_rank", ranks=(None, 16, 1), n=2048, epochs=4, batch=128)
+    # Dense(64) on width 128: kernel + bias; rank r: U[128, r] + V[r, 64] + bias.
+    assert [v["weight_bytes"] for v in variants] == [
+        (128 * 64 + 64) * 4, (128 * 16 + 16 * 64 + 64) * 4, (128 + 64 + 64) * 4]
+    scores = [v["score"] for v in variants]
+    assert scores == sorted(scores)
+    assert scores[-1] > 0.3 and scores[0] < 0.2
+
+
+def test_hashing_bytes_are_exact_accuracy_falls_with_buckets_and_runs_repeat(ci):
+    kwargs = dict(buckets=(None, 256, 16), vocab=1024, n=8192, epochs=2)
+    first = ci.call(f"{REMOTE}:hashing", **kwargs)
+    # Embedding(rows, 16) + Dense(10): rows*16 + 16*10 + 10 float32 numbers.
+    assert [v["weight_bytes"] for v in first] == [(r * 16 + 170) * 4 for r in (1024, 256, 16)]
+    accuracy = [v["score"] for v in first]
+    assert accuracy == sorted(accuracy, reverse=True) and accuracy[0] - accuracy[-1] > 0.1
+    # Seeded and op-deterministic: the same figures again.
+    assert ci.call(f"{REMOTE}:hashing", **kwargs) == first
+
+
+@pytest.mark.parametrize("case, message", [
+    ("id", "outside [0, 100)"),
+    ("rank", "rank must be a positive integer"),
+    ("buckets", "buckets must be a positive integer"),
+])
+def test_bad_input_raises_one_clear_value_error(ci, case, message):
+    assert message in ci.call(f"{REMOTE}:bad_input", case)
+
+
+def test_cli_sizes_needs_no_tensorflow_and_prints_the_seed_figures():
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "snippets.reduce", "sizes"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0
+    assert "402653184 B (384 MiB)" in run.stdout and "34359738368 B (32 GiB)" in run.stdout
+    assert "tensorflow" not in run.stderr  # -X importtime lists every module imported
+
+
+def test_cli_bad_rank_exits_2_with_one_line():
+    run = subprocess.run([sys.executable, "-m", "snippets.reduce", "sizes", "--rank", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].endswith("--rank must be a positive integer, not 0")
