@@ -297,6 +297,15 @@ def _apply_cpu(tf, plan: DevicePlan, pool_mib: int) -> DeviceSetup:
 
 def _apply_gpu(tf, plan: DevicePlan) -> DeviceSetup:
     gpus = tf.config.list_physical_devices("GPU")[: len(plan.gpu_limits_mib)]
+    # Splitting a GPU into logical devices silently drops a memory-growth
+    # setting made earlier (measured on TF 2.21): refuse rather than lose it.
+    grown = [gpu.name for gpu in gpus if tf.config.experimental.get_memory_growth(gpu)]
+    if grown:
+        raise DeviceConfigError(
+            f"memory growth is on for {', '.join(grown)}, and giving a GPU a memory_limit "
+            "drops it; the limit already caps each device, so leave growth off, or set "
+            "TF_FORCE_GPU_ALLOW_GROWTH=true before Python starts"
+        )
     tf.config.set_visible_devices(gpus, "GPU")
     for gpu, limits in zip(gpus, plan.gpu_limits_mib):
         tf.config.set_logical_device_configuration(

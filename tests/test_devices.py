@@ -58,3 +58,63 @@ def test_gpu_mode_without_enough_gpus():
         plan_devices(4, V100, [H200], mode="gpu")
     with pytest.raises(DeviceConfigError, match="needs a GPU"):
         plan_devices(4, V100, [], mode="split-gpu")
+
+
+class FakeConfig:
+    """Stands in for ``tf.config`` on a machine with GPUs; records what devices.py asks of it."""
+
+    def __init__(self, gpus, growth=()):
+        self.gpus = [type("PhysicalDevice", (), {"name": f"/physical_device:GPU:{i}"})() for i in range(gpus)]
+        self.growth = set(growth)
+        self.visible = None
+        self.logical = {}
+        self.experimental = self
+        self.LogicalDeviceConfiguration = lambda memory_limit=None: memory_limit
+
+    def list_physical_devices(self, kind):
+        return self.gpus if kind == "GPU" else []
+
+    def get_memory_growth(self, gpu):
+        return gpu.name in self.growth
+
+    def set_visible_devices(self, gpus, kind):
+        self.visible = [gpu.name for gpu in gpus]
+
+    def set_logical_device_configuration(self, gpu, configs):
+        self.logical[gpu.name] = list(configs)
+
+    def list_logical_devices(self, kind):
+        count = sum(len(c) for c in self.logical.values())
+        return [type("LogicalDevice", (), {"name": f"/device:GPU:{i}"})() for i in range(count)]
+
+
+def fake_tf(config):
+    return type("tf", (), {"config": config})
+
+
+def test_gpu_plan_is_applied_as_memory_limits_on_the_first_gpus():
+    from snippets.devices import _apply_gpu
+
+    config = FakeConfig(gpus=8)
+    setup = _apply_gpu(fake_tf(config), plan_devices(4, V100, [A100_80] * 8))
+    assert config.visible == [f"/physical_device:GPU:{i}" for i in range(4)]
+    assert list(config.logical.values()) == [[V100]] * 4
+    assert setup.devices == tuple(f"/device:GPU:{i}" for i in range(4))
+
+
+def test_split_gpu_plan_makes_four_limited_devices_on_one_gpu():
+    from snippets.devices import _apply_gpu
+
+    config = FakeConfig(gpus=1)
+    setup = _apply_gpu(fake_tf(config), plan_devices(4, V100, [H200]))
+    assert config.logical == {"/physical_device:GPU:0": [V100] * 4}
+    assert len(setup.devices) == 4
+
+
+def test_memory_growth_set_before_a_split_is_refused_not_dropped():
+    from snippets.devices import _apply_gpu
+
+    config = FakeConfig(gpus=1, growth=["/physical_device:GPU:0"])
+    with pytest.raises(DeviceConfigError, match="memory growth is on for /physical_device:GPU:0"):
+        _apply_gpu(fake_tf(config), plan_devices(4, V100, [H200]))
+    assert config.logical == {}
