@@ -372,7 +372,7 @@ def compare(
 # --- the capped allocator's peak ---------------------------------------------
 
 
-def allocator_peak(action: Callable[[], object], device: str = "CPU:0") -> tuple[int, object]:
+def allocator_peak(action: Callable[[], object], device: str = "CPU:0", collect: bool = True) -> tuple[int, object]:
     """Bytes the allocator of ``device`` peaked at above its starting level while running ``action``.
 
     Resets the peak (``tf.config.experimental.reset_memory_stats``), runs
@@ -380,13 +380,17 @@ def allocator_peak(action: Callable[[], object], device: str = "CPU:0") -> tuple
     bytes in use before. Needs allocator statistics: a GPU, or CPU mode of
     :mod:`snippets.devices` (capped BFC allocator).
 
+    ``collect`` runs Python's garbage collector first, so that tensors held
+    only by reference cycles are not freed during the measured phase.
+
     Returns:
         ``(peak_bytes, result_of_action)``; keep the result alive if the
         next phase should count it as resident.
     """
     import tensorflow as tf
 
-    gc.collect()
+    if collect:
+        gc.collect()
     before = tf.config.experimental.get_memory_info(device)["current"]
     tf.config.experimental.reset_memory_stats(device)
     result = action()
@@ -462,59 +466,74 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
 
     from snippets import slots
 
-    shape = memory.check_shape(shape)
-    dtype = case.dtype or memory.POLICIES[case.policy][0]
-    gc.collect()
-    start = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    with tf.device("/CPU:0"):
-        if case.raw:
-            weights = [memory.Weight(shape, dtype, case.initializer)]
-            init = keras.initializers.get(case.initializer)
-            peak, variable = allocator_peak(lambda: tf.Variable(
-                tf.zeros(shape, dtype) if case.initializer == "zeros" else init(shape, dtype=dtype)))
-            planned = memory.plan(weights, None, "single", 1, None, reserve=0)[0].init_peak
-            measured = peak
-            del variable
-        else:
-            weights = [memory.Weight(shape, dtype, case.initializer), memory.Weight((shape[1],), dtype, "zeros")]
-
-            def make():
-                layer = keras.layers.Dense(shape[1], kernel_initializer=case.initializer,
-                                           dtype=case.policy or case.dtype)
-                layer.build((None, shape[0]))
-                return layer
-
-            peak, layer = allocator_peak(make)
-            budget = memory.plan(weights, case.optimizer, "single", 1, case.policy, reserve=0)[0]
-            if case.phase == "init":
-                planned, measured = budget.init_peak, peak
+    # Reference cycles (Keras layers) from earlier cases must not be freed
+    # in the middle of this one, or the peak reads low: collect the young
+    # generations (cheap), then keep the collector off while measuring.
+    gc.collect(1)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        shape = memory.check_shape(shape)
+        dtype = case.dtype or memory.POLICIES[case.policy][0]
+        start = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        with tf.device("/CPU:0"):
+            if case.raw:
+                weights = [memory.Weight(shape, dtype, case.initializer)]
+                init = keras.initializers.get(case.initializer)
+                peak, variable = allocator_peak(collect=False, action=lambda: tf.Variable(
+                    tf.zeros(shape, dtype) if case.initializer == "zeros" else init(shape, dtype=dtype)))
+                planned = memory.plan(weights, None, "single", 1, None, reserve=0)[0].init_peak
+                measured = peak
+                del variable
             else:
-                compute = memory.POLICIES[case.policy][1] if case.policy else dtype
+                weights = [memory.Weight(shape, dtype, case.initializer), memory.Weight((shape[1],), dtype, "zeros")]
 
-                def state():
-                    opt = slots.make_optimizer(case.optimizer) if case.optimizer else None
-                    if opt:
-                        opt.build(layer.trainable_variables)
-                    # A gradient has its variable's shape whatever the loss, so
-                    # the loss is a plain sum of the compute copies: a MatMul
-                    # would add CPU-only temporaries (float16 MatMul on CPU
-                    # computes through float32), which a GPU does not need.
-                    with tf.GradientTape() as tape:
-                        loss = tf.add_n([tf.cast(tf.reduce_sum(tf.cast(v, compute)), "float32")
-                                         for v in layer.trainable_variables])
-                    return opt, tape.gradient(loss, layer.trainable_variables)
+                def make():
+                    layer = keras.layers.Dense(shape[1], kernel_initializer=case.initializer,
+                                               dtype=case.policy or case.dtype)
+                    layer.build((None, shape[0]))
+                    return layer
 
-                base = tf.config.experimental.get_memory_info("CPU:0")["current"] - start
-                peak, kept = allocator_peak(state)
-                planned, measured = budget.step_peak, base + peak
-                del kept
-            del layer
+                peak, layer = allocator_peak(make, collect=False)
+                budget = memory.plan(weights, case.optimizer, "single", 1, case.policy, reserve=0)[0]
+                if case.phase == "init":
+                    planned, measured = budget.init_peak, peak
+                else:
+                    compute = memory.POLICIES[case.policy][1] if case.policy else dtype
+
+                    def state():
+                        opt = slots.make_optimizer(case.optimizer) if case.optimizer else None
+                        if opt:
+                            opt.build(layer.trainable_variables)
+                        # A gradient has its variable's shape whatever the loss, so
+                        # the loss is a plain sum of the compute copies: a MatMul
+                        # would add CPU-only temporaries (float16 MatMul on CPU
+                        # computes through float32), which a GPU does not need.
+                        with tf.GradientTape() as tape:
+                            loss = tf.add_n([tf.cast(tf.reduce_sum(tf.cast(v, compute)), "float32")
+                                             for v in layer.trainable_variables])
+                        return opt, tape.gradient(loss, layer.trainable_variables)
+
+                    base = tf.config.experimental.get_memory_info("CPU:0")["current"] - start
+                    peak, kept = allocator_peak(state, collect=False)
+                    planned, measured = budget.step_peak, base + peak
+                    del kept
+                del layer
+    finally:
+        if enabled:
+            gc.enable()
     return {"name": case.name, "planned": planned, "measured": measured,
             "error": (planned - measured) / measured}
 
 
+def cases() -> tuple[AllocatorCase, ...]:
+    """:data:`ALLOCATOR_CASES` (a function, so a test kernel can return them)."""
+    return ALLOCATOR_CASES
+
+
 def allocator_check(shape: Sequence[int] = (16384, 1024), cases=ALLOCATOR_CASES) -> list[dict]:
     """:func:`measure_case` for every case: the planner held to the capped allocator."""
+    gc.collect()  # once: each case frees what it made by reference counting
     return [measure_case(case, shape) for case in cases]
 
 

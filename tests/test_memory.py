@@ -1,0 +1,132 @@
+"""The planner's arithmetic (snippets.memory); slot counts run in a kernel (Keras)."""
+
+import pytest
+
+from snippets import memory
+from snippets.memory import GiB, MiB, per_device, plan
+from tests.harness import Kernel
+
+SEED = (131072, 65536)
+
+
+def resident(budget):
+    return budget.weights + budget.gradients + budget.slots
+
+
+def test_seed_inference_mirrored_is_a_full_copy_per_replica():
+    budgets = per_device(SEED, "float32", None, "mirrored", 4, initializer="zeros")
+    assert [b.device for b in budgets] == [0, 1, 2, 3]
+    assert {b.weights for b in budgets} == {34359738368}
+    assert {b.gradients + b.slots + b.transient for b in budgets} == {0}
+    assert {b.reserve for b in budgets} == {1050 * MiB}
+    assert budgets[0].total == 34359738368 + 1101004800
+
+
+def test_single_keeps_everything_on_device_0():
+    budgets = per_device(SEED, "float32", None, "single", 4, initializer="zeros", reserve=0)
+    assert [b.total for b in budgets] == [32 * GiB, 0, 0, 0]
+
+
+@pytest.mark.parametrize("strategy, piece", [
+    ("column", (131072, 16384)), ("row", (32768, 65536)), ("parameter_server", (32768, 65536)),
+])
+def test_sharded_strategies_hold_a_quarter(strategy, piece):
+    assert memory.local_shape(SEED, strategy, 4) == piece
+    budgets = per_device(SEED, "float32", None, strategy, 4, initializer="zeros")
+    assert [b.weights for b in budgets] == [8 * GiB] * 4
+
+
+def test_rank_one_weights_row_replicated_column_sharded():
+    assert memory.local_shape((65536,), "row", 4) == (65536,)
+    assert memory.local_shape((65536,), "column", 4) == (16384,)
+
+
+@pytest.mark.parametrize("strategy", ["column", "row", "parameter_server"])
+def test_uneven_split_names_dimension_size_and_count(strategy):
+    with pytest.raises(ValueError) as error:
+        per_device((1001, 999), "float32", None, strategy, 4)
+    axis, size = (1, 999) if strategy == "column" else (0, 1001)
+    assert f"dimension {axis} of shape [1001, 999] (size {size}) evenly over 4 devices" in str(error.value)
+
+
+@pytest.mark.parametrize("dtype, nbytes", [("float32", 32 * GiB), ("float16", 16 * GiB), ("bfloat16", 16 * GiB)])
+def test_dtypes(dtype, nbytes):
+    assert per_device(SEED, dtype, None, "mirrored", 4)[1].weights == nbytes
+
+
+def test_mixed_float16_keeps_float32_variables_plus_a_float16_copy():
+    budget = per_device(SEED, "float32", None, "mirrored", 4, "mixed_float16", initializer="zeros")[0]
+    assert budget.weights == 32 * GiB
+    assert budget.step_transient == budget.transient == 16 * GiB
+    with pytest.raises(ValueError, match="stores float32 variables, not float16"):
+        per_device(SEED, "float16", None, "mirrored", 4, "mixed_float16")
+
+
+def test_glorot_init_peaks_at_3x_on_the_device_that_initialises():
+    glorot = per_device(SEED, "float32", None, "mirrored", 4, initializer="glorot_uniform", reserve=0)
+    zeros = per_device(SEED, "float32", None, "mirrored", 4, initializer="zeros", reserve=0)
+    # MirroredStrategy computes the initial value on the first replica only.
+    assert [b.total for b in glorot] == [96 * GiB, 32 * GiB, 32 * GiB, 32 * GiB]
+    assert [b.total for b in zeros] == [32 * GiB] * 4
+    column = per_device(SEED, "float32", None, "column", 4, initializer="GlorotUniform", reserve=0)
+    assert [b.init_peak for b in column] == [24 * GiB] * 4
+
+
+def test_offload_moves_variables_to_the_host():
+    budgets = per_device(SEED, "float32", None, "offload", 4, initializer="zeros", reserve=0)
+    assert {b.weights for b in budgets} == {0}
+    assert {b.transient for b in budgets} == {32 * GiB}  # the compute copy
+    assert memory.host_bytes([SEED], None, "offload", 4) == 32 * GiB
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"shape": (0, 5)}, "dimension 0 of shape [0, 5] is 0"),
+    ({"shape": (2.5, 5)}, "dimension 0 of shape [2.5, 5] is 2.5"),
+    ({"shape": SEED, "dtype": "float8"}, "unknown dtype 'float8'"),
+    ({"shape": SEED, "optimizer": "adamx"}, "unknown optimizer 'adamx'"),
+    ({"shape": SEED, "strategy": "pooled"}, "unknown strategy 'pooled'"),
+    ({"shape": SEED, "devices": 0}, "device count must be a positive integer, not 0"),
+    ({"shape": SEED, "policy": "mixed_float8"}, "policy 'mixed_float8'"),
+])
+def test_bad_input_raises_value_error_naming_it(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        per_device(**kwargs)
+
+
+def test_plan_sums_weights_and_takes_the_largest_init_transient():
+    budget = plan([memory.Weight((1024, 256), "float32", "glorot_uniform"),
+                   memory.Weight((256,), "float32", "zeros")], None, "single", 1, reserve=0)[0]
+    assert budget.weights == 1024 * 256 * 4 + 256 * 4
+    assert budget.init_transient == 2 * 1024 * 256 * 4
+    assert budget.total == budget.init_peak
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    with Kernel() as k:
+        yield k
+
+
+def test_F19_optimizer_slots_counted_by_keras(kernel):
+    counts = {name: kernel.call("snippets.slots:full_size_slots", name) for name in [
+        "sgd", "sgd_momentum", "rmsprop", "rmsprop_momentum", "rmsprop_centered", "adam", "adam_amsgrad"]}
+    assert counts == {"sgd": 0, "sgd_momentum": 1, "rmsprop": 1, "rmsprop_momentum": 2,
+                      "rmsprop_centered": 2, "adam": 2, "adam_amsgrad": 3}
+    # Adafactor: a full-size velocity plus factored rows [1000] and columns [10].
+    assert kernel.call("snippets.slots:full_size_slots", "adafactor") == 1
+    assert kernel.call("snippets.slots:slot_elements", "adafactor", (1000, 10)) == 10000 + 1000 + 10
+    seed = kernel.call("snippets.memory:per_device", SEED, "float32", "rmsprop", "mirrored", 4)
+    assert len(seed) == 4
+    for budget in seed:
+        assert (budget.weights, budget.gradients, budget.slots) == (32 * GiB, 32 * GiB, 32 * GiB)
+        assert resident(budget) == 96 * GiB
+    column = kernel.call("snippets.memory:per_device", SEED, "float32", "rmsprop", "column", 4)
+    assert [resident(b) for b in column] == [24 * GiB] * 4
+
+
+def test_slot_dtype_follows_the_variable_and_counting_starts_no_runtime(kernel):
+    assert kernel.call("snippets.slots:slot_bytes", "adam", (1000, 10), "float16") == 2 * 10000 * 2
+    assert kernel.call("snippets.slots:slots_per_weight", "adam_amsgrad") == 3
+    # Probing happened in a graph: devices can still be configured afterwards.
+    setup = kernel.call("snippets.devices:configure", 2, "256MiB")
+    assert setup.mode == "cpu" and len(setup.devices) == 2
