@@ -1,0 +1,272 @@
+"""One small function per measurement; each returns a :class:`Figure`.
+
+A measurement whose module has not landed (is not in the checked-out
+commit) is reported as "not measured: <module> not present", never as a
+made-up number. Wall times are measured here and only reported: no test
+asserts them.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchmarks.measure import ROOT, python, run_child, summary
+
+#: The line ``python -m snippets.reproduce_oom`` must print for a run to count.
+OOM_LINE = "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536]"
+
+
+@dataclass
+class Quantity:
+    """One reported number: its label, unit and the runs behind its median."""
+
+    label: str
+    unit: str  # "s", "bytes", "ratio"
+    runs: list[float | int]
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "unit": self.unit, **summary(self.runs)}
+
+
+@dataclass
+class Figure:
+    """A measurement: what and how, its quantities, or why it was not measured."""
+
+    name: str
+    title: str
+    method: str
+    quantities: list[Quantity] = field(default_factory=list)
+    not_measured: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "title": self.title, "method": self.method,
+            "status": "not measured" if self.not_measured else "measured",
+            "not_measured": self.not_measured, "notes": self.notes,
+            "quantities": [q.to_json() for q in self.quantities],
+        }
+
+
+def landed(*paths: str) -> str | None:
+    """The first of ``paths`` (repository-relative) missing from HEAD, or None if all are there."""
+    for path in paths:
+        found = subprocess.run(["git", "cat-file", "-e", f"HEAD:{path}"], cwd=ROOT,
+                               capture_output=True).returncode == 0
+        if not found:
+            return path
+    return None
+
+
+def _module(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def requires(*paths: str):
+    """Decorator: report "not measured: <module> not present" unless ``paths`` are in HEAD."""
+
+    def wrap(function: Callable[[int], Figure]) -> Callable[[int], Figure]:
+        def measure(runs: int) -> Figure:
+            missing = landed(*paths)
+            if missing:
+                doc = (function.__doc__ or function.__name__).strip().splitlines()[0]
+                return Figure(function.__name__, doc, "", not_measured=f"{_module(missing)} not present")
+            return function(runs)
+
+        measure.__name__, measure.__doc__ = function.__name__, function.__doc__
+        return measure
+
+    return wrap
+
+
+# --- child-process measurements ----------------------------------------------
+
+
+@requires("snippets/reproduce_oom.py")
+def oom_reproduction(runs: int) -> Figure:
+    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce_oom`)"""
+    walls, cpus, peaks = [], [], []
+    for _ in range(runs):
+        child = run_child(python("-m", "snippets.reproduce_oom"))
+        if child.returncode != 0 or OOM_LINE not in child.output:
+            raise RuntimeError(f"reproduce_oom did not print the OOM line (exit {child.returncode}):\n"
+                               f"{child.output[-2000:]}")
+        walls.append(child.wall_s)
+        cpus.append(child.cpu_s)
+        peaks.append(child.peak_rss_bytes)
+    return Figure(
+        "oom_reproduction", oom_reproduction.__doc__.strip(),
+        "Whole command in a fresh process (TensorFlow import included), CPU mode: 4 logical CPUs, "
+        "BFC allocator capped at 32480 MiB. Peak RSS is the child's ru_maxrss (os.wait4).",
+        [Quantity("wall time", "s", walls), Quantity("CPU time", "s", cpus),
+         Quantity("peak RSS", "bytes", peaks)],
+        notes=["the issue's limits: at most 30 s and 2 GiB on a CPU-only machine"],
+    )
+
+
+def _summary_line(output: str) -> str:
+    """pytest's closing line, e.g. ``212 passed, 3 skipped in 301.2s``, without the time."""
+    lines = [l.strip("= ").strip() for l in output.splitlines() if re.search(r"\d+ (passed|failed)", l)]
+    return re.sub(r"\s+in [\d.]+s.*$", "", lines[-1]) if lines else "no summary line"
+
+
+def test_suite(runs: int) -> Figure:
+    """Whole test suite (`python -m pytest`)"""
+    walls, cpus, outcomes = [], [], []
+    for _ in range(runs):
+        child = run_child(python("-m", "pytest", "-q", "-p", "no:cacheprovider"))
+        walls.append(child.wall_s)
+        cpus.append(child.cpu_s)
+        outcomes.append(f"exit {child.returncode}: {_summary_line(child.output)}")
+    return Figure(
+        "test_suite", test_suite.__doc__.strip(),
+        "pytest as the README runs it: every chapter and docstring in its own kernel, the browser test "
+        "included when Chromium is installed.",
+        [Quantity("wall time", "s", walls), Quantity("CPU time", "s", cpus)],
+        notes=[f"outcomes: {'; '.join(dict.fromkeys(outcomes))}"],
+    )
+
+
+def mkdocs_build(runs: int) -> Figure:
+    """Strict site build (`mkdocs build --strict`)"""
+    walls, cpus = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="site-") as out:
+            child = run_child(python("-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", out))
+        if child.returncode != 0:
+            raise RuntimeError(f"mkdocs build --strict failed:\n{child.output[-2000:]}")
+        walls.append(child.wall_s)
+        cpus.append(child.cpu_s)
+    return Figure(
+        "mkdocs_build", mkdocs_build.__doc__.strip(),
+        "Into a fresh temporary directory each run (no cache).",
+        [Quantity("wall time", "s", walls), Quantity("CPU time", "s", cpus)],
+    )
+
+
+# --- kernel measurements (TensorFlow runs in a fresh process per configuration) ---
+
+
+@requires("snippets/plan.py", "snippets/ledger.py")
+def planner_seed(runs: int) -> Figure:
+    """Planner on the full seed model (`snippets.plan`)"""
+    from tests.harness import Kernel
+
+    firsts, bests, peaks = [], [], []
+    for _ in range(runs):
+        with Kernel() as kernel:  # a fresh process each run: the first call is a cold one
+            result = kernel.call("benchmarks.remote:planner_seed", 3)
+        firsts.append(result["first_s"])
+        bests.append(result["best_s"])
+        peaks.append(result["allocated_peak_bytes"])
+    return Figure(
+        "planner_seed", planner_seed.__doc__.strip(),
+        "`snippets.plan.benchmark`: build the [131072, 65536] model under `keras.StatelessScope`, read its "
+        "weights, plan float32 + RMSprop mirrored over 4 devices, rank remedies; Keras and TensorFlow "
+        "imported first (not timed). The first call also builds one small optimizer to count RMSprop's "
+        "slots. Tensor bytes: the capped allocator's peak during the calls.",
+        [Quantity("first call (after imports)", "s", firsts),
+         Quantity("later calls (best of 3)", "s", bests),
+         Quantity("tensor bytes allocated (allocator peak)", "bytes", peaks)],
+    )
+
+
+@requires("snippets/ledger.py")
+def planner_vs_allocator(runs: int) -> Figure:
+    """Planner vs capped-allocator peak (`snippets.ledger.allocator_check`)"""
+    from tests.harness import Kernel
+
+    worst, names = [], set()
+    with Kernel() as kernel:
+        for _ in range(runs):
+            rows = kernel.call("benchmarks.remote:planner_vs_allocator")
+            row = max(rows, key=lambda r: abs(r["error"]))
+            worst.append(100 * abs(row["error"]))
+            names.add(row["name"])
+    return Figure(
+        "planner_vs_allocator", planner_vs_allocator.__doc__.strip(),
+        f"{len(rows)} configurations of a Dense layer at [16384, 1024] (initialisation with zeros, "
+        "Glorot, He; float32, float16, bfloat16, mixed_float16; optimizer slots plus gradients for SGD, "
+        "momentum, RMSprop, Adam, AMSGrad) on 4 logical CPUs under a 1024 MiB cap: "
+        "|planned - measured| / measured, largest over the configurations.",
+        [Quantity("max relative error", "%", worst)],
+        notes=[f"worst configuration: {', '.join(sorted(names))}"],
+    )
+
+
+SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor_sharding.py", "snippets/placement.py")
+SHARDING_LABELS = {
+    "column": "column slices, `tf.device` (W[D, F_model])",
+    "row": "row slices, `tf.device` (W[D_model, F])",
+    "dtensor": "DTensor layout [UNSHARDED, \"model\"]",
+    "mirrored": "MirroredStrategy, at [1024, 256]",
+}
+_sharding_cache: dict[int, dict] = {}
+
+
+def _sharding_runs(runs: int) -> dict[str, list[dict]]:
+    """One kernel reserves the seed kernel under every method ``runs`` times (shared by two figures)."""
+    if runs not in _sharding_cache:
+        from tests.harness import Kernel
+
+        with Kernel() as kernel:
+            _sharding_cache[runs] = kernel.call("benchmarks.remote:sharding", list(SHARDING_LABELS), runs)
+    return _sharding_cache[runs]
+
+
+@requires(*SHARDING_FILES)
+def sharding_balance(runs: int) -> Figure:
+    """Per-device bytes / (total / N), seed kernel over 4 devices"""
+    from snippets.memory import tensor_bytes
+
+    results = _sharding_runs(runs)
+    quantities = []
+    for method, label in SHARDING_LABELS.items():
+        ratios = []
+        for row in results[method]:
+            total = tensor_bytes(row.get("shape", SEED_SHAPE_FULL), "float32")
+            ratios.append(max(row["per_device"].values()) / (total / len(row["per_device"])))
+        quantities.append(Quantity(label, "ratio", ratios))
+    return Figure(
+        "sharding_balance", sharding_balance.__doc__.strip(),
+        "Allocation only: shards reserved with `tf.raw_ops.Empty(init=False)` through a capped BFC pool of "
+        "33 GiB on 4 logical CPUs (no page touched); bytes per device read from where each piece is "
+        "placed; total = the whole [131072, 65536] float32 kernel (34359738368 B). 1.0 = a perfect "
+        "split; N = a full copy on every device. MirroredStrategy cannot create the full shape (that "
+        "is the OOM), so it is measured at [1024, 256]; the ratio does not depend on the shape.",
+        quantities,
+    )
+
+
+@requires(*SHARDING_FILES)
+def shard_creation_peak(runs: int) -> Figure:
+    """Allocator peak while creating the shards / shard bytes"""
+    results = _sharding_runs(runs)
+    quantities = []
+    for method, label in SHARDING_LABELS.items():
+        rows = results[method]
+        if rows[0]["peak"] is None:
+            continue
+        quantities.append(Quantity(label, "ratio", [r["peak"] / sum(r["per_device"].values()) for r in rows]))
+    rss = [r["rss"] for rows in results.values() for r in rows]
+    quantities.append(Quantity("process RSS after reserving", "bytes", rss))
+    return Figure(
+        "shard_creation_peak", shard_creation_peak.__doc__.strip(),
+        "Same runs as above: the capped allocator's peak (`get_memory_info` after `reset_memory_stats`) "
+        "while the four [131072, 16384] or [32768, 65536] shards are created, divided by their bytes. "
+        "1.0 means no full-size temporary was ever allocated.",
+        quantities,
+    )
+
+
+SEED_SHAPE_FULL = (131072, 65536)
+
+#: Every measurement, in the order of the table.
+ALL: dict[str, Callable[[int], Figure]] = {
+    f.__name__: f for f in (oom_reproduction, planner_seed, planner_vs_allocator, sharding_balance,
+                            shard_creation_peak, test_suite, mkdocs_build)
+}

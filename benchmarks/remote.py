@@ -1,0 +1,152 @@
+"""The parts of the benchmarks that run inside a TensorFlow kernel.
+
+:mod:`benchmarks.figures` calls these through :class:`tests.harness.Kernel`,
+one fresh process per device configuration, because TensorFlow fixes its
+devices (and the CPU allocator's cap) once per process. Every function here
+configures its process first and returns plain, picklable data.
+
+Allocator figures come from ``tf.config.experimental.get_memory_info`` after
+``reset_memory_stats`` (through :func:`snippets.tensor_parallel.init_peak`
+and :func:`snippets.ledger.allocator_peak`); in CPU mode all logical CPUs
+share one capped BFC allocator, so ``CPU:0``'s figures count every device.
+Per-device bytes come from where each piece of a variable is placed.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from snippets import devices, memory
+
+#: The seed kernel W[D, F] and its device count.
+SEED_SHAPE = (131072, 65536)
+DEVICES = 4
+DEVICE_MEMORY = "32480MiB"
+
+
+def planner_seed(repeats: int = 3) -> dict:
+    """Time the planner on the full seed model after imports; count the bytes it allocates.
+
+    Configures CPU mode (4 logical CPUs, 32480 MiB cap) so the allocator
+    keeps statistics, imports Keras, TensorFlow and :mod:`snippets.plan`,
+    then runs :func:`snippets.plan.benchmark` (build the [131072, 65536]
+    model under ``StatelessScope``, read its weights, plan float32 + RMSprop
+    mirrored over 4 devices, rank remedies) inside
+    :func:`snippets.ledger.allocator_peak`.
+
+    Returns:
+        ``{"first_s", "best_s", "allocated_peak_bytes", "allocated_after_bytes"}``.
+    """
+    devices.configure(DEVICES, DEVICE_MEMORY)
+    import keras  # noqa: F401  (imports are not timed)
+    import tensorflow as tf
+
+    from snippets import ledger, plan
+
+    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    peak, timing = ledger.allocator_peak(lambda: plan.benchmark(repeats))
+    after = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
+    return {"first_s": timing["first_s"], "best_s": timing["best_s"],
+            "allocated_peak_bytes": peak, "allocated_after_bytes": after}
+
+
+def planner_vs_allocator() -> list[dict]:
+    """:func:`snippets.ledger.allocator_check` under its documented set-up (4 CPUs, 1024 MiB cap).
+
+    Returns:
+        One ``{"name", "planned", "measured", "error"}`` per configuration.
+    """
+    devices.configure(DEVICES, "1024MiB")
+    from snippets import ledger
+
+    return ledger.allocator_check()
+
+
+def _tf_slices(setup, kind: str) -> dict:
+    """Column- or row-parallel Dense (``tf.device`` slices) with :class:`Uninitialized` shards."""
+    from snippets import tensor_parallel as tp
+
+    d, f = SEED_SHAPE
+    layer = tp.make_layer(kind, f, setup.devices, use_bias=False, kernel_initializer=tp.Uninitialized())
+    measured = tp.init_peak(setup, lambda: layer.build((None, d)))
+    per_device = tp.bytes_per_device(layer)
+    del layer, measured["result"]
+    return {"per_device": per_device, "peak": measured["peak"], "current": measured["current"]}
+
+
+def _dtensor(setup) -> dict:
+    """A DTensor of layout ``[UNSHARDED, "model"]`` packed from per-device ``Empty`` pieces."""
+    import tensorflow as tf
+    from tensorflow.experimental import dtensor
+
+    from snippets import dtensor_sharding as ds
+    from snippets import tensor_parallel as tp
+
+    mesh = ds.make_mesh(setup)
+    layout = ds.kernel_layout(mesh)
+    local = memory.layout_local_shape(SEED_SHAPE, [None, ds.MODEL], ds.mesh_axes(mesh))
+
+    def build():
+        parts = []
+        for device in setup.devices:
+            with tf.device(device):
+                parts.append(tf.raw_ops.Empty(shape=local, dtype="float32", init=False))
+        return dtensor.pack(parts, layout)
+
+    measured = tp.init_peak(setup, build)
+    per_device: dict[str, int] = {}
+    for piece in ds.pieces(measured["result"]):
+        per_device[piece.device] = per_device.get(piece.device, 0) + piece.nbytes
+    del measured["result"]
+    return {"per_device": per_device, "peak": measured["peak"], "current": measured["current"]}
+
+
+def _mirrored_small(setup) -> dict:
+    """MirroredStrategy at [1024, 256]: its full shape cannot be created (that is the OOM)."""
+    from snippets import placement
+
+    variable = placement.mirrored_variable(setup, (1024, 256))
+    per_device: dict[str, int] = {}
+    for component in placement.components(variable):
+        per_device[component.device] = per_device.get(component.device, 0) + component.nbytes
+    del variable
+    return {"per_device": per_device, "peak": None, "current": None, "shape": (1024, 256)}
+
+
+METHODS = {
+    "column": lambda setup: _tf_slices(setup, "column"),
+    "row": lambda setup: _tf_slices(setup, "row"),
+    "dtensor": _dtensor,
+    "mirrored": _mirrored_small,
+}
+
+
+def sharding(methods: list[str], runs: int) -> dict[str, list[dict]]:
+    """Reserve the seed kernel under each sharding method ``runs`` times; per-device bytes and peaks.
+
+    CPU mode with a pool that holds the four 8 GiB shards
+    (:func:`snippets.tensor_parallel.full_shape_pool`); shards are reserved
+    with ``tf.raw_ops.Empty(init=False)``, so no page is touched.
+
+    Returns:
+        For each method, one dict per run: ``per_device`` (device -> bytes),
+        ``peak`` and ``current`` (allocator bytes during / after creation,
+        None where not measured), and ``rss`` (process RSS afterwards).
+    """
+    import psutil
+
+    from snippets import tensor_parallel as tp
+
+    setup = devices.configure(DEVICES, DEVICE_MEMORY, cpu_pool=tp.full_shape_pool())
+    results: dict[str, list[dict]] = {}
+    for method in methods:
+        results[method] = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            row = METHODS[method](setup)
+            gc.collect()
+            row["seconds"] = time.perf_counter() - started
+            row["rss"] = psutil.Process().memory_info().rss
+            results[method].append(row)
+    return results
