@@ -23,8 +23,8 @@ TABLE_NAME = "performance-table.md"
 def format_value(value: float | int, unit: str) -> str:
     """A median for the table: seconds to 0.01 s, bytes exactly (with GiB/MiB), ratios to 6 places.
 
-    >>> format_value(12.3456, "s"), format_value(1.00000003, "ratio"), format_value(2**30, "bytes")
-    ('12.35 s', '1.000000', '1073741824 B (1 GiB)')
+    For example 12.3456 s is "12.35 s", a ratio of 1.00000003 is "1.000000" and 2**30 bytes is
+    "1073741824 B (1 GiB)" (tests/test_gates.py checks these).
     """
     if unit == "s":
         return f"{value:.2f} s"
