@@ -5,8 +5,9 @@
   with a stated reason. A block Sybil does not see (```` ```python3 ````,
   ```` ```Python ````, ```` ```{.python} ````...) would sit on the site
   unexecuted and rot, which is the weakness of guides nothing runs.
-* Every module in ``snippets/`` is imported or run by at least one chapter,
-  so no snippet is left without a page that exercises it.
+* Every module in ``snippets/`` is imported or run by at least one chapter
+  (an executed Markdown block, or a code cell of a notebook chapter), so no
+  snippet is left without a page that exercises it.
 
 These tests parse the documents with the same Sybil object pytest uses, so
 they follow the harness if it changes, and they never import TensorFlow.
@@ -15,6 +16,7 @@ they follow the harness if it changes, and they never import TensorFlow.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,7 +199,14 @@ def modules_used(source: str) -> set[str]:
 
 
 def chapter_sources(path: Path) -> list[str]:
-    """The Python source of every example Sybil collects from one chapter."""
+    """The Python source of every example Sybil collects from one chapter.
+
+    A notebook chapter (``.ipynb``, executed by ``tests/test_notebook.py``)
+    contributes its code cells.
+    """
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     sources = []
     for _, region in chapters.parse(path).regions:
         if _is_skip(region):
@@ -218,7 +227,8 @@ def test_every_python_block_runs_or_says_why_not(path):
 
 def test_every_snippet_module_is_used_by_a_chapter():
     used = {}
-    for path in chapter_paths():
+    notebooks = [p for p in sorted(DOCS.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
+    for path in chapter_paths() + notebooks:
         for source in chapter_sources(path):
             for name in modules_used(source):
                 used.setdefault(name, path.relative_to(ROOT))
