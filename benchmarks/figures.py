@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchmarks.measure import ROOT, python, run_child, summary
+from benchmarks.remote import SEED_SHAPE
+from snippets import memory
 
 #: The line ``python -m snippets.reproduce_oom`` must print for a run to count.
 OOM_LINE = "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536]"
@@ -221,23 +223,24 @@ def _sharding_runs(runs: int) -> dict[str, list[dict]]:
 @requires(*SHARDING_FILES)
 def sharding_balance(runs: int) -> Figure:
     """Per-device bytes / (total / N), seed kernel over 4 devices"""
-    from snippets.memory import tensor_bytes
-
     results = _sharding_runs(runs)
     quantities = []
     for method, label in SHARDING_LABELS.items():
         ratios = []
         for row in results[method]:
-            total = tensor_bytes(row.get("shape", SEED_SHAPE_FULL), "float32")
+            total = memory.tensor_bytes(row.get("shape", SEED_SHAPE), "float32")
             ratios.append(max(row["per_device"].values()) / (total / len(row["per_device"])))
         quantities.append(Quantity(label, "ratio", ratios))
+    pool = memory.format_bytes(results["column"][0]["pool_bytes"])
+    kernel = memory.format_bytes(memory.tensor_bytes(SEED_SHAPE, "float32"))
     return Figure(
         "sharding_balance", sharding_balance.__doc__.strip(),
-        "Allocation only: shards reserved with `tf.raw_ops.Empty(init=False)` through a capped BFC pool of "
-        "33 GiB on 4 logical CPUs (no page touched); bytes per device read from where each piece is "
-        "placed; total = the whole [131072, 65536] float32 kernel (34359738368 B). 1.0 = a perfect "
-        "split; N = a full copy on every device. MirroredStrategy cannot create the full shape (that "
-        "is the OOM), so it is measured at [1024, 256]; the ratio does not depend on the shape.",
+        "Allocation only: shards reserved with `tf.raw_ops.Empty(init=False)` through one capped BFC "
+        f"pool of {pool} shared by 4 logical CPUs (no page touched); bytes per device read from where "
+        f"each piece is placed; total = the whole {list(SEED_SHAPE)} float32 kernel, {kernel}. "
+        "1.0 = an even split; N = a full copy on every device. MirroredStrategy cannot create the "
+        "full shape (that is the OOM), so it is measured at [1024, 256]; the ratio does not depend "
+        "on the shape.",
         quantities,
     )
 
@@ -252,18 +255,19 @@ def shard_creation_peak(runs: int) -> Figure:
         if rows[0]["peak"] is None:
             continue
         quantities.append(Quantity(label, "ratio", [r["peak"] / sum(r["per_device"].values()) for r in rows]))
-    rss = [r["rss"] for rows in results.values() for r in rows]
-    quantities.append(Quantity("process RSS after reserving", "bytes", rss))
+    rss = [r["rss"] for method in ("column", "row", "dtensor") for r in results[method]]
+    quantities.append(Quantity("process RSS after each reservation", "bytes", rss))
+    count = len(results["column"][0]["per_device"])
+    column, row = (list(memory.local_shape(SEED_SHAPE, kind, count)) for kind in ("column", "row"))
     return Figure(
         "shard_creation_peak", shard_creation_peak.__doc__.strip(),
         "Same runs as above: the capped allocator's peak (`get_memory_info` after `reset_memory_stats`) "
-        "while the four [131072, 16384] or [32768, 65536] shards are created, divided by their bytes. "
-        "1.0 means no full-size temporary was ever allocated.",
+        f"while the {count} shards ({column} for column and DTensor, {row} for row) are created, divided "
+        "by their bytes. 1.0 means no full-size temporary was ever allocated; the resident memory "
+        "shows that no page of the reserved shards was touched.",
         quantities,
     )
 
-
-SEED_SHAPE_FULL = (131072, 65536)
 
 #: Every measurement, in the order of the table.
 ALL: dict[str, Callable[[int], Figure]] = {

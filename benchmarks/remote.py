@@ -18,11 +18,12 @@ import gc
 import time
 
 from snippets import devices, memory
+from snippets.reproduce_oom import SEED_INPUT_DIM, SEED_UNITS
 
-#: The seed kernel W[D, F] and its device count.
-SEED_SHAPE = (131072, 65536)
+#: The seed kernel W[D, F], its device count and each device's memory (a V100-SXM2-32GB).
+SEED_SHAPE = (SEED_INPUT_DIM, SEED_UNITS)
 DEVICES = 4
-DEVICE_MEMORY = "32480MiB"
+DEVICE_MEMORY = f"{memory.V100_32GB_MIB}MiB"
 
 
 def planner_seed(repeats: int = 3) -> dict:
@@ -132,7 +133,8 @@ def sharding(methods: list[str], runs: int) -> dict[str, list[dict]]:
     Returns:
         For each method, one dict per run: ``per_device`` (device -> bytes),
         ``peak`` and ``current`` (allocator bytes during / after creation,
-        None where not measured), and ``rss`` (process RSS afterwards).
+        None where not measured), ``rss`` (process RSS afterwards) and
+        ``pool_bytes`` (the allocator's cap).
     """
     import psutil
 
@@ -148,5 +150,6 @@ def sharding(methods: list[str], runs: int) -> dict[str, list[dict]]:
             gc.collect()
             row["seconds"] = time.perf_counter() - started
             row["rss"] = psutil.Process().memory_info().rss
+            row["pool_bytes"] = setup.pool_mib * memory.MiB
             results[method].append(row)
     return results
