@@ -15,8 +15,9 @@ Run it: ``python -m snippets.parameter_server --help``. It shows:
   (``coordinator.create_per_worker_dataset``) and a hand-written RMSprop
   whose velocity shards are colocated with the variable shards. Keras 3's
   ``Model.fit`` refuses a plain dataset under this strategy (it asks for
-  ``create_per_worker_dataset``, and Keras 3 has no ``DatasetCreator``), and
-  the Keras 3 optimizer cannot update a ``ShardedVariable``
+  ``create_per_worker_dataset``, and Keras 3 has no ``DatasetCreator``), then
+  refuses the per-worker dataset too ("Unrecognized data type"); and the
+  Keras 3 optimizer cannot update a ``ShardedVariable``
   ("ShardedVariable doesn't support being used as a reference"), hence the
   custom loop;
 * the **multi-process form**: the same script run as ps, worker and chief,
@@ -396,6 +397,85 @@ def fit_refusal(strategy, steps_per_epoch: int = 2) -> str:
     except ValueError as error:
         return str(error)
     raise AssertionError("Model.fit accepted a plain dataset under ParameterServerStrategy")
+
+
+def fit_per_worker_refusal(strategy, steps_per_epoch: int = 2) -> str:
+    """Try Keras 3 ``Model.fit`` on what the first error asks for, a per-worker dataset; return the error.
+
+    Keras 3.15 does not recognise ``ClusterCoordinator.create_per_worker_dataset``'s
+    result either ("Unrecognized data type"), so under this strategy
+    ``Model.fit`` has no input it accepts: train with a coordinator loop.
+
+    Raises:
+        AssertionError: if ``fit`` does not raise ValueError.
+    """
+    import tensorflow as tf
+
+    x, y = example_data(64)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer="rmsprop", loss="mean_squared_error")
+    per_worker = coordinator.create_per_worker_dataset(
+        lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32))
+    try:
+        model.fit(per_worker, steps_per_epoch=steps_per_epoch, verbose=0)
+    except ValueError as error:
+        return str(error)
+    raise AssertionError("Model.fit accepted a per-worker dataset under ParameterServerStrategy")
+
+
+def keras_optimizer_refusal(strategy) -> str:
+    """Schedule one step that applies ``keras.optimizers.RMSprop`` to sharded weights; return the error.
+
+    The gradients are taken with respect to the shards (the tape cannot
+    watch a ShardedVariable) and concatenated back per weight; Keras 3.15's
+    distributed update then colocates with the weight, which a
+    ShardedVariable refuses. Returns ``"<type>: <first line>"``.
+
+    Raises:
+        AssertionError: if the step runs.
+    """
+    import keras
+    import tensorflow as tf
+
+    x, y = example_data(64)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model = build_model()
+        optimizer = keras.optimizers.RMSprop()
+        optimizer.build(model.trainable_variables)
+    per_worker = iter(coordinator.create_per_worker_dataset(
+        lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32)))
+
+    @tf.function
+    def train_step(iterator):
+        def replica_step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
+            pieces = [components(w) for w in model.trainable_variables]
+            flat = tape.gradient(loss, [p for ps_ in pieces for p in ps_])
+            grads, start = [], 0
+            for ps_ in pieces:
+                part = [tf.convert_to_tensor(g) for g in flat[start:start + len(ps_)]]
+                start += len(ps_)
+                grads.append(tf.concat(part, axis=0) if len(part) > 1 else part[0])
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        xb, yb = next(iterator)
+        return strategy.run(replica_step, args=(xb, yb))
+
+    try:
+        coordinator.schedule(train_step, args=(per_worker,))
+        coordinator.join()
+    except Exception as error:  # noqa: BLE001 - reported by type, whatever TF raises
+        # TF re-raises the tracing error with the user-code trace in front:
+        # the last line is "<Type>: <message>".
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        last = lines[-1] if lines else ""
+        return last if last.startswith(type(error).__name__) else f"{type(error).__name__}: {last}"
+    raise AssertionError("keras RMSprop updated ShardedVariables under ParameterServerStrategy")
 
 
 def dense_reads_full_kernel(strategy, shape: Sequence[int] = (1024, 512)) -> list[tuple[int, ...]]:

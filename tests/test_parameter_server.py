@@ -34,10 +34,15 @@ def test_F15_min_size_partitioner_shards_a_variable_and_a_keras_embedding(cluste
 
 
 def test_F16_keras_fit_refuses_a_plain_dataset(cluster):
-    message, has_dataset_creator = cluster.call(f"{REMOTE}:f16_fit_refusal")
+    message, per_worker, has_dataset_creator, optimizer = cluster.call(f"{REMOTE}:f16_fit_refusal")
     assert message == ("To use this dataset, you need to pass this dataset to "
                        "ClusterCoordinator.create_per_worker_dataset.")
     assert has_dataset_creator is False
+    # ... and what the message asks for is refused too: no input works, use a coordinator loop.
+    assert per_worker.startswith("Unrecognized data type: x=<tensorflow.python.distribute."
+                                 "coordinator.values.PerWorkerDatasetFromDatasetFunction")
+    # And the Keras 3 optimizer cannot update sharded weights: the loop writes RMSprop out.
+    assert optimizer == "NotImplementedError: ShardedVariable doesn't support being used as a reference."
 
 
 @pytest.mark.parametrize("kind, value, max_shards, expected", [

@@ -52,8 +52,9 @@ def f16_fit_refusal():
 
     strategy = ps.make_strategy(resolver(), ps.make_partitioner("fixed", 2))
     message = ps.fit_refusal(strategy)
+    per_worker = ps.fit_per_worker_refusal(strategy)
     has_creator = hasattr(keras.utils, "experimental") or hasattr(keras.utils, "DatasetCreator")
-    return message, has_creator
+    return message, per_worker, has_creator, ps.keras_optimizer_refusal(strategy)
 
 
 def train(steps=5):
