@@ -67,7 +67,7 @@ def test_low_rank_bytes_are_exact_and_loss_grows_as_rank_falls(ci):
 
 
 def test_hashing_bytes_are_exact_accuracy_falls_with_buckets_and_runs_repeat(ci):
-    kwargs = dict(buckets=(None, 256, 16), vocab=1024, n=8192, epochs=2)
+    kwargs = dict(buckets=(None, 256, 16), vocab=1024, n=4096, epochs=2, batch=512)
     first = ci.call(f"{REMOTE}:hashing", **kwargs)
     # Embedding(rows, 16) + Dense(10): rows*16 + 16*10 + 10 float32 numbers.
     assert [v["weight_bytes"] for v in first] == [(r * 16 + 170) * 4 for r in (1024, 256, 16)]
