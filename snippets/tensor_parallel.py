@@ -782,6 +782,53 @@ def init_peak(setup: devices.DeviceSetup, build: Callable[[], object], device: s
     return {"peak": info["peak"] - start, "current": info["current"] - start, "result": result}
 
 
+def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)) -> dict:
+    """For the overview's comparison table: where this module puts a kernel's shards, and their bytes.
+
+    Builds ``ColumnParallelDense`` with kernel ``W[shape]`` (no bias) over
+    ``setup.devices``, runs one training step with a colocated RMSprop, and
+    reads per device the kernel shard, its gradient and its RMSprop velocity
+    with :mod:`snippets.ledger` (the same reader the DTensor and parameter
+    server summaries use).
+
+    Returns:
+        ``{"method": "tf.device layers", "where": [device per shard],
+        "local_shape": (D, F/N), "kernel_bytes": [per device], "measured":
+        [weights + gradients + slots per device, read], "ledger": [the same
+        from snippets.memory.per_device for strategy "column", no reserve]}``.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from snippets import ledger
+
+    d, f = memory.check_shape(shape)
+    layer = ColumnParallelDense(f, setup.devices, use_bias=False)
+    layer.build((None, d))
+    optimizer = colocate_updates(keras.optimizers.RMSprop())
+    optimizer.build(layer.trainable_variables)
+    x = np.ones((2, d), "float32")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(layer(x)))
+    gradients = tape.gradient(loss, [v.value for v in layer.trainable_variables])
+    optimizer.apply(gradients, layer.trainable_variables)
+    held = (ledger.holdings(layer.trainable_variables, "weights")
+            + ledger.holdings(gradients, "gradients")
+            + ledger.holdings(ledger.slot_variables(optimizer), "slots"))
+    measured = ledger.by_device(held, setup.devices)
+    planned = memory.per_device((d, f), "float32", "rmsprop", "column", len(setup.devices),
+                                initializer="glorot_uniform", reserve=0)
+    built = shards(layer)
+    return {
+        "method": "tf.device layers",
+        "where": [s.device for s in built],
+        "local_shape": built[0].shape,
+        "kernel_bytes": [s.nbytes for s in built],
+        "measured": [b.weights + b.gradients + b.slots for b in measured],
+        "ledger": [b.weights + b.gradients + b.slots for b in planned],
+    }
+
+
 # --- full shape without the memory -----------------------------------------------------
 
 
@@ -814,25 +861,31 @@ class FullShapeReport:
         """Weights + gradients + slots of one device (the training state), bytes."""
         return budget.weights + budget.gradients + budget.slots
 
+    def verdict(self, nbytes: int) -> str:
+        """"fits in 32480 MiB, 7.72 GiB to spare" or "does NOT fit in 32480 MiB, short by ..."."""
+        cap = f"{self.device_bytes // memory.MiB} MiB"
+        spare = self.device_bytes - nbytes
+        if spare >= 0:
+            return f"fits in {cap}, {memory.human_bytes(spare)} to spare"
+        return f"does NOT fit in {cap}, short by {memory.human_bytes(-spare)}"
+
     def lines(self) -> list[str]:
-        cap = memory.format_bytes(self.device_bytes)
         out = [f"{self.strategy}-parallel kernel {list(SEED_SHAPE)} float32 over {len(self.shards)} devices:"]
         for shard, budget in zip(self.shards, self.budgets):
             state = self.state(budget)
-            verdict = "fits" if state <= self.device_bytes else "does NOT fit"
+            verdict = self.verdict(state)
             out.append(
-                f"  {shard.device}: kernel shard {list(shard.shape)} reserved = {shard.nbytes} B; "
-                f"float32 + RMSprop state (weights + gradients + velocity) = "
-                f"{memory.format_bytes(state)}: {verdict} in {cap}"
+                f"  {shard.device}: kernel shard {list(shard.shape)} = {shard.nbytes} B; weights + "
+                f"gradients + RMSprop velocity = {memory.format_bytes(state)}: {verdict}"
             )
         out.append(
-            f"  allocator: {memory.format_bytes(self.allocated)} reserved for the shards; "
-            f"process RSS {memory.human_bytes(self.rss)} (pages untouched)"
+            f"  allocator: {memory.format_bytes(self.allocated)} reserved for the shards, "
+            f"pages untouched: process RSS {memory.human_bytes(self.rss)}"
         )
         mirrored = self.state(self.mirrored)
         out.append(
             f"  MirroredStrategy instead: {memory.format_bytes(mirrored)} per device: "
-            f"{'fits' if mirrored <= self.device_bytes else 'does NOT fit'} in {cap}"
+            f"{self.verdict(mirrored)}"
         )
         return out
 
