@@ -354,7 +354,14 @@ def hashing_experiment(buckets: Sequence[int | None] = (None, 1024, 256, 64), vo
 
 
 def variant_table(variants: Sequence[Variant], score: str) -> str:
-    """Variants as a table: name, weight bytes, bytes relative to the first, ``score`` (2 decimals)."""
+    """Variants as a table: name, weight bytes, bytes relative to the first, ``score`` (2 decimals).
+
+    >>> print(variant_table([Variant("full", 4000, 0.5), Variant("half", 2000, 0.25)], "loss"))
+    variant    weight bytes    vs first    loss
+    ---------  --------------  ----------  ------
+    full       4,000           1.000       0.50
+    half       2,000           0.500       0.25
+    """
     from tabulate import tabulate
 
     base = variants[0].weight_bytes
