@@ -128,3 +128,18 @@ def test_cli_rejects_a_mesh_that_does_not_match(capsys):
         dtensor_sharding.main(["--mesh", "batch=two"])
     assert exit_info.value.code == 2
     assert "mesh 'batch=two' is not a list of axis=size" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--full-shape", "--devices", "3"], "cannot split dimension 1 of shape [131072, 65536] (size 65536) "
+                                         "evenly over mesh axis 'model' of 3 devices"),
+    (["--full-shape", "--devices", "2"], "51539607552 B (48 GiB) per device does not fit 32480MiB; use more devices"),
+    (["--devices", "4", "--shape", "1024", "510"], "cannot split dimension 1 of shape [1024, 510] (size 510)"),
+])
+def test_cli_bad_shapes_are_one_clear_line(capsys, argv, expected):
+    from snippets import dtensor_sharding
+
+    with pytest.raises(SystemExit) as exit_info:
+        dtensor_sharding.main(argv)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err

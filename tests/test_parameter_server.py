@@ -82,6 +82,39 @@ def test_shard_summary_for_the_overview(cluster):
     assert summary["worker_kernel_bytes"] == memory.tensor_bytes((1024, 512))
 
 
+def test_reserve_ps_state_goes_through_the_capped_allocator(cluster):
+    # [8192, 1024] in 2 shards + 2 velocities: 4 pieces of 16 MiB under the 200 MiB cap.
+    status, rows = cluster.call(f"{REMOTE}:reserve", (8192, 1024))
+    piece = memory.tensor_bytes((4096, 1024))
+    assert status == "ok"
+    assert [(r["device"], r["velocity_device"], r["shape"], r["kernel"], r["velocity"]) for r in rows] == [
+        (PS.format(i), PS.format(i), (4096, 1024), piece, piece) for i in range(2)]
+    # [32768, 2048]: 4 pieces of 128 MiB do not fit; the ps task's allocator refuses.
+    status, message = cluster.call(f"{REMOTE}:reserve", (32768, 2048))
+    assert status == "ResourceExhaustedError"
+    assert "OOM when allocating tensor with shape[16384,2048]" in message
+
+
+def test_seed_figures_per_ps_task_and_per_worker():
+    # What --full-shape --ps 4 reserves and prints, checked as arithmetic here.
+    shard = ps.check_even_shards((131072, 65536), 4)
+    assert shard == (32768, 65536) and memory.tensor_bytes(shard) == 8589934592
+    per_task = memory.per_device((131072, 65536), "float32", "rmsprop", "parameter_server", 4)
+    assert [b.weights for b in per_task] == [8589934592] * 4
+    assert 2 * memory.tensor_bytes((131072, 65536)) == 64 * memory.GiB > memory.V100_32GB_MIB * memory.MiB
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--full-shape", "--ps", "3"], "cannot split dimension 0 of shape [131072, 65536] (size 131072) evenly over 3 devices"),
+    (["--full-shape", "--ps", "1"], "68719476736 B (64 GiB) per ps task does not fit 32480MiB; use more ps tasks (--ps)"),
+])
+def test_full_shape_bad_input_is_one_clear_line(capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        ps.main(argv)
+    assert exit_info.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
 def test_uneven_shards_are_one_clear_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         ps.main(["--shards", "3", "--shape", "2048", "1024"])

@@ -11,10 +11,24 @@ _resolver = None
 
 
 def resolver():
+    """The kernel's cluster; the in-process ps tasks share one allocator capped at 200 MiB."""
     global _resolver
     if _resolver is None:
+        from snippets import devices
+
+        devices.configure(1, "200MiB", mode="cpu")
         _resolver = ps.start_in_process_cluster(workers=1, ps=2)
     return _resolver
+
+
+def reserve(shape):
+    """:func:`snippets.parameter_server.reserve_ps_state` on the 2 ps tasks under the 200 MiB cap."""
+    import tensorflow as tf
+
+    try:
+        return "ok", ps.reserve_ps_state(resolver(), shape, 2)
+    except tf.errors.ResourceExhaustedError as error:
+        return type(error).__name__, error.message.splitlines()[0]
 
 
 def _rows(variable):
