@@ -537,6 +537,34 @@ def allocator_check(shape: Sequence[int] = (16384, 1024), cases=ALLOCATOR_CASES)
     return [measure_case(case, shape) for case in cases]
 
 
+def allocator_check_fresh(shape: Sequence[int] = (16384, 1024), cap: str = "1024MiB") -> list[dict]:
+    """:func:`allocator_check` in a fresh Python process with its own capped allocator.
+
+    The allocator's peak depends on its history: the BFC allocator hands a
+    request a whole free chunk, without splitting it, when the chunk is
+    less than twice the request (``BFCAllocator::SplitChunk`` is skipped in
+    ``bfc_allocator.cc``), and counts the whole chunk as in use. After other
+    work has left holes, a 32 MiB tensor can count as 63 MiB. A fresh process
+    has no holes, so the check runs in one: ``python -m snippets.ledger
+    --allocator-check``.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shape = memory.check_shape(shape)
+    command = [sys.executable, "-m", "snippets.ledger", "--allocator-check", "--devices", "1",
+               "--device-memory", cap, "--shape", *map(str, shape)]
+    environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(command, capture_output=True, text=True, env=environ,
+                          cwd=Path(__file__).resolve().parents[1], check=False)
+    if done.returncode:
+        raise RuntimeError(f"allocator check failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout)
+
+
 def max_allocator_error(shape: Sequence[int] = (16384, 1024)) -> float:
     """Largest ``abs(planned - measured) / measured`` over :data:`ALLOCATOR_CASES` (a fraction).
 
@@ -544,6 +572,44 @@ def max_allocator_error(shape: Sequence[int] = (16384, 1024)) -> float:
     about 8 x the kernel's bytes (1024 MiB for the default shape).
     """
     return max(abs(row["error"]) for row in allocator_check(shape))
+
+
+def fit_step_peak(optimizer: str, shape: Sequence[int] = (4096, 1024), jit_compile: bool = False) -> dict:
+    """Allocator peak of one ``model.fit`` step of the seed layer at ``shape``, against the plan.
+
+    The planner counts what a step keeps resident (weights, gradients,
+    slots). The optimizer's update also makes temporaries (``rho * v``,
+    ``g ** 2``, ...), unless XLA fuses it; this measures how much, for one
+    ``Dense(shape[1])`` on inputs of width ``shape[0]``, a batch of 2, on
+    ``CPU:0`` (CPU mode of :mod:`snippets.devices`). Keras compiles without
+    XLA under ``tf.distribute`` (``jit_compile="auto"`` resolves to False
+    there, Keras ``Model.compile`` API page).
+
+    Returns:
+        ``{"planned": step_peak bytes, "measured": peak bytes, "ratio": measured / planned}``.
+    """
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from snippets import slots
+
+    shape = memory.check_shape(shape)
+    gc.collect()
+    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    with tf.device("/CPU:0"):
+        model = keras.Sequential([keras.Input((shape[0],)),
+                                  keras.layers.Dense(shape[1], kernel_initializer="zeros")])
+        model.compile(slots.make_optimizer(optimizer), "mean_squared_error", jit_compile=jit_compile)
+        x, y = np.ones((2, shape[0]), "float32"), np.ones((2, shape[1]), "float32")
+        model.fit(x, y, verbose=0)  # traces the step and builds the slots
+        peak, _ = allocator_peak(lambda: model.fit(x, y, verbose=0), collect=False)
+        resident = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
+    weights = [memory.Weight(tuple(shape), "float32", "zeros"), memory.Weight((shape[1],), "float32", "zeros")]
+    planned = memory.plan(weights, optimizer, "single", 1, reserve=0)[0].step_peak
+    measured = resident + peak
+    del model
+    return {"planned": planned, "measured": measured, "ratio": measured / planned}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -559,7 +625,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--optimizer", default=None, choices=sorted(memory.OPTIMIZERS))
     parser.add_argument("--strategy", default="mirrored",
                         choices=["single", "mirrored", "column", "row", "dtensor_column", "dtensor_row"])
+    parser.add_argument("--allocator-check", action="store_true",
+                        help="instead: print allocator_check() for --shape as JSON (CPU mode)")
     args = parser.parse_args(argv)
+    if args.allocator_check:
+        import json
+
+        try:
+            memory.check_shape(args.shape)
+        except ValueError as error:
+            parser.error(str(error))
+        devices.configure_from_args(args, parser)
+        print(json.dumps(allocator_check(args.shape)))
+        return 0
     try:
         memory.check_count(args.devices)
         memory.local_shape(args.shape, args.strategy.removeprefix("dtensor_"), args.devices)

@@ -120,12 +120,14 @@ class Remedy:
         precision: label from :data:`PRECISIONS`.
         budgets: per-device budgets under this configuration.
         changes: how many things differ from the reader's configuration.
+        host: bytes moved to host or coordinator RAM (:func:`snippets.memory.host_bytes`).
     """
 
     strategy: str
     precision: str
     budgets: tuple[memory.DeviceBudget, ...]
     changes: int
+    host: int = 0
 
     @property
     def peak(self) -> int:
@@ -147,7 +149,10 @@ def remedies(
     policy: str | None = None,
     reserve: int | None = None,
 ) -> list[Remedy]:
-    """Configurations that fit ``capacity`` bytes per device, fewest changes first, then smallest peak.
+    """Configurations that fit ``capacity`` bytes per device, ranked.
+
+    Fewest changes first; among those, the ones that need no host or
+    coordinator RAM; then the smallest peak.
 
     Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
     in :data:`PRECISIONS`, with the same optimizer and device count; splits
@@ -159,15 +164,16 @@ def remedies(
             chosen_policy = policy if label == "as given" else new_policy
             if candidate == strategy and label == "as given":
                 continue
+            changed = with_precision(weights, dtype)
             try:
-                budgets = memory.plan(with_precision(weights, dtype), optimizer, candidate, devices,
-                                      chosen_policy, reserve)
+                budgets = memory.plan(changed, optimizer, candidate, devices, chosen_policy, reserve)
             except ValueError:
                 continue
             if max(b.total for b in budgets) <= capacity:
                 changes = (candidate != strategy) + (label != "as given")
-                found.append(Remedy(candidate, label, tuple(budgets), changes))
-    return sorted(found, key=lambda r: (r.changes, r.peak, r.strategy))
+                host = memory.host_bytes(changed, optimizer, candidate, devices, chosen_policy)
+                found.append(Remedy(candidate, label, tuple(budgets), changes, host))
+    return sorted(found, key=lambda r: (r.changes, r.host > 0, r.peak, r.strategy))
 
 
 def budget_table(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
@@ -218,12 +224,46 @@ def report(
     if found:
         lines += ["", "Remedies that fit, fewest changes first:"]
         for rank, remedy in enumerate(found[:top], 1):
+            host_note = ""
+            if remedy.host:
+                host_note = f"; host or coordinator RAM holds {memory.human_bytes(remedy.host)}"
             lines.append(f"  {rank}. {remedy.label(devices)}: peak {memory.human_bytes(remedy.peak)} "
-                         f"per device, {memory.human_bytes(capacity - remedy.peak)} to spare")
+                         f"per device, {memory.human_bytes(capacity - remedy.peak)} to spare{host_note}")
     elif max(b.total for b in budgets) > capacity:
         lines += ["", f"No placement or precision tried fits {devices} devices of "
                       f"{memory.human_bytes(capacity)}: add devices, or factorise the largest weight."]
     return "\n".join(lines)
+
+
+#: The configurations the "Memory budget" chapter's stacked bar plot compares:
+#: (label, strategy, variable dtype, policy), all with the seed layer on 4 devices.
+FIGURE_CONFIGS = (
+    ("mirrored float32", "mirrored", "float32", None),
+    ("mirrored mixed_float16", "mirrored", "float32", "mixed_float16"),
+    ("mirrored float16", "mirrored", "float16", None),
+    ("offload float32", "offload", "float32", None),
+    ("row x4 float32", "row", "float32", None),
+    ("column x4 float32", "column", "float32", None),
+    ("column x4 float16", "column", "float16", None),
+)
+
+
+def seed_weights(dtype: str = "float32") -> list[memory.Weight]:
+    """The seed layer's weights without Keras: Glorot kernel [131072, 65536], zero bias [65536]."""
+    return [memory.Weight((131072, 65536), dtype, "glorot_uniform"), memory.Weight((65536,), dtype, "zeros")]
+
+
+def figure_data(optimizer: str | None = "rmsprop", devices: int = 4) -> list[tuple[str, memory.DeviceBudget]]:
+    """(label, fullest device's budget) for each of :data:`FIGURE_CONFIGS`: what the plot draws.
+
+    The site's build hook (``hooks/plots.py``) plots exactly this list, and
+    the chapter prints it, so the picture and the text come from one call.
+    """
+    rows = []
+    for label, strategy, dtype, policy in FIGURE_CONFIGS:
+        budgets = memory.plan(seed_weights(dtype), optimizer, strategy, devices, policy)
+        rows.append((label, max(budgets, key=lambda b: b.total)))
+    return rows
 
 
 def benchmark(repeats: int = 5) -> dict:

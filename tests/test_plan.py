@@ -47,8 +47,12 @@ def test_seed_table_verdict_and_ranked_remedies(kernel):
     remedies = [line.strip() for line in out.splitlines() if line.strip()[:2] in {"1.", "2.", "3.", "4.", "5."}]
     assert len(remedies) == 5
     # One change (shard 4 ways: 24 GiB + 1050 MiB reserve) ranks above two (shard + float16).
-    assert remedies[0].startswith("1. 4-way column shard: peak 25.03 GiB per device")
-    assert any("4-way column shard + float16: peak 13.03 GiB" in line for line in remedies)
+    assert [line[3:].split(":")[0] for line in remedies[:3]] == [
+        "4-way column shard", "4-way row shard", "4 parameter servers"]  # host RAM ranks last
+    assert all("peak 25.03 GiB per device, 6.69 GiB to spare" in line for line in remedies[:3])
+    assert remedies[3][3:].startswith(("4-way column shard + float16: peak 13.03 GiB",
+                                       "4-way column shard + bfloat16: peak 13.03 GiB"))
+    assert any("parameter servers" in line and "coordinator RAM holds 32 GiB" in line for line in remedies)
     assert not any("mirrored" in line for line in remedies)
 
 
