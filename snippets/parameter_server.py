@@ -734,7 +734,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fixed: --shards shards; min_size/max_size: shards of at least / "
                              "at most --shard-bytes bytes (default fixed)")
     parser.add_argument("--shards", type=int, default=None,
-                        help="shard count for fixed, max shards for min_size/max_size (default: --ps)")
+                        help="shard count for fixed, max shards for min_size (default: --ps) "
+                             "and for max_size (default: no cap)")
     parser.add_argument("--shard-bytes", type=int, default=256 << 10,
                         help="bytes for min_size/max_size (default 262144)")
     parser.add_argument("--shape", type=int, nargs=2, default=[2048, 1024], metavar=("ROWS", "COLS"),
@@ -784,8 +785,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tabulate import tabulate
 
     resolver = start_in_process_cluster(args.workers, args.ps)
-    value = args.shard_bytes if args.partitioner != "fixed" else num_shards
-    strategy = make_strategy(resolver, make_partitioner(args.partitioner, value, num_shards))
+    if args.partitioner == "fixed":
+        partitioner = make_partitioner("fixed", num_shards)
+    elif args.partitioner == "min_size":   # at most --shards (default: one per ps task)
+        partitioner = make_partitioner("min_size", args.shard_bytes, num_shards)
+    else:                                  # no cap unless --shards is given
+        partitioner = make_partitioner("max_size", args.shard_bytes, args.shards)
+    strategy = make_strategy(resolver, partitioner)
     with strategy.scope():
         variable = tf.Variable(tf.zeros(args.shape))
     print(f"In-process cluster: {args.workers} worker(s), {args.ps} ps task(s) on {LOOPBACK}")
