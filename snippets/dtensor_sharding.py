@@ -21,9 +21,10 @@ on N logical devices (real GPUs, a split GPU or logical CPUs, see
   allocator without touching a page (``tf.raw_ops.Empty``), 8 GiB of each
   per device, 24 GiB in all per device.
 
-Keras 3 layers do not run on DTensor with the TensorFlow backend (its
-``keras.distribution`` API shards only on JAX), so the layer here is two
-DVariables and a matmul, and the optimizer is the RMSprop rule written out.
+Keras 3 has no DTensor support on the TensorFlow backend (its
+``keras.distribution`` API creates full-size variables there), so the layer
+here is two DVariables and a matmul, and the optimizer is the RMSprop rule
+written out.
 
 Sources: DTensor concepts guide and "Distributed training with DTensors"
 tutorial (tensorflow.org/guide/dtensor_overview,
