@@ -926,6 +926,41 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+def seed_layer(setup: devices.DeviceSetup, batch: int = 8) -> list[str]:
+    """On GPUs: the seed ``ColumnParallelDense(65536)`` on inputs of width 131072, for real.
+
+    Builds it (Glorot uniform, each shard drawn on its own GPU), then runs one
+    forward and backward pass on a batch of ``batch`` and reads each GPU's
+    allocator (``tf.config.experimental.get_memory_info``): resident bytes
+    and the peak since the build started. Each GPU holds its 8 GiB shard and,
+    after the backward pass, its 8 GiB gradient; no GPU ever holds the
+    32 GiB kernel. Returns one line per GPU.
+
+    Raises:
+        tf.errors.ResourceExhaustedError: if a GPU cannot hold its shard.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    names = [short_device(d) for d in setup.devices]
+    for name in names:
+        tf.config.experimental.reset_memory_stats(name)
+    layer = ColumnParallelDense(SEED_SHAPE[1], setup.devices)
+    layer.build((None, SEED_SHAPE[0]))
+    x = tf.constant(np.ones((batch, SEED_SHAPE[0]), "float32"))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(layer(x)))
+    gradients = tape.gradient(loss, layer.kernel_shards)
+    lines = []
+    kernels = [s for s in shards(layer) if "/kernel_" in s.name]
+    for name, shard, gradient in zip(names, kernels, gradients):
+        info = tf.config.experimental.get_memory_info(name)
+        lines.append(f"{name}: {shard.name} {list(shard.shape)} = {shard.nbytes} B, gradient on "
+                     f"{short_device(gradient.device)}; allocator now {memory.format_bytes(info['current'])}, "
+                     f"peak {memory.format_bytes(info['peak'])}")
+    return lines
+
+
 def full_shape_pool(shape: Sequence[int] = SEED_SHAPE) -> str:
     """CPU pool (``devices.configure(cpu_pool=...)``) that holds all shards of ``shape`` float32.
 
@@ -950,6 +985,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--full-shape", action="store_true",
                         help="reserve the seed kernel [131072, 65536] float32 as N shards "
                              "(pages untouched) and print per-device bytes")
+    parser.add_argument("--seed-layer", action="store_true",
+                        help="GPUs only: build the seed layer for real (Glorot initialisation), run one "
+                             "forward and backward pass, and print each GPU's allocator peak")
     parser.add_argument("--in-dim", type=int, default=64, help="CI scale: input width D (default 64)")
     parser.add_argument("--units", type=int, default=32, help="CI scale: output width F (default 32)")
     args = parser.parse_args(argv)
@@ -967,14 +1005,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         setup = devices.configure_from_args(args, parser, cpu_pool=full_shape_pool())
         print(setup.describe())
         for strategy in ("column", "row"):
-            report = full_shape(setup, strategy)
-            print("\n".join(report.lines()))
-            del report  # release the reserved shards before the next layout
-            import gc
-
-            gc.collect()
+            # The first layout's shards are freed before the second is built (init_peak collects).
+            print("\n".join(full_shape(setup, strategy).lines()))
         return 0
     setup = devices.configure_from_args(args, parser)
+    if args.seed_layer:
+        if setup.mode == "cpu":
+            parser.error("--seed-layer initialises the 32 GiB seed kernel for real and needs GPUs "
+                         "(4 x 32480 MiB); without them use --full-shape, which reserves it untouched")
+        print(setup.describe())
+        for line in seed_layer(setup):
+            print(line)
+        return 0
     print(setup.describe())
     for kind in ("column", "row"):
         result = compare_with_dense(setup, kind, in_dim=args.in_dim, units=args.units)

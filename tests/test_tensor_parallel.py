@@ -159,6 +159,18 @@ def test_initialisation_has_no_full_size_temporary(ci):
         assert peak < 2 * kernel
 
 
+def test_stock_optimizer_under_fit_puts_every_slot_on_device_0(ci):
+    # Why colocate_updates also creates the slots itself (Keras 3.15 under fit).
+    assert ci.call(f"{REMOTE}:stock_optimizer_slots") == ["CPU:0"] * 8
+
+
+def test_save_and_load_keeps_outputs_and_shard_placement(ci):
+    result = ci.call(f"{REMOTE}:save_and_load")
+    assert result["max_abs_diff"] == 0.0
+    assert result["shards"] == result["original"]
+    assert [d for name, d, _ in result["shards"] if "kernel" in name] == DEVICES * 2
+
+
 def test_config_round_trip(ci):
     assert ci.call(f"{REMOTE}:config_round_trip") == {
         "units": 32, "devices": [f"/device:CPU:{i}" for i in range(4)], "gather": False,
@@ -181,6 +193,13 @@ def test_cli_uneven_split_is_one_line_and_exit_2():
     last = result.stderr.strip().splitlines()[-1]
     assert "cannot split units (size 32) into 3 equal shards" in last
     assert "Traceback" not in result.stderr
+
+
+def test_cli_seed_layer_refuses_cpu_mode_in_one_line():
+    result = run_cli("--seed-layer", "--mode", "cpu")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "needs GPUs (4 x 32480 MiB); without them use --full-shape, which reserves it untouched")
 
 
 def test_cli_full_shape_prints_per_device_figures():

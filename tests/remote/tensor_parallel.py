@@ -174,3 +174,38 @@ def full_shape(strategy: str) -> dict:
         "allocated": report.allocated,
         "rss": report.rss,
     }
+
+
+def save_and_load() -> dict:
+    """Train the column -> row pair, save it as .keras, load it: outputs and shard placement."""
+    import os
+    import tempfile
+
+    import keras
+    import numpy as np
+
+    setup = _ci()
+    model = tp.megatron_model(setup)
+    tp.train(model)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        model.save(path)
+        clone = keras.models.load_model(path, compile=False)
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype("float32")
+    return {
+        "max_abs_diff": float(np.max(np.abs(clone(x).numpy() - model(x).numpy()))),
+        "shards": [("/".join(s.name.split("/")[-2:]), s.device, s.shape) for s in tp.shards(clone)],
+        "original": [("/".join(s.name.split("/")[-2:]), s.device, s.shape) for s in tp.shards(model)],
+    }
+
+
+def stock_optimizer_slots() -> list[str]:
+    """fit with a plain keras.optimizers.RMSprop: the devices of the velocity slots it creates."""
+    import keras
+    import numpy as np
+
+    setup = _ci()
+    model = keras.Sequential([keras.Input((64,)), tp.ColumnParallelDense(32, setup.devices)])
+    model.compile(optimizer=keras.optimizers.RMSprop(), loss="mse")
+    model.fit(np.ones((4, 64), "float32"), np.zeros((4, 32), "float32"), verbose=0)
+    return sorted(tp.short_device(v.value.device) for v in model.optimizer.variables if "velocity" in v.path)
