@@ -210,6 +210,76 @@ def per_worker_dataset() -> None:
     model.fit(x, y, steps_per_epoch=1, epochs=1, verbose=0)
 
 
+def per_worker_fit() -> None:
+    """Keras 3 ``Model.fit`` on the per-worker dataset the previous message asks for.
+
+    Raises:
+        ValueError: "Unrecognized data type: x=<...PerWorkerDatasetFromDatasetFunction ...>":
+            Keras 3.15's ``fit`` accepts no input under ParameterServerStrategy.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from snippets import probes
+
+    _emulated()
+    strategy = probes.ps_strategy()
+    model = probes.ps_model(strategy)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model.compile(optimizer="sgd", loss="mean_squared_error")
+    x = np.ones((8, probes.PROBE_SHAPE[0]), "float32")
+    y = np.ones((8, probes.PROBE_SHAPE[1]), "float32")
+    per_worker = coordinator.create_per_worker_dataset(
+        lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(4)
+    )
+    model.fit(per_worker, steps_per_epoch=1, verbose=0)
+
+
+def keras_optimizer_on_shards() -> None:
+    """A Keras 3 RMSprop applying gradients to sharded weights in a ``ClusterCoordinator`` step.
+
+    The gradients are taken with respect to each weight's shards (a
+    GradientTape cannot watch a ShardedVariable) and concatenated back.
+
+    Raises:
+        NotImplementedError: "... ShardedVariable doesn't support being used as
+            a reference." (after TensorFlow's "in user code" trace).
+    """
+    import keras
+    import tensorflow as tf
+
+    from snippets import probes
+
+    _emulated()
+    strategy = probes.ps_strategy()
+    model = probes.ps_model(strategy)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        optimizer = keras.optimizers.RMSprop()
+        optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def step(x, y):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(x) - y) ** 2)
+            groups = [list(getattr(w.value, "variables", [w.value])) for w in model.trainable_variables]
+            flat = tape.gradient(loss, [shard for group in groups for shard in group])
+            grads, start = [], 0
+            for group in groups:
+                part = [tf.convert_to_tensor(g) for g in flat[start:start + len(group)]]
+                start += len(group)
+                grads.append(tf.concat(part, axis=0) if len(part) > 1 else part[0])
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return strategy.run(replica_step, args=(x, y))
+
+    coordinator.schedule(step, args=(tf.ones((8, probes.PROBE_SHAPE[0])), tf.ones((8, probes.PROBE_SHAPE[1]))))
+    coordinator.join()
+
+
 # --- plain process ------------------------------------------------------------
 
 
@@ -265,6 +335,9 @@ def configure_too_late() -> None:
     devices.configure(4)
 
 
+#: Entries that start an in-process parameter-server cluster: run them last in a process.
+CLUSTER = ("per-worker-dataset", "per-worker-fit", "sharded-keras-optimizer")
+
 #: index anchor -> (process kind, function raising the message on a CPU).
 RAISERS: dict[str, tuple[str, Callable[[], None]]] = {
     "oom": ("emulated", oom),
@@ -277,6 +350,8 @@ RAISERS: dict[str, tuple[str, Callable[[], None]]] = {
     "uneven-tensor-parallel": ("emulated", uneven_tensor_parallel),
     "uneven-layout": ("emulated", uneven_layout),
     "per-worker-dataset": ("emulated", per_worker_dataset),
+    "per-worker-fit": ("emulated", per_worker_fit),
+    "sharded-keras-optimizer": ("emulated", keras_optimizer_on_shards),
     "allocator-stats": ("plain", allocator_stats),
     "growth-on-cpu": ("plain", growth_on_cpu),
     "cpu-memory-limit": ("plain", cpu_memory_limit),

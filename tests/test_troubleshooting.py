@@ -23,7 +23,7 @@ HEADING = re.compile(r"^### `(?P<type>\w+): (?P<message>.+)` \{#(?P<anchor>[\w-]
 #: The messages issue 6 asks the index to cover, by anchor.
 REQUIRED = {
     "oom", "physical-devices", "virtual-devices", "growth-differ", "growth-virtual-devices",
-    "allocator-stats", "per-worker-dataset", "uneven-tf-split", "uneven-dtensor", "uneven-planner",
+    "allocator-stats", "per-worker-dataset", "per-worker-fit", "sharded-keras-optimizer", "uneven-tf-split", "uneven-dtensor", "uneven-planner",
 }
 
 
@@ -83,8 +83,8 @@ def check_raised(kernel: Kernel, anchor: str) -> None:
     )
 
 
-# per-worker-dataset starts a cluster, which changes the process's context: keep it last.
-@pytest.mark.parametrize("anchor", sorted(EMULATED, key=lambda a: a == "per-worker-dataset"))
+# The parameter-server entries start a cluster, which changes the process's context: keep them last.
+@pytest.mark.parametrize("anchor", sorted(EMULATED, key=lambda a: a in ts.CLUSTER))
 def test_cpu_message_matches_the_index_emulated(emulated, anchor):
     check_raised(emulated, anchor)
 
