@@ -161,7 +161,9 @@ def build(
     (MirroredStrategy over ``setup.devices``), ``column`` / ``row`` (one
     Dense per device on a slice of the kernel, placed with ``tf.device``,
     one Keras optimizer over all of them: Keras colocates each slot with
-    its variable), ``dtensor_column`` / ``dtensor_row`` (weights only, as
+    its variable), ``offload`` (variables and slots on the last device,
+    which plays the host; every other device computes a full gradient),
+    ``dtensor_column`` / ``dtensor_row`` (weights only, as
     DTensor variables on a 1-D mesh ``model``), ``parameter_server``
     (ParameterServerStrategy with ``FixedShardsPartitioner(N)`` over an
     in-process cluster of one worker and N parameter servers; it changes
@@ -192,6 +194,8 @@ def build(
         return _build_dtensor(names, shape, dtype, strategy.removeprefix("dtensor_"))
     if strategy == "parameter_server":
         return _build_parameter_server(shape, dtype, optimizer, count, initializer)
+    if strategy == "offload":
+        return _build_offload(names, shape, dtype, optimizer, initializer, batch, policy)
     if strategy in ("column", "row"):
         memory.local_shape(shape, strategy, count)  # uneven splits raise here
     elif strategy not in ("single", "mirrored"):
@@ -253,6 +257,36 @@ def _gradients(layers, strategy, names, shape, batch, dist) -> list[Holding]:
             for variable, grad in zip(layer.trainable_variables, step(layer, x)):
                 items.append(_holding(grad, "gradients", variable.path))
     return items
+
+
+def _build_offload(names, shape, dtype, optimizer, initializer, batch, policy) -> list[Holding]:
+    """Variables and slots on the host (the last device), each other device computing a gradient."""
+    import keras
+    import tensorflow as tf
+
+    from snippets import slots
+
+    if len(names) < 2:
+        raise ValueError("offload needs at least 2 devices: the last one plays the host")
+    host, accelerators = names[-1], names[:-1]
+    with tf.device(host):
+        layer = keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=policy or dtype)
+        layer.build((None, shape[0]))
+        opt = slots.make_optimizer(optimizer) if optimizer else None
+        if opt:
+            opt.build(layer.trainable_variables)
+    result = holdings(layer.weights, "weights")
+    if opt:
+        result += holdings(slot_variables(opt), "slots")
+        for device in accelerators:
+            with tf.device(device):
+                x = tf.ones((batch, shape[0]))
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(tf.cast(layer(x), "float32"))
+                for variable, grad in zip(layer.trainable_variables,
+                                          tape.gradient(loss, layer.trainable_variables)):
+                    result.append(_holding(grad, "gradients", variable.path))
+    return result
 
 
 def _holding(tensor, kind, name) -> Holding:
@@ -352,10 +386,15 @@ def compare(
     bytes); planner rows for the seed layer's kernel and bias come from
     :func:`snippets.memory.plan`. ``dtensor_*`` placements plan as
     ``column``/``row``; the planner's gradients and slots are zero without
-    an optimizer.
+    an optimizer. ``offload`` uses the last device as the host and plans
+    the others; its host holdings are :func:`host_holdings`'s.
     """
     held = build(setup, shape, dtype, optimizer, strategy, policy=policy)
     names = setup.devices
+    if strategy == "offload":
+        # The last device plays the host: its holdings are memory.host_bytes's business.
+        names = setup.devices[:-1]
+        held = [h for h in held if _canonical(h.device) != _canonical(setup.devices[-1])]
     if strategy == "parameter_server":
         # The planner's devices are the parameter servers; what Keras puts
         # on the coordinator (the slots) is memory.host_bytes's business.
@@ -364,9 +403,18 @@ def compare(
     ledger = by_device(held, names)
     placement = strategy.removeprefix("dtensor_")
     weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
-    planned = memory.plan(weights, optimizer, placement, len(setup.devices), policy, reserve=0)
+    planned = memory.plan(weights, optimizer, placement, len(names), policy, reserve=0)
     resident = [memory.DeviceBudget(b.device, b.weights, b.gradients, b.slots, 0, 0) for b in planned]
     return resident, ledger
+
+
+def host_holdings(setup: devices.DeviceSetup, shape: Sequence[int], dtype: str = "float32",
+                  optimizer: str | None = None) -> tuple[int, int]:
+    """(planned, held) bytes on the host for ``offload``: variables and slots, the last device playing host."""
+    held = build(setup, shape, dtype, optimizer, "offload")
+    on_host = sum(h.nbytes for h in held if _canonical(h.device) == _canonical(setup.devices[-1]))
+    weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
+    return memory.host_bytes(weights, optimizer, "offload", len(setup.devices) - 1), on_host
 
 
 # --- the capped allocator's peak ---------------------------------------------

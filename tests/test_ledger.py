@@ -57,6 +57,19 @@ def test_planner_equals_ledger(four, strategy, optimizer, dtype, policy):
         assert all(b.slots and b.gradients for b in holders)
 
 
+@pytest.mark.parametrize("optimizer", [None, "rmsprop", "adam"])
+def test_offload_planner_equals_ledger_and_host(four, optimizer):
+    # The last logical CPU plays the host; the other three compute.
+    kernel, setup, _ = four
+    planned, ledger = kernel.call("snippets.ledger:compare", setup, SHAPE, "float32", optimizer, "offload")
+    assert len(ledger) == 3 and planned == ledger
+    assert {b.weights + b.slots for b in ledger} == {0}
+    assert {b.gradients for b in ledger} == {(1024 * 256 + 256) * 4 if optimizer else 0}
+    planned_host, held_host = kernel.call("snippets.ledger:host_holdings", setup, SHAPE, "float32", optimizer)
+    slot_count = {None: 0, "rmsprop": 1, "adam": 2}[optimizer]
+    assert planned_host == held_host == (1 + slot_count) * (1024 * 256 + 256) * 4
+
+
 def test_mirrored_ledger_is_a_full_copy_per_replica(four):
     kernel, setup, _ = four
     held = kernel.call("snippets.ledger:build", setup, SHAPE, "float32", "rmsprop", "mirrored")
