@@ -133,6 +133,59 @@ def onehot_vs_embedding_bytes(vocab: int = 4096, dim: int = 64, batch: int = 32,
     return rows
 
 
+def step_peak_bytes(device: str, optimizer: str = "rmsprop", vocab: int = 16384, dim: int = 64,
+                    batch: int = 32) -> dict[str, int]:
+    """Allocator peak of one training step above what stays resident, one-hot Dense vs Embedding.
+
+    Runs one compiled step (loss, gradient, ``optimizer.apply_gradients``)
+    once to create everything, then resets the allocator's statistics,
+    runs it again and reads the peak (``tf.config.experimental.
+    get_memory_info(device)["peak"]`` minus ``["current"]`` before the step).
+    Needs an allocator that keeps statistics: a GPU, or the capped CPU
+    allocator of :mod:`snippets.devices`.
+
+    Why it matters: a sparse gradient saves its own bytes, but an
+    optimizer whose update is written as dense arithmetic on full-size slots
+    (Keras 3 RMSprop: ``rho * velocity + (1 - rho) * square(g)``) still makes
+    full-size temporaries every step.
+
+    The peak depends on the order in which TensorFlow's executor runs
+    independent ops, so it varies between runs and processes (measured: the
+    lookup with SGD at 1x or 2x the table); compare lower bounds, not exact
+    figures.
+
+    Returns:
+        ``{"one-hot x Dense": bytes, "Embedding": bytes}``, plus
+        ``"table"``: the bytes of the ``[vocab, dim]`` float32 table.
+    """
+    import keras
+    import tensorflow as tf
+
+    ids = tf.random.stateless_uniform((batch,), (SEED, 3), 0, vocab, tf.int32)
+    result = {"table": memory.tensor_bytes((vocab, dim))}
+    for name in ("one-hot x Dense", "Embedding"):
+        dense = name == "one-hot x Dense"
+        layer = keras.layers.Dense(dim, use_bias=False) if dense else keras.layers.Embedding(vocab, dim)
+        layer.build((None, vocab) if dense else (None,))
+        opt = keras.optimizers.get(optimizer)
+        opt.build(layer.trainable_variables)
+
+        @tf.function
+        def step():
+            x = tf.one_hot(ids, vocab) if dense else ids
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(layer(x) ** 2)
+            grads = tape.gradient(loss, layer.trainable_variables)
+            opt.apply_gradients(zip(grads, layer.trainable_variables))
+
+        step()
+        resident = tf.config.experimental.get_memory_info(device)["current"]
+        tf.config.experimental.reset_memory_stats(device)
+        step()
+        result[name] = tf.config.experimental.get_memory_info(device)["peak"] - resident
+    return result
+
+
 def onehot_vs_embedding_training(vocab: int = 512, dim: int = 16, batch: int = 64,
                                  steps: int = 50, seed: int = SEED) -> float:
     """Train one-hot x Dense and an Embedding from the same table with SGD; largest table difference.

@@ -57,3 +57,8 @@ def bad_input(case: str) -> str:
     except ValueError as error:
         return str(error)
     return "no error"
+
+
+def step_peaks(optimizer: str) -> dict:
+    setup = _ci()
+    return reduce.step_peak_bytes(setup.devices[0], optimizer)
