@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -228,36 +227,20 @@ LOCAL_PROBES: tuple[Callable[[], Observation], ...] = (
 _cluster: dict = {}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def local_cluster(workers: int = 1, ps: int = 2):
-    """Start ``workers`` worker and ``ps`` parameter-server gRPC servers in this process.
+    """An in-process localhost cluster of ``workers`` workers and ``ps`` parameter servers.
 
-    The servers live as long as the process (TensorFlow cannot stop them), so
-    the cluster is started once and its resolver reused.
+    Started once per process with :func:`snippets.parameter_server.start_in_process_cluster`
+    (servers cannot be stopped), and its resolver reused by every probe.
 
     Returns:
         A ``tf.distribute.cluster_resolver.SimpleClusterResolver`` for it.
     """
-    import tensorflow as tf
+    from snippets import parameter_server
 
-    if (workers, ps) in _cluster:
-        return _cluster[(workers, ps)][0]
-    spec = tf.train.ClusterSpec({
-        "worker": [f"localhost:{_free_port()}" for _ in range(workers)],
-        "ps": [f"localhost:{_free_port()}" for _ in range(ps)],
-    })
-    servers = [
-        tf.distribute.Server(spec, job_name=job, task_index=i, protocol="grpc", start=True)
-        for job, count in (("worker", workers), ("ps", ps)) for i in range(count)
-    ]
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
-    _cluster[(workers, ps)] = (resolver, servers)
-    return resolver
+    if (workers, ps) not in _cluster:
+        _cluster[(workers, ps)] = parameter_server.start_in_process_cluster(workers, ps)
+    return _cluster[(workers, ps)]
 
 
 def ps_strategy(max_shards: int = 2):
@@ -266,14 +249,10 @@ def ps_strategy(max_shards: int = 2):
     ``min_shard_bytes=256 KiB`` and ``max_shards`` shards: a 2 MiB variable
     gets ``max_shards`` shards, split along axis 0.
     """
-    import tensorflow as tf
+    from snippets import parameter_server
 
-    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=256 * memory.KiB, max_shards=max_shards
-    )
-    return tf.distribute.experimental.ParameterServerStrategy(
-        local_cluster(), variable_partitioner=partitioner
-    )
+    partitioner = parameter_server.make_partitioner("min_size", 256 * memory.KiB, max_shards)
+    return parameter_server.make_strategy(local_cluster(), partitioner)
 
 
 def ps_model(strategy):
