@@ -156,6 +156,18 @@ def test_rendered_page_has_the_plot_and_no_log_or_cdn(stored):
     assert "cdnjs.cloudflare.com/ajax/libs/mathjax" not in html and '<script src="">' not in html
 
 
+def test_notebook_links_point_at_pages_that_exist(stored):
+    # mkdocs --strict checks Markdown pages' links, not a notebook's: the notebook page is served at
+    # notebooks/plan-your-model/, so ../../<page>/ is docs/<page>.md.
+    links = [m for cell in stored.cells if cell.cell_type == "markdown"
+             for m in re.findall(r"\]\(([^)]+)\)", cell.source)]
+    assert links
+    for link in links:
+        match = re.fullmatch(r"\.\./\.\./([\w-]+)/(#[\w-]+)?", link)
+        assert match, f"{link}: write links as ../../<page>/ (the notebook page is one level deeper)"
+        assert (ROOT / "docs" / f"{match[1]}.md").exists(), f"{link}: docs/{match[1]}.md does not exist"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.test_notebook",
                                      description="Re-execute the notebook and store its outputs.")
