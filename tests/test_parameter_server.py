@@ -6,6 +6,9 @@ test process: launch_local starts ps, worker and chief processes and must
 leave none behind, whether the chief succeeds or time runs out.
 """
 
+import contextlib
+import threading
+
 import psutil
 import pytest
 
@@ -14,12 +17,29 @@ from snippets import parameter_server as ps
 from tests.harness import Kernel
 
 REMOTE = "tests.remote.ps_cases"
+
+#: Seconds a module's kernel may live; then it is killed (by its pid), so a hung
+#: TensorFlow call fails the test with KernelDied instead of hanging the suite.
+KERNEL_DEADLINE = 300
+
+
+@contextlib.contextmanager
+def watchdog(kernel, seconds=KERNEL_DEADLINE):
+    timer = threading.Timer(seconds, kernel.process.kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield kernel
+    finally:
+        timer.cancel()
+
+
 PS = "/job:ps/replica:0/task:{}/device:CPU:0"
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with Kernel() as kernel:
+    with Kernel() as kernel, watchdog(kernel):
         yield kernel
 
 
