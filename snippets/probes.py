@@ -267,6 +267,20 @@ def ps_model(strategy):
     return model
 
 
+def ps_unpartitioned() -> Observation:
+    """A ``tf.Variable`` in the scope of a ``ParameterServerStrategy`` without a partitioner: one whole variable."""
+    import tensorflow as tf
+
+    from snippets import parameter_server
+
+    with parameter_server.make_strategy(local_cluster()).scope():
+        w = tf.Variable(tf.zeros(PROBE_SHAPE))
+    return Observation(
+        "`ParameterServerStrategy` without a partitioner, `tf.Variable`", True,
+        type(w).__name__, _pieces(getattr(w, "variables", [w])),
+    )
+
+
 def ps_variable() -> Observation:
     """A ``tf.Variable`` in a partitioning ``ParameterServerStrategy``'s scope: a ShardedVariable."""
     import tensorflow as tf
@@ -347,7 +361,7 @@ def ps_fit() -> Observation:
     )
 
 
-PS_PROBES: tuple[Callable[[], Observation], ...] = (ps_variable, ps_coordinator_loop, ps_fit)
+PS_PROBES: tuple[Callable[[], Observation], ...] = (ps_unpartitioned, ps_variable, ps_coordinator_loop, ps_fit)
 
 
 def observe_all() -> list[Observation]:

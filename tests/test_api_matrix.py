@@ -79,7 +79,8 @@ def test_model_parallelism_does_not_exist(observed):
 
 def test_parameter_server_shards_trains_in_a_loop_and_fit_refuses(observed):
     halves = (Piece("ps:0/CPU:0", (512, 512)), Piece("ps:1/CPU:0", (512, 512)))
-    assert by_start(observed, "`ParameterServerStrategy").pieces == halves
+    assert by_start(observed, "`ParameterServerStrategy(variable_partitioner").pieces == halves
+    assert by_start(observed, "`ParameterServerStrategy` without").pieces == (Piece("ps:0/CPU:0", (1024, 512)),)
     loop = by_start(observed, "Keras 3 `Dense` under that strategy, `ClusterCoordinator`")
     assert loop.made == "Variable(ShardedVariable)" and loop.pieces == halves
     assert loop.outcome.endswith("2 of 2 shards updated") and "(finite)" in loop.outcome
