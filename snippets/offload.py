@@ -380,6 +380,40 @@ def cost_table(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64) -
                     disable_numparse=True)
 
 
+def copy_seconds(device: str, nbytes: int = 256 * memory.MiB, repeats: int = 5) -> float:
+    """Best wall time (s) of copying ``nbytes`` float32 from host memory to ``device``.
+
+    For a GPU this measures the real host-to-device bandwidth to compare
+    with :data:`snippets.memory.PCIE3_X16_BYTES_PER_S`: ``nbytes / copy_seconds(...)``.
+    The source lives on ``/device:CPU:0``; ``tf.identity`` under
+    ``tf.device(device)`` makes TensorFlow copy it, and reducing the copy to
+    a scalar read back on the host waits for the copy to finish. The best of
+    ``repeats`` runs (after one warm-up) leaves out allocation and start-up.
+    It measures this machine; nothing on the site asserts a time.
+    """
+    import time
+
+    import tensorflow as tf
+
+    if nbytes < 4 or repeats < 1:
+        raise ValueError(f"need nbytes >= 4 and repeats >= 1, got {nbytes} and {repeats}")
+    with tf.device("/device:CPU:0"):
+        source = tf.ones([nbytes // 4], tf.float32)
+
+    @tf.function
+    def copy(x):
+        with tf.device(device):
+            return tf.reduce_sum(tf.identity(x))
+
+    copy(source).numpy()  # warm-up: trace, allocate
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        copy(source).numpy()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snippets.offload",
                                      description=__doc__.split("\n\n")[0])

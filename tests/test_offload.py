@@ -92,6 +92,12 @@ def test_host_dense_refuses_to_build_inside_a_strategy_scope(ci):
     assert "outside any strategy scope" in ci.call(f"{REMOTE}:host_dense_in_scope")
 
 
+def test_copy_seconds_runs_the_copy_and_rejects_a_tiny_size(ci):
+    # The chapter's GPU-only bandwidth block uses this; here between logical CPUs.
+    result = ci.call(f"{REMOTE}:copy_check")
+    assert result == {"positive": True, "error": "need nbytes >= 4 and repeats >= 1, got 2 and 5"}
+
+
 # --- arithmetic: bytes and seconds at full size --------------------------------------
 
 

@@ -77,3 +77,15 @@ def host_dense_in_scope() -> str:
         except RuntimeError as error:
             return str(error)
     return "no error"
+
+
+def copy_check() -> dict:
+    """copy_seconds between two logical CPUs (the code path a GPU run takes), and its input check."""
+    setup = _ci()
+    seconds = offload.copy_seconds(setup.devices[1], 1 << 20, repeats=2)
+    try:
+        offload.copy_seconds(setup.devices[1], 2)
+        error = "no error"
+    except ValueError as e:
+        error = str(e)
+    return {"positive": seconds > 0, "error": error}
