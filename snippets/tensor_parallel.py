@@ -25,6 +25,7 @@ Run it::
 
     python -m snippets.tensor_parallel                  # CI scale: compare with Dense, train
     python -m snippets.tensor_parallel --full-shape     # reserve the seed kernel's 4 shards
+    python -m snippets.tensor_parallel --seed-layer     # GPUs: build the seed layer for real
     python -m snippets.tensor_parallel --help
 
 Sources: ``tf.device`` and ``tf.custom_gradient`` API pages (TensorFlow 2.21);
@@ -572,11 +573,17 @@ def shard_table(layer) -> str:
 
 @dataclass(frozen=True)
 class Transfer:
-    """A tensor TensorFlow copied between devices: the op that made it, from, to."""
+    """A tensor TensorFlow copied between devices: the op that made it, from, to, and its size.
+
+    ``shape`` and ``nbytes`` come from the traced function graph (static
+    shapes); they are None for a tensor Grappler created under a new name.
+    """
 
     tensor: str
     source: str
     destination: str
+    shape: tuple[int, ...] | None = None
+    nbytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -595,6 +602,21 @@ class Placement:
     def devices(self, op_type: str, name_part: str = "") -> list[str]:
         """Sorted devices of the ops of ``op_type`` whose name contains ``name_part``."""
         return sorted(d for t, n, d in self.ops if t == op_type and name_part in n)
+
+    def bytes_moved(self, source: str | None = None, destination: str | None = None) -> int:
+        """Bytes of the copies from ``source`` to ``destination`` (None: any device).
+
+        Raises:
+            ValueError: if a matching copy's size is unknown.
+        """
+        total = 0
+        for t in self.transfers:
+            if source not in (None, t.source) or destination not in (None, t.destination):
+                continue
+            if t.nbytes is None:
+                raise ValueError(f"size of {t.tensor} ({t.source} -> {t.destination}) is unknown")
+            total += t.nbytes
+        return total
 
 
 def placement(function, *args) -> Placement:
@@ -629,8 +651,23 @@ def placement(function, *args) -> Placement:
                     ))
     if not ops:
         raise ValueError("no graphs were recorded: pass a tf.function that has not run yet")
+    graph = function.get_concrete_function(*args).graph  # the trace just run, not a new one
+    moved = [_sized(t, graph) for t in moved]
     moved.sort(key=lambda t: (t.source, t.destination, t.tensor))
     return Placement(tuple(ops), tuple(moved))
+
+
+def _sized(transfer: Transfer, graph) -> Transfer:
+    name = transfer.tensor if ":" in transfer.tensor else transfer.tensor + ":0"
+    try:
+        tensor = graph.get_tensor_by_name(name)
+    except (KeyError, ValueError):
+        return transfer
+    if not tensor.shape.is_fully_defined():
+        return transfer
+    shape = tuple(int(d) for d in tensor.shape)
+    nbytes = memory.tensor_bytes(shape, tensor.dtype.name) if shape else memory.dtype_bytes(tensor.dtype.name)
+    return Transfer(transfer.tensor, transfer.source, transfer.destination, shape, nbytes)
 
 
 def train_step_function(model):

@@ -121,6 +121,15 @@ def test_column_then_row_never_gathers_the_hidden_activation(ci):
     # Learning rate and iteration, read as scalars (the scope is rm_sprop_<k> for later optimizers).
     scalars = [t for t in moved if re.match(r"rm_sprop(_\d+)?/Cast_\d+/ReadVariableOp$", t[0])]
     assert len(partials) + len(inputs) + len(output_grads) + len(scalars) == len(moved), moved
+    # Sized from the traced graph: x[16, 64], y_i and dy [16, 32] float32, 4-byte scalars.
+    sizes = dict(result["bytes"])
+    assert [sizes[name] for name, _, _ in moved if name == "data"] == [16 * 64 * 4] * 3
+    assert {sizes[name] for name, _, _ in moved if "unstack" in name or "MatMul" in name} == {16 * 32 * 4}
+    assert {sizes[name] for name, *_ in scalars} == {4}
+    # Partial products in + output gradient out = a ring all-reduce of y[16, 32] over 4 devices.
+    ring = memory.step_communication([64, 128], 16, "column_row", 4, out_width=32)["all_reduce"]
+    measured = sum(sizes[name] for name, _, _ in moved if "unstack" in name or "MatMul" in name)
+    assert measured == 4 * ring == 12288
 
 
 def test_naive_tf_device_puts_every_gradient_on_device_0(ci):

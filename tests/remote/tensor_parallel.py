@@ -111,6 +111,7 @@ def megatron_step(pinned: bool = True) -> dict:
         # g**2 in RMSprop's update (Grappler keeps Square; it turns sqrt into Rsqrt).
         "update_square": sorted(d for t, n, d in placed if t == "Square" and "rm_sprop" in n),
         "transfers": [(m.tensor, m.source, m.destination) for m in moved],
+        "bytes": [(m.tensor, m.nbytes) for m in moved],
     }
 
 
