@@ -467,11 +467,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     devices.configure(1, "2GiB")
     if args.what in ("onehot", "all"):
-        print()
+        product, lookup = onehot_vs_gather([3, 7, 3], 100, 5, args.seed)
+        print(f"\none_hot(ids, 100) @ T == tf.gather(T, ids) for ids [3, 7, 3]: "
+              f"{bool((product == lookup).all())}")
         for row in onehot_vs_embedding_bytes(seed=args.seed):
-            print(row)
+            print(f"{row.name:16} weights {row.weights:>9,} B  input {row.inputs:>7,} B  "
+                  f"gradient {row.gradient:>9,} B ({row.gradient_type})")
         print("largest table difference after 50 SGD steps:",
-              onehot_vs_embedding_training(seed=args.seed))
+              f"{onehot_vs_embedding_training(seed=args.seed):.1e}")
     if args.what in ("lowrank", "all"):
         print("\n" + variant_table(low_rank_experiment(seed=args.seed), "test MSE"))
     if args.what in ("hashing", "all"):
