@@ -672,7 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=sorted(memory.DTYPE_BYTES))
     parser.add_argument("--optimizer", default=None, choices=sorted(memory.OPTIMIZERS))
     parser.add_argument("--strategy", default="mirrored",
-                        choices=["single", "mirrored", "column", "row", "dtensor_column", "dtensor_row"])
+                        choices=["single", "mirrored", "column", "row", "dtensor_column", "dtensor_row",
+                                 "parameter_server", "offload"])
     parser.add_argument("--allocator-check", action="store_true",
                         help="instead: print allocator_check() for --shape as JSON (CPU mode)")
     args = parser.parse_args(argv)
@@ -689,6 +690,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         memory.check_count(args.devices)
         memory.local_shape(args.shape, args.strategy.removeprefix("dtensor_"), args.devices)
+        if args.strategy == "offload" and args.devices < 2:
+            raise ValueError("offload needs --devices 2 or more: the last device plays the host")
         memory.check_host_can_hold(memory.tensor_bytes(args.shape, args.dtype) * 4 * args.devices,
                                    "building this layer for real")
     except (ValueError, memory.HostMemoryError) as error:
@@ -698,7 +701,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     planned, ledger = compare(setup, args.shape, args.dtype, args.optimizer, args.strategy)
     rows = [
-        [setup.devices[p.device].rsplit("device:", 1)[-1], p.weights, l.weights, p.gradients, l.gradients,
+        [f"ps:{p.device}" if args.strategy == "parameter_server" else
+         setup.devices[p.device].rsplit("device:", 1)[-1], p.weights, l.weights, p.gradients, l.gradients,
          p.slots, l.slots, "yes" if p == l else "NO"]
         for p, l in zip(planned, ledger)
     ]

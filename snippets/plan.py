@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -220,6 +221,9 @@ def report(
     host = memory.host_bytes(weights, optimizer, strategy, devices, policy)
     if host:
         lines.append(f"Host (or coordinator) RAM also holds {memory.format_bytes(host)}.")
+    lines.append("Not counted: activations (they grow with the batch)"
+                 + (", and the optimizer update's own temporaries unless XLA fuses it "
+                    "(measured in the Memory budget chapter)." if optimizer else "."))
     found = remedies(weights, optimizer, strategy, devices, capacity, policy, reserve)
     if found:
         lines += ["", "Remedies that fit, fewest changes first:"]
@@ -326,6 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse_reserve(text: str) -> int:
+    # parse_size refuses 0, but no reserve at all is what the CPU emulation has.
+    if re.fullmatch(r"\s*0+(\.0*)?\s*[a-zA-Z]*\s*", text):
+        return 0
+    return memory.parse_size(text)
+
+
 def _user_model(read: Callable, source, name: str) -> list[memory.Weight]:
     # The reader's model code can raise anything; the CLI reports one line.
     try:
@@ -340,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         capacity = memory.parse_size(args.device_memory)
-        reserve = 0 if args.reserve.strip() in ("0", "0B", "0b") else memory.parse_size(args.reserve)
+        reserve = _parse_reserve(args.reserve)
         memory.check_count(args.devices)
         memory.check_optimizer(args.optimizer)
         memory.check_strategy(args.strategy)
