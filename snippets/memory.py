@@ -841,3 +841,16 @@ def step_seconds(nbytes_sent: int, bytes_per_s: float = V100_NVLINK_BYTES_PER_S)
     343.6
     """
     return transfer_seconds(nbytes_sent, bytes_per_s)
+
+
+def training_state(budget: DeviceBudget) -> int:
+    """Bytes one device keeps from step to step: weights + gradients + optimizer slots.
+
+    Leaves out the transient peak and the CUDA reserve of :class:`DeviceBudget`
+    (its ``total`` has them): the figure to hold against a device's capacity
+    when asking "does the sharded state fit at all".
+
+    >>> training_state(per_device([131072, 65536], "float32", "rmsprop", "column", 4, reserve=0)[0])
+    25769803776
+    """
+    return budget.weights + budget.gradients + budget.slots

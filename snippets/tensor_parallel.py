@@ -896,7 +896,7 @@ class FullShapeReport:
 
     def state(self, budget) -> int:
         """Weights + gradients + slots of one device (the training state), bytes."""
-        return budget.weights + budget.gradients + budget.slots
+        return memory.training_state(budget)
 
     def verdict(self, nbytes: int) -> str:
         """"fits in 32480 MiB, 7.72 GiB to spare" or "does NOT fit in 32480 MiB, short by ..."."""
