@@ -107,6 +107,24 @@ def slot_variables(optimizer) -> list:
     return [v for v in inner.variables if id(_tf_variable(v)) not in skip]
 
 
+def model_ledger(model, device_names: Sequence[str], optimizer=None) -> list[memory.DeviceBudget]:
+    """What each device holds for a built Keras ``model``: its weights and its optimizer's slots.
+
+    ``optimizer`` defaults to ``model.optimizer`` (from ``compile``); its
+    slots count only once it is built (``optimizer.build(model.trainable_variables)``
+    or after the first step). Gradients are not resident between steps, so
+    they are not read here (see :func:`build` for per-replica gradients).
+
+    Raises:
+        ValueError: if a piece sits on a device not in ``device_names``.
+    """
+    held = holdings(model.weights, "weights")
+    optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        held += holdings(slot_variables(optimizer), "slots")
+    return by_device(held, device_names)
+
+
 def by_device(items: Iterable[Holding], device_names: Sequence[str], reserve: int = 0) -> list[memory.DeviceBudget]:
     """Sum holdings per device into :class:`snippets.memory.DeviceBudget` rows, in ``device_names`` order.
 

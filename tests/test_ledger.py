@@ -70,6 +70,14 @@ def test_offload_planner_equals_ledger_and_host(four, optimizer):
     assert planned_host == held_host == (1 + slot_count) * (1024 * 256 + 256) * 4
 
 
+def test_compiled_seed_model_under_mirrored_strategy(four):
+    kernel, setup, _ = four
+    planned, held = kernel.call("tests.remote.budget:mirrored_model_vs_plan", setup)
+    assert planned == held
+    assert [b.weights for b in held] == [(1024 * 256 + 256) * 4] * 4
+    assert [b.slots for b in held] == [(1024 * 256 + 256) * 4] * 4
+
+
 def test_mirrored_ledger_is_a_full_copy_per_replica(four):
     kernel, setup, _ = four
     held = kernel.call("snippets.ledger:build", setup, SHAPE, "float32", "rmsprop", "mirrored")

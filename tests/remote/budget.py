@@ -38,3 +38,27 @@ def seed_weights_and_context() -> tuple[list, bool]:
 
     weights = plan.model_weights(seed_model)
     return weights, context.context()._context_handle is not None
+
+
+def mirrored_model_vs_plan(setup, input_dim: int = 1024, units: int = 256, optimizer: str = "rmsprop"):
+    """The seed model built for real under MirroredStrategy: (planned, held) per device, resident only.
+
+    Planned rows come from the model's own weights read without allocating
+    (snippets.plan.model_weights), with gradients left out: the ledger reads
+    what stays resident between steps (weights and slots).
+    """
+    import tensorflow as tf
+
+    from snippets import ledger, memory, plan, slots
+    from snippets.reproduce_oom import seed_model
+
+    weights = plan.model_weights(seed_model, input_dim, units)
+    strategy = tf.distribute.MirroredStrategy(setup.devices)
+    with strategy.scope():
+        model = seed_model(input_dim, units)
+        model.compile(optimizer=slots.make_optimizer(optimizer), loss="mean_squared_error")
+        model.optimizer.build(model.trainable_variables)
+    held = ledger.model_ledger(model, setup.devices)
+    planned = [memory.DeviceBudget(b.device, b.weights, 0, b.slots, 0, 0)
+               for b in memory.plan(weights, optimizer, "mirrored", len(setup.devices), reserve=0)]
+    return planned, held
