@@ -9,7 +9,7 @@ The API matrix chapter (``docs/api-matrix.md``) is this module's
 table with a fresh run, so a TensorFlow or Keras upgrade that changes a
 cell fails the test suite.
 
-Run it (about 20 s on 2 CPU cores)::
+Run it::
 
     python -m snippets.probes                           # print the matrix
     python -m snippets.probes --write docs/api-matrix.md  # refresh the page's table
