@@ -648,8 +648,9 @@ def fit_step_peak(optimizer: str, shape: Sequence[int] = (4096, 1024), jit_compi
     ``g ** 2``, ...), unless XLA fuses it; this measures how much, for one
     ``Dense(shape[1])`` on inputs of width ``shape[0]``, a batch of 2, on
     ``CPU:0`` (CPU mode of :mod:`snippets.devices`). Keras compiles without
-    XLA under ``tf.distribute`` (``jit_compile="auto"`` resolves to False
-    there, Keras ``Model.compile`` API page).
+    XLA under ``tf.distribute`` and on CPU-only machines: ``jit_compile="auto"``
+    resolves to False there (``_resolve_auto_jit_compile`` in
+    keras/src/trainers/trainer.py, Keras 3.15).
 
     Returns:
         ``{"planned": step_peak bytes, "measured": peak bytes, "ratio": measured / planned}``.
