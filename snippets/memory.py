@@ -484,9 +484,10 @@ def plan(
                 from snippets import slots as _slots  # imports Keras: only when counting slots
 
                 slot_total += _slots.slot_bytes(optimizer, shape, var_dtype)
-            # MirroredStrategy computes each initial value on the primary
-            # device and copies it to the others (tf.distribute's
-            # MirroredStrategy docs: "initial value ... on the first device").
+            # MirroredStrategy runs the initializer on replica 0 only; the
+            # other replicas start from tf.identity of replica 0's value
+            # (_get_variable_creator_initial_value in
+            # tensorflow/python/distribute/mirrored_strategy.py, TF 2.21).
             if strategy not in ("single", "mirrored") or device == 0:
                 init_tmp = max(init_tmp, (init_peak(w.initializer) - 1) * nbytes)
         transient = max(step_tmp, init_tmp - grads - slot_total, 0)
