@@ -350,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.top < 0:
+            raise ValueError(f"--top must be 0 or more, not {args.top}")
         capacity = memory.parse_size(args.device_memory)
         reserve = _parse_reserve(args.reserve)
         memory.check_count(args.devices)
