@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,10 +41,12 @@ class Kernel:
 
     The environment is the test process's own, plus ``env``; TensorFlow's INFO
     logs are silenced. What the kernel prints goes to a log file whose tail is
-    shown if it dies.
+    shown if it dies. A kernel still alive after ``deadline`` seconds is
+    killed, so a hung TensorFlow call fails its test with :class:`KernelDied`
+    instead of hanging the suite.
     """
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, deadline: float = 600) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="kernel-", suffix=".log", delete=False)
         environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
@@ -51,6 +54,9 @@ class Kernel:
             [sys.executable, str(KERNEL)],
             cwd=ROOT, env=environ, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
         )
+        self.watchdog = threading.Timer(deadline, self.process.kill)
+        self.watchdog.daemon = True
+        self.watchdog.start()
 
     def request(self, *request) -> tuple[str, object, str]:
         """Send one request; return ``(status, value, printed)``."""
@@ -83,6 +89,7 @@ class Kernel:
         return value
 
     def close(self) -> None:
+        self.watchdog.cancel()
         if self.process.poll() is None:
             self.process.stdin.close()
             try:
