@@ -4,8 +4,6 @@ One kernel with 4 logical CPUs under a 200 MiB cap serves every test but
 F14's first half, which needs a process where no devices were configured.
 """
 
-import contextlib
-import threading
 
 import pytest
 
@@ -14,33 +12,17 @@ from tests.harness import Kernel
 
 REMOTE = "tests.remote.dtensor_cases"
 
-#: Seconds a module's kernel may live; then it is killed (by its pid), so a hung
-#: TensorFlow call fails the test with KernelDied instead of hanging the suite.
-KERNEL_DEADLINE = 300
-
-
-@contextlib.contextmanager
-def watchdog(kernel, seconds=KERNEL_DEADLINE):
-    timer = threading.Timer(seconds, kernel.process.kill)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield kernel
-    finally:
-        timer.cancel()
-
-
 CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
 
 
 @pytest.fixture(scope="module")
 def four_cpus():
-    with Kernel() as kernel, watchdog(kernel):
+    with Kernel(deadline=300) as kernel:
         yield kernel
 
 
 def test_F14_mesh_over_devices_that_do_not_exist():
-    with Kernel() as kernel, watchdog(kernel, 120):
+    with Kernel(deadline=120) as kernel:
         result = kernel.call(f"{REMOTE}:f14_mesh_without_devices")
     # create_mesh accepts it; the first op on the mesh fails on the missing device.
     assert result["mesh_created"] == 2

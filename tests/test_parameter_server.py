@@ -6,9 +6,6 @@ test process: launch_local starts ps, worker and chief processes and must
 leave none behind, whether the chief succeeds or time runs out.
 """
 
-import contextlib
-import threading
-
 import psutil
 import pytest
 
@@ -18,28 +15,12 @@ from tests.harness import Kernel
 
 REMOTE = "tests.remote.ps_cases"
 
-#: Seconds a module's kernel may live; then it is killed (by its pid), so a hung
-#: TensorFlow call fails the test with KernelDied instead of hanging the suite.
-KERNEL_DEADLINE = 300
-
-
-@contextlib.contextmanager
-def watchdog(kernel, seconds=KERNEL_DEADLINE):
-    timer = threading.Timer(seconds, kernel.process.kill)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield kernel
-    finally:
-        timer.cancel()
-
-
 PS = "/job:ps/replica:0/task:{}/device:CPU:0"
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with Kernel() as kernel, watchdog(kernel):
+    with Kernel(deadline=300) as kernel:
         yield kernel
 
 
