@@ -180,6 +180,20 @@ def test_save_and_load_keeps_outputs_and_shard_placement(ci):
     assert [d for name, d, _ in result["shards"] if "kernel" in name] == DEVICES * 2
 
 
+def test_row_layer_asks_for_slices_when_input_is_parallel(ci):
+    message = ci.call(f"{REMOTE}:parallel_input_mismatch")
+    assert message.startswith("input_is_parallel=True needs a list of 4 input slices")
+    assert message.endswith("put ColumnParallelDense(gather_output=False) before this layer")
+
+
+@pytest.mark.parametrize("kind", ["column", "row"])
+def test_mixed_float16_keeps_float32_variables_and_computes_in_float16(ci, kind):
+    result = ci.call(f"{REMOTE}:mixed_precision", kind)
+    assert result["variables"] == ["float32"]
+    assert result["output"] == "float16"
+    assert result["max_abs_diff"] < 1e-2  # float16 rounding, summed in a different order
+
+
 def test_config_round_trip(ci):
     assert ci.call(f"{REMOTE}:config_round_trip") == {
         "units": 32, "devices": [f"/device:CPU:{i}" for i in range(4)], "gather": False,
@@ -221,3 +235,36 @@ def test_cli_full_shape_prints_per_device_figures():
                for line in per_device)
     assert sum("103079215104 B (96 GiB) per device: does NOT fit in 32480 MiB" in line for line in lines) == 2
     assert sum("34359" in line and "B (32 GiB) reserved for the shards" in line for line in lines) == 2
+
+
+# --- the communication arithmetic (snippets.memory, no TensorFlow) ----------------------------
+
+
+def test_ring_collectives_send_the_nccl_bus_factors():
+    assert memory.ring_bytes("all_reduce", 4096, 4) == 6144  # 2 (N-1)/N
+    assert memory.ring_bytes("all_gather", 4096, 4) == 3072  # (N-1)/N
+    assert memory.ring_bytes("reduce_scatter", 4096, 4) == 3072
+    assert memory.ring_bytes("all_reduce", 4096, 1) == 0  # one device sends nothing
+    with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
+        memory.ring_bytes("broadcast", 4096, 4)
+
+
+def test_step_communication_per_layout():
+    seed = (131072, 65536)
+    y = 64 * 65536 * 4  # y[64, 65536] float32
+    x = 64 * 131072 * 4
+    assert memory.step_communication(seed, 64, "row") == {"all_reduce": 3 * y // 2, "total": 3 * y // 2}
+    with_dx = memory.step_communication(seed, 64, "column", input_grad=True)
+    assert with_dx == {"all_gather": 3 * y // 4, "all_reduce": 3 * x // 2, "total": 3 * y // 4 + 3 * x // 2}
+    pair = memory.step_communication((4096, 16384), 8, "column_row", out_width=4096)
+    assert pair["total"] == 3 * (8 * 4096 * 4) // 2
+    # Data parallelism does not depend on the batch; sharding does.
+    assert (memory.step_communication(seed, 1, "mirrored")
+            == memory.step_communication(seed, 4096, "mirrored"))
+    with pytest.raises(ValueError, match="unknown strategy 'pipeline'"):
+        memory.step_communication(seed, 64, "pipeline")
+
+
+def test_step_seconds_on_v100_nvlink():
+    assert memory.V100_NVLINK_BYTES_PER_S == 150e9
+    assert memory.step_seconds(150 * 10**9) == 1.0

@@ -210,3 +210,34 @@ def stock_optimizer_slots() -> list[str]:
     model.compile(optimizer=keras.optimizers.RMSprop(), loss="mse")
     model.fit(np.ones((4, 64), "float32"), np.zeros((4, 32), "float32"), verbose=0)
     return sorted(tp.short_device(v.value.device) for v in model.optimizer.variables if "velocity" in v.path)
+
+
+def parallel_input_mismatch() -> str:
+    """RowParallelDense(input_is_parallel=True) fed one tensor instead of N slices: the error."""
+    setup = _ci()
+    layer = tp.RowParallelDense(32, setup.devices, input_is_parallel=True)
+    try:
+        layer.build((None, 64))
+    except ValueError as error:
+        return str(error)
+    return "no error"
+
+
+def mixed_precision(kind: str) -> dict:
+    """A sharded layer under the mixed_float16 policy: variable and output dtypes, and closeness to Dense."""
+    import keras
+    import numpy as np
+
+    setup = _ci()
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
+    dense = keras.layers.Dense(32, dtype="mixed_float16")
+    dense.build((None, 64))
+    layer = tp.make_layer(kind, 32, setup.devices, dtype="mixed_float16")
+    layer.build((None, 64))
+    layer.set_full_weights(*[w.numpy() for w in dense.weights])
+    y, y_ref = layer(x), dense(x)
+    return {
+        "variables": sorted({str(v.dtype) for v in layer.weights}),
+        "output": y.dtype.name,
+        "max_abs_diff": float(np.max(np.abs(np.asarray(y, "float32") - np.asarray(y_ref, "float32")))),
+    }
