@@ -68,28 +68,14 @@ def import_callable(target: str) -> Callable:
 def model_weights(build_model: Callable, *args, **kwargs) -> list[memory.Weight]:
     """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
 
-    Reuses :func:`snippets.reproduce_oom.variable_specs` (shapes and dtypes
-    under ``keras.StatelessScope(initialize_variables=False)``) and reads each
-    variable's initializer and ``trainable`` flag from the same model.
+    Reads them with :func:`snippets.reproduce_oom.variable_specs` (under
+    ``keras.StatelessScope(initialize_variables=False)``).
     """
     from snippets.reproduce_oom import variable_specs
 
-    built = {}
-
-    def capture():
-        built["model"] = build_model(*args, **kwargs)
-        return built["model"]
-
-    specs = variable_specs(capture)
-    variables = {v.path: v for v in built["model"].weights}
     return [
-        memory.Weight(
-            spec.shape,
-            spec.dtype,
-            type(getattr(variables[spec.path], "_initializer", None)).__name__,
-            bool(variables[spec.path].trainable),
-        )
-        for spec in specs
+        memory.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable)
+        for spec in variable_specs(build_model, *args, **kwargs)
     ]
 
 

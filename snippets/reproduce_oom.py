@@ -36,11 +36,17 @@ SEED_UNITS = 65536
 
 @dataclass(frozen=True)
 class VariableSpec:
-    """A model variable's path, shape and dtype, read without allocating it."""
+    """A model variable's path, shape, dtype, initializer and trainable flag, read without allocating it.
+
+    ``initializer`` is the Keras initializer's class name (e.g.
+    ``"GlorotUniform"``), or ``"NoneType"`` for a variable created from a value.
+    """
 
     path: str
     shape: tuple[int, ...]
     dtype: str
+    initializer: str = "GlorotUniform"
+    trainable: bool = True
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +88,14 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
     with keras.StatelessScope(initialize_variables=False):
         model = build_model(*args, **kwargs)
     return [
-        VariableSpec(v.path, tuple(int(d) for d in v.shape), str(v.dtype)) for v in model.weights
+        VariableSpec(
+            v.path,
+            tuple(int(d) for d in v.shape),
+            str(v.dtype),
+            type(getattr(v, "_initializer", None)).__name__,  # Keras keeps no public handle
+            bool(v.trainable),
+        )
+        for v in model.weights
     ]
 
 
