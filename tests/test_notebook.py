@@ -127,13 +127,16 @@ def test_numbers_are_the_planners_and_verdicts_follow(fresh):
     from snippets.reproduce_oom import seed_model  # the notebook's default build_model
     from tests.harness import Kernel
 
-    table = stdout_of(fresh, "peak_per_gpu(strategy, n)")
+    table = stdout_of(fresh, "peak_per_gpu(strategy, dtype, n)")
     gpus = {"16 GB (V100-16GB)": 16160, "32 GB (V100-32GB)": memory.V100_32GB_MIB, "80 GB (A100-80GB)": 81920}
     with Kernel() as kernel:
         seed = kernel.call("snippets.plan:model_weights", seed_model)
-        for label, strategy in (("MirroredStrategy", "mirrored"), ("column split", "column")):
+        placements = (("MirroredStrategy", "mirrored", None), ("column split W", "column", None),
+                      ("column split + float16", "column", "float16"))
+        for label, strategy, dtype in placements:
+            weights = kernel.call("snippets.plan:with_precision", seed, dtype)
             for n in (1, 2, 4, 8):
-                peak = max(b.total for b in kernel.call("snippets.memory:plan", seed, "rmsprop", strategy, n))
+                peak = max(b.total for b in kernel.call("snippets.memory:plan", weights, "rmsprop", strategy, n))
                 fits = ["fits" if peak <= mib * memory.MiB else "OOM" for mib in gpus.values()]
                 row = rf"^{re.escape(label)}.*\s{n}\s+{re.escape(memory.human_bytes(peak))}\s+" + r"\s+".join(fits) + r"\s*$"
                 assert re.search(row, table, re.MULTILINE), f"no row {label} x {n}: {row}\n{table}"
