@@ -39,7 +39,8 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory
+from snippets import devices, memory, placement
+from snippets.placement import Component
 
 #: Mesh axis names used on this site: ``batch`` splits examples (data
 #: parallelism), ``model`` splits weights (model parallelism).
@@ -51,16 +52,6 @@ SEED_SHAPE = (131072, 65536)
 
 class MeshError(ValueError):
     """A mesh or layout that cannot be built as asked; the message names the fix."""
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One device's piece of a DTensor: device name, local shape, dtype, bytes."""
-
-    device: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
 
 
 def parse_mesh(text: str) -> dict[str, int]:
@@ -170,20 +161,12 @@ def data_layout(mesh, rank: int, last: str | None = None):
     return dtensor.Layout(specs, mesh)
 
 
-def pieces(value) -> list[Piece]:
-    """The per-device pieces of a DTensor or DVariable, in mesh device order.
-
-    Bytes come from :func:`snippets.memory.tensor_bytes` on each piece's own shape.
-    """
+def pieces(value) -> list[Component]:
+    """The per-device pieces of a DTensor or DVariable, in mesh device order."""
     from tensorflow.experimental import dtensor
 
     tensor = value.read_value() if hasattr(value, "read_value") else value
-    result = []
-    for part in dtensor.unpack(tensor):
-        shape = tuple(int(d) for d in part.shape)
-        dtype = part.dtype.name
-        result.append(Piece(part.device, shape, dtype, memory.tensor_bytes(shape, dtype)))
-    return result
+    return placement.pieces(dtensor.unpack(tensor))
 
 
 def to_mesh(array, layout):
@@ -341,8 +324,8 @@ def train(setup: devices.DeviceSetup, axes: dict[str, int] | None = None, batch:
     :func:`keras_reference` can replay the same steps unsharded.
 
     Returns:
-        ``{"mesh": {axis: size}, "losses": [float], "kernel": [Piece],
-        "velocity": [Piece], "x": [Piece], "weights": ndarray [D, F]}``.
+        ``{"mesh": {axis: size}, "losses": [float], "kernel": [Component],
+        "velocity": [Component], "x": [Component], "weights": ndarray [D, F]}``.
 
     Raises:
         MeshError: for a mesh that does not match the devices, or sizes the

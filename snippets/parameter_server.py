@@ -53,7 +53,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from snippets import memory
+from snippets import memory, placement
+from snippets.placement import Component
 
 #: Partitioners this module builds, by the name the CLI uses.
 PARTITIONERS = ("fixed", "min_size", "max_size")
@@ -73,16 +74,6 @@ class ClusterError(RuntimeError):
     """
 
     pids: list[int] = []
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard of a variable: device (e.g. ``/job:ps/replica:0/task:1/device:CPU:0``), shape, dtype, bytes."""
-
-    device: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
 
 
 def make_partitioner(kind: str, value: int, max_shards: int | None = None):
@@ -210,14 +201,9 @@ def components(variable) -> list:
     return list(inner.variables)
 
 
-def shards(variable) -> list[Shard]:
+def shards(variable) -> list[Component]:
     """Where each piece of ``variable`` lives: device, shape, dtype, bytes (from the shape)."""
-    result = []
-    for piece in components(variable):
-        shape = tuple(int(d) for d in piece.shape)
-        dtype = piece.dtype.name
-        result.append(Shard(piece.device, shape, dtype, memory.tensor_bytes(shape, dtype)))
-    return result
+    return placement.pieces(components(variable))
 
 
 def build_model(vocabulary: int = 8192, width: int = 64, length: int = 4):
@@ -362,7 +348,7 @@ def train(strategy, steps: int = 20, batch: int = 32, learning_rate: float = 1e-
 
     Returns:
         ``{"losses": [float], "initial": [ndarray], "final": [ndarray],
-        "embedding": [Shard], "kernel": [Shard], "velocity": [Shard]}``:
+        "embedding": [Component], "kernel": [Component], "velocity": [Component]}``:
         initial and final weights (shards concatenated) and where the
         embedding, the Dense kernel and their velocities live.
     """

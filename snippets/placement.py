@@ -37,20 +37,29 @@ class Component:
     nbytes: int
 
 
-def components(variable) -> list[Component]:
-    """The per-device pieces of ``variable``, in device order.
+def pieces(tensors) -> list[Component]:
+    """One :class:`Component` per tensor or variable in ``tensors``, in order.
 
-    A mirrored variable (``tf.distribute.DistributedValues``) has one full
-    component per replica; a plain ``tf.Variable`` has one. Bytes come from
-    :func:`snippets.memory.tensor_bytes` on each component's own shape.
+    Works for anything with ``.device``, ``.shape`` and ``.dtype``: the
+    components of a mirrored variable, the shards of a ``ShardedVariable``,
+    the pieces ``dtensor.unpack`` returns. Bytes come from
+    :func:`snippets.memory.tensor_bytes` on each piece's own shape.
     """
-    pieces = getattr(variable, "values", None) or (variable,)
     result = []
-    for piece in pieces:
+    for piece in tensors:
         shape = tuple(int(d) for d in piece.shape)
         dtype = piece.dtype.name
         result.append(Component(piece.device, shape, dtype, memory.tensor_bytes(shape, dtype)))
     return result
+
+
+def components(variable) -> list[Component]:
+    """The per-device pieces of ``variable``, in device order.
+
+    A mirrored variable (``tf.distribute.DistributedValues``) has one full
+    component per replica; a plain ``tf.Variable`` has one.
+    """
+    return pieces(getattr(variable, "values", None) or (variable,))
 
 
 def short_device(name: str) -> str:
