@@ -69,7 +69,8 @@ def table(results: dict) -> str:
     notes = []
     for figure in results["figures"]:
         if figure["status"] == "measured":
-            when = f"measured {figure['measured_at']} UTC, load average {figure['load_at_start']:.2f} at its start"
+            when = (f"run started {figure['measured_at']} UTC; load average "
+                    f"{figure['load_at_start']:.2f} when this measurement began")
             notes.append(f"- **{figure['title']}**: {figure['method']} "
                          + "".join(f"{note[0].upper()}{note[1:]}. " for note in figure["notes"])
                          + f"({when}.)")
