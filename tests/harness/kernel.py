@@ -1,28 +1,28 @@
-"""A fresh Python process that runs examples for the test process.
+"""The inside of a kernel: runs examples and calls for the test process.
 
 TensorFlow fixes its devices once per process, and each chapter states its
 own devices (4 logical CPUs, a 200 MB cap, a 32480 MiB cap...). So every
 chapter, and every test that needs its own devices, runs in one of these.
-The parent (:mod:`tests.harness`) sends pickled requests on stdin and reads
-pickled replies from the original stdout; anything the examples print is
-captured and sent back, anything TensorFlow's C++ code writes goes to stderr.
+The parent (:mod:`tests.harness`) sends pickled requests over a Unix socket
+and reads pickled replies from it; anything the examples print is captured
+and sent back, anything TensorFlow's C++ code writes goes to the kernel's log.
 """
 
 import contextlib
 import importlib
 import io
-import os
 import pickle
-import sys
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
 
-def main() -> None:
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # C-level writes to stdout must not corrupt the reply stream
-    requests = sys.stdin.buffer
+def serve(requests, replies) -> None:
+    """Answer pickled requests from ``requests`` on ``replies`` until end of input.
+
+    Each reply is ``(status, value, printed)``, length-prefixed (8 bytes,
+    big-endian); ``printed`` is what the request wrote to ``sys.stdout``.
+    """
     namespace: dict = {"__name__": "__main__"}
     while True:
         try:
@@ -72,6 +72,3 @@ def module_name(path: Path) -> str:
     parts = path.resolve().relative_to(Path.cwd().resolve()).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
-
-if __name__ == "__main__":
-    main()
