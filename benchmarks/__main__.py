@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = report.read(report.BUILD / report.JSON_NAME) or report.read(report.PUBLISHED / report.JSON_NAME)
     kept = {f["name"]: f for f in (previous or {}).get("figures", [])}
-    start_load = load()
+    start_load, data_commit = load(), commit()
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     results = []
     failures = 0
@@ -50,12 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             figure = figures.Figure(name, doc, "", not_measured=f"failed: {error}".splitlines()[0]).to_json()
         figure["measured_at"] = started
         figure["load_at_start"] = figure_load
+        figure["commit"] = data_commit
         results.append(figure)
         status = figure["not_measured"] or f"{time.perf_counter() - began:.0f} s"
         print(f"  {name}: {status}", file=sys.stderr, flush=True)
 
     data = {
-        "machine": machine(), "commit": commit(), "measured_at": started,
+        "machine": machine(), "commit": data_commit, "measured_at": started,
         "load_at_start": start_load, "runs": args.runs, "figures": results,
     }
     json_path, table_path = report.write(data, report.BUILD)

@@ -120,16 +120,18 @@ def test_suite(runs: int) -> Figure:
     """Whole test suite (`python -m pytest`)"""
     walls, cpus, outcomes = [], [], []
     for _ in range(runs):
-        child = run_child(python("-m", "pytest", "-q", "-p", "no:cacheprovider"))
+        child = run_child(python("-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5"))
         walls.append(child.wall_s)
         cpus.append(child.cpu_s)
         outcomes.append(f"exit {child.returncode}: {_summary_line(child.output)}")
+    slowest = re.findall(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)$", child.output, re.MULTILINE)
     return Figure(
         "test_suite", test_suite.__doc__.strip(),
         "pytest as the README runs it: every chapter and docstring in its own kernel, the browser test "
         "included when Chromium is installed.",
         [Quantity("wall time", "s", walls), Quantity("CPU time", "s", cpus)],
-        notes=[f"outcomes: {'; '.join(dict.fromkeys(outcomes))}"],
+        notes=[f"outcomes: {'; '.join(dict.fromkeys(outcomes))}",
+               "slowest in the last run: " + ", ".join(f"{name} {sec} s" for sec, name in slowest)],
     )
 
 

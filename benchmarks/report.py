@@ -69,14 +69,14 @@ def table(results: dict) -> str:
     notes = []
     for figure in results["figures"]:
         if figure["status"] == "measured":
-            when = (f"run started {figure['measured_at']} UTC; load average "
-                    f"{figure['load_at_start']:.2f} when this measurement began")
+            when = (f"commit `{figure['commit']}`, run started {figure['measured_at']} UTC; load "
+                    f"average {figure['load_at_start']:.2f} when this measurement began")
             notes.append(f"- **{figure['title']}**: {figure['method']} "
                          + "".join(f"{note[0].upper()}{note[1:]}. " for note in figure["notes"])
                          + f"({when}.)")
     return (
-        f"Machine: {machine_line(results['machine'])}. Commit `{results['commit']}`; median of "
-        f"{results['runs']} runs per figure.\n\n{body}\n\n" + "\n".join(notes) + "\n"
+        f"Machine: {machine_line(results['machine'])}. Each figure is the median of its runs "
+        f"(at least 3; see Runs).\n\n{body}\n\n" + "\n".join(notes) + "\n"
     )
 
 

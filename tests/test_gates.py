@@ -345,7 +345,8 @@ def test_benchmark_table_says_what_was_not_measured():
     measured = figures.Figure("x", "A measurement", "How.", [figures.Quantity("size", "bytes", [2**30, 3, 2**30])])
     results = {
         "machine": machine(), "commit": "abc1234", "runs": 3,
-        "figures": [{**measured.to_json(), "measured_at": "2026-01-01 00:00", "load_at_start": 0.5},
+        "figures": [{**measured.to_json(), "measured_at": "2026-01-01 00:00", "load_at_start": 0.5,
+                     "commit": "abc1234"},
                     absent(3).to_json()],
     }
     text = report.table(results)
