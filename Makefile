@@ -12,10 +12,14 @@ $(STAMP): requirements.txt
 	touch $(STAMP)
 
 serve: $(STAMP)
-	$(PYTHON) -m mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs serve
 
 build: $(STAMP)
-	$(PYTHON) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 test: $(STAMP)
 	$(PYTHON) -m pytest
+
+# Measures the figures docs/performance.md quotes (median of 3 runs; several minutes).
+benchmark: $(STAMP)
+	$(PYTHON) -m benchmarks --publish
