@@ -304,8 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"training optimizer ({', '.join(memory.OPTIMIZERS)}); omit for inference")
     parser.add_argument("--strategy", default="mirrored", metavar="NAME",
                         help=f"placement: {', '.join(memory.STRATEGIES)} (default mirrored)")
-    parser.add_argument("--initializer", default="glorot_uniform",
-                        help="initializer of --shape weights (default glorot_uniform, Keras Dense's; zeros peaks lower)")
+    parser.add_argument("--initializer", default="glorot_uniform", choices=sorted(memory.INIT_PEAK),
+                        metavar="NAME",
+                        help=f"one of {', '.join(sorted(memory.INIT_PEAK))}: initializer of --shape weights (default glorot_uniform, Keras Dense's; zeros peaks lower)")
     parser.add_argument("--devices", type=int, default=4, metavar="N", help="number of devices (default 4)")
     parser.add_argument("--device-memory", default=f"{memory.V100_32GB_MIB}MiB", metavar="SIZE",
                         help="memory per device: 32480MiB (V100-SXM2-32GB, default), 32GiB, 32GB")
@@ -345,6 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory.check_strategy(args.strategy)
         if args.dtype is not None:
             memory.dtype_bytes(args.dtype)
+        if args.policy is not None and args.dtype not in (None, memory.POLICIES[args.policy][0]):
+            # Same refusal as memory.per_device: a policy fixes the variable dtype.
+            raise ValueError(f"--policy {args.policy} stores {memory.POLICIES[args.policy][0]} variables, "
+                             f"not --dtype {args.dtype}; drop --dtype or --policy")
         if args.model:
             build = import_callable(args.model)
             weights = with_precision(_user_model(model_weights, build, args.model), args.dtype)

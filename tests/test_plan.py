@@ -106,6 +106,9 @@ def test_benchmark_returns_figures(kernel):
     (["--device-memory", "lots"], "'lots' is not a memory size"),
     (["--model", "no_such_module:build"], "cannot import 'no_such_module' for --model"),
     (["--model-json", "/no/such/file.json"], "cannot read --model-json /no/such/file.json"),
+    (["--initializer", "foo"], "argument --initializer: invalid choice: 'foo' (choose from"),
+    (["--policy", "mixed_float16", "--dtype", "float16"],
+     "--policy mixed_float16 stores float32 variables, not --dtype float16; drop --dtype or --policy"),
 ])
 def test_bad_input_exits_2_with_one_line(argv, message):
     code, out, err = run(*argv)
