@@ -399,8 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m snippets.troubleshooting",
         description="Raise one of the error messages of docs/troubleshooting.md on this machine.",
     )
-    parser.add_argument("anchor", nargs="?", help="the entry, e.g. virtual-devices (see --list)")
-    parser.add_argument("--list", action="store_true", help="list the entries and exit")
+    # Exclusive, so ``--list extra`` is refused instead of silently ignoring "extra".
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("anchor", nargs="?", help="the entry, e.g. virtual-devices (see --list)")
+    choice.add_argument("--list", action="store_true", help="list the entries and exit")
     args = parser.parse_args(argv)
     if args.list or not args.anchor:
         for anchor, (kind, raiser) in RAISERS.items():

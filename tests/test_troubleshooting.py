@@ -109,3 +109,12 @@ def test_pattern_treats_dots_as_wildcards_only():
         "OOM when allocating tensor with shape[131072,65536] and type float on /device:CPU:0 by allocator x"
     )
     assert not pattern("shape[1,2] ...").search("shape[1,3] x")
+
+
+def test_list_refuses_an_extra_argument(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ts.main(["--list", "extra"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        "python -m snippets.troubleshooting: error: argument anchor: not allowed with argument --list")
