@@ -35,6 +35,8 @@ from snippets import memory
 
 #: Seed the chapter and the tests use; every experiment is deterministic for a given seed.
 SEED = 0
+#: The seed kernel W[D, F] the full-size table sizes.
+SEED_SHAPE = (131072, 65536)
 
 
 def seed_everything(seed: int = SEED) -> None:
@@ -430,7 +432,7 @@ def seed_layer_table(batch: int = 64, rank: int = 512, buckets: int = 16384) -> 
     """
     from tabulate import tabulate
 
-    d, f = 131072, 65536
+    d, f = SEED_SHAPE
     w = memory.tensor_bytes((d, f))
     rows = [
         ("Dense kernel W[131072, 65536]", w),
@@ -442,8 +444,14 @@ def seed_layer_table(batch: int = 64, rank: int = 512, buckets: int = 16384) -> 
         (f"rank-{rank} factors U[{d}, {rank}] + V[{rank}, {f}]", memory.low_rank_bytes(d, f, rank)),
         (f"hashed table [{buckets}, {f}]", memory.tensor_bytes((buckets, f))),
     ]
-    return tabulate([(name, memory.format_bytes(b)) for name, b in rows],
-                    headers=["what", "bytes"], disable_numparse=True)
+    table = tabulate([(name, memory.format_bytes(b)) for name, b in rows],
+                     headers=["what", "bytes"], disable_numparse=True)
+    factors = memory.low_rank_bytes(d, f, rank)
+    if factors >= w:
+        # (D + F) * r >= D * F once r >= D * F / (D + F): factorising then saves nothing.
+        table += (f"\nnote: the rank-{rank} factors ({memory.format_bytes(factors)}) are not smaller than "
+                  f"W itself ({memory.format_bytes(w)}); only a rank below {-(-d * f // (d + f))} saves memory")
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -460,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in ("rank", "buckets", "batch"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be a positive integer, not {getattr(args, name)}")
+    if args.rank > min(SEED_SHAPE):
+        # A rank above min(D, F) is no factorisation: W[D, F] has rank at most min(D, F).
+        parser.error(f"--rank {args.rank} exceeds min(D, F) = {min(SEED_SHAPE)} of W{list(SEED_SHAPE)}; "
+                     f"use a rank from 1 to {min(SEED_SHAPE)}")
     print(seed_layer_table(args.batch, args.rank, args.buckets))
     if args.what == "sizes":
         return 0
