@@ -498,8 +498,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="reserve the seed kernel W[131072, 65536] + gradient + RMSprop "
                              "velocity piece by piece (allocation only) instead of training")
     args = parser.parse_args(argv)
+    for name in ("batch", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be a positive integer, not {getattr(args, name)}")
     try:
         axes = parse_mesh(args.mesh) if args.mesh else None
+        if axes and BATCH in axes and not args.full_shape:
+            # train() would refuse this after TensorFlow started; refuse it first, naming --batch.
+            try:
+                memory.layout_local_shape((args.batch, args.shape[0]), [BATCH, None], axes)
+            except ValueError as error:
+                raise MeshError(f"--batch {args.batch}: {error}") from None
         if args.full_shape:
             local = memory.layout_local_shape(SEED_SHAPE, [None, MODEL], {MODEL: args.devices})
             per_device = 3 * memory.tensor_bytes(local)
@@ -534,7 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nPer device {memory.format_bytes(rows[0]['total'])} <= {memory.format_bytes(capacity)}: fits."
               f"\nMirrored, each device would need {memory.format_bytes(mirrored)}: does not.")
         return 0
-    result = train(setup, axes, args.batch, args.shape[0], args.shape[1], args.steps)
+    try:
+        result = train(setup, axes, args.batch, args.shape[0], args.shape[1], args.steps)
+    except MeshError as error:
+        parser.error(str(error).splitlines()[0])
     print(f"\nMesh {result['mesh']}; kernel pieces:")
     print(tabulate([(short_device(p.device), list(p.shape), p.nbytes) for p in result["kernel"]],
                    headers=["device", "shape", "bytes"]))

@@ -137,11 +137,18 @@ def test_cli_rejects_a_mesh_that_does_not_match(capsys):
                                          "evenly over mesh axis 'model' of 3 devices"),
     (["--full-shape", "--devices", "2"], "51539607552 B (48 GiB) per device does not fit 32480MiB; use more devices"),
     (["--devices", "4", "--shape", "1024", "510"], "cannot split dimension 1 of shape [1024, 510] (size 510)"),
+    (["--batch", "0"], "error: --batch must be a positive integer, not 0"),
+    (["--steps", "-1"], "error: --steps must be a positive integer, not -1"),
+    (["--steps", "0"], "error: --steps must be a positive integer, not 0"),
+    (["--mesh", "batch=2,model=2", "--batch", "15"],
+     "error: --batch 15: cannot split dimension 0 of shape [15, 1024] (size 15) evenly over mesh axis 'batch' "
+     "of 2 devices"),
 ])
 def test_cli_bad_shapes_are_one_clear_line(capsys, argv, expected):
     from snippets import dtensor_sharding
 
     with pytest.raises(SystemExit) as exit_info:
         dtensor_sharding.main(argv)
-    assert exit_info.value.code == 2
-    assert expected in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert expected in err.strip().splitlines()[-1]
