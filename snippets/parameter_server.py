@@ -736,15 +736,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --full-shape: memory per ps task and per worker (default 32480MiB)")
     args = parser.parse_args(argv)
     num_shards = args.ps if args.shards is None else args.shards
+    # Name the option, not "device count": each of these is a count the reader typed.
+    counts = [("--workers", args.workers), ("--ps", args.ps), ("--steps", args.steps),
+              ("--shards", args.shards)]
+    if args.partitioner != "fixed" or args.full_shape:
+        counts.append(("--shard-bytes", args.shard_bytes))
+    for option, value in counts:
+        if value is not None and value < 1:
+            parser.error(f"{option} must be a positive integer, not {value}")
+    if not args.timeout > 0:  # also refuses nan
+        parser.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     try:
-        memory.check_count(args.workers)
-        memory.check_count(args.ps)
-        memory.check_count(args.steps)
         memory.check_count(num_shards)
         if args.partitioner == "fixed" and not args.full_shape:
             check_even_shards(args.shape, num_shards)
-        else:
-            memory.check_count(args.shard_bytes)
         memory.check_host_can_hold(3 * memory.tensor_bytes(args.shape), "this variable")
         if args.task and "TF_CONFIG" not in os.environ:
             raise ValueError("--task needs TF_CONFIG set (cluster and this task's role)")

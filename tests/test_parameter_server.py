@@ -116,6 +116,25 @@ def test_full_shape_bad_input_is_one_clear_line(capsys, argv, expected):
     assert expected in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["--workers", "0"], "--workers must be a positive integer, not 0"),
+    (["--ps", "0"], "--ps must be a positive integer, not 0"),
+    (["--steps", "0"], "--steps must be a positive integer, not 0"),
+    (["--steps", "-1"], "--steps must be a positive integer, not -1"),
+    (["--shards", "0"], "--shards must be a positive integer, not 0"),
+    (["--partitioner", "min_size", "--shard-bytes", "0"], "--shard-bytes must be a positive integer, not 0"),
+    (["--partitioner", "max_size", "--shard-bytes", "-5"], "--shard-bytes must be a positive integer, not -5"),
+    (["--launch-local", "--timeout", "0"], "--timeout must be a positive number of seconds, not 0"),
+    (["--launch-local", "--timeout", "-1"], "--timeout must be a positive number of seconds, not -1"),
+])
+def test_bad_counts_name_their_option(capsys, argv, expected):
+    with pytest.raises(SystemExit) as exit_info:
+        ps.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"python -m snippets.parameter_server: error: {expected}"
+
+
 def test_uneven_shards_are_one_clear_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         ps.main(["--shards", "3", "--shape", "2048", "1024"])
