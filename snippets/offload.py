@@ -425,8 +425,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="kernel shape to run at CI scale (default 1024 256)")
     parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        parser.error(f"--batch must be a positive integer, not {args.batch}")
     try:
-        memory.check_shape(args.shape + [args.batch])
+        memory.check_shape(args.shape)
+    except ValueError as error:
+        parser.error(f"--shape {args.shape[0]} {args.shape[1]}: {error}")
+    try:
         # Host copy + optimizer slot + a read copy and a gradient per device.
         memory.check_host_can_hold(memory.tensor_bytes(args.shape) * (2 + 2 * args.devices),
                                    "this offload run")

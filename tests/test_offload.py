@@ -146,6 +146,9 @@ def test_roles_need_a_host_in_cpu_mode():
 @pytest.mark.parametrize("argv, message", [
     (["--shape", "1024", "0"], "dimension 1"),
     (["--offload", "ram"], "invalid choice"),
+    (["--batch", "0"], "error: --batch must be a positive integer, not 0"),
+    (["--batch", "-2"], "error: --batch must be a positive integer, not -2"),
+    (["--shape", "0", "256"], "error: --shape 0 256: dimension 0 of shape [0, 256] is 0"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(argv, message):
     run = subprocess.run([sys.executable, "-m", "snippets.offload", *argv], cwd=ROOT,
