@@ -41,6 +41,11 @@ from snippets.memory import GiB, MiB, parse_size
 
 MODES = ("auto", "gpu", "split-gpu", "cpu")
 
+#: Most logical devices this site configures. TensorFlow has no limit of its
+#: own, but starting thousands of logical CPUs takes minutes; no real host
+#: here has more than 16 GPUs.
+MAX_DEVICES = 64
+
 #: MiB left free on each GPU in ``split-gpu`` mode for the CUDA context,
 #: cuBLAS/cuDNN handles and TensorFlow's own bookkeeping, which live outside
 #: the logical devices' ``memory_limit``. Contexts measure a few hundred MiB
@@ -116,6 +121,25 @@ class DeviceSetup:
         return f"split-gpu mode: {n} logical GPUs of {m} MiB on {gpus} physical GPU(s)"
 
 
+def check_request(count: int, device_mib: int, mode: str = "auto") -> None:
+    """Refuse a device request that cannot be right, before TensorFlow is imported.
+
+    Raises:
+        DeviceConfigError: for a count that is not an integer from 1 to
+            :data:`MAX_DEVICES`, less than 1 MiB per device, or an unknown mode.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise DeviceConfigError(f"device count must be a positive integer, not {count!r}")
+    if count > MAX_DEVICES:
+        raise DeviceConfigError(f"device count {count} is more than {MAX_DEVICES}; ask for fewer devices")
+    if device_mib < 1:
+        raise DeviceConfigError(
+            "device memory must be at least 1 MiB (TensorFlow sets memory_limit and the CPU cap in whole MiB)"
+        )
+    if mode not in MODES:
+        raise DeviceConfigError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+
+
 def plan_devices(
     count: int,
     device_mib: int,
@@ -138,10 +162,7 @@ def plan_devices(
             unknown mode, GPUs smaller than ``device_mib``, or GPUs that
             together cannot hold ``count`` x ``device_mib``.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise DeviceConfigError(f"device count must be a positive integer, not {count!r}")
-    if mode not in MODES:
-        raise DeviceConfigError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    check_request(count, device_mib, mode)
     if mode == "cpu" or (mode == "auto" and not gpus):
         return DevicePlan("cpu", count, device_mib)
     if not gpus:
@@ -254,6 +275,7 @@ def configure(
     global _active, _active_request
     device_mib = parse_size(device_memory) // MiB
     pool_mib = device_mib if cpu_pool is None else parse_size(cpu_pool) // MiB
+    check_request(count, min(device_mib, pool_mib), mode)
     request = (count, device_mib, mode, pool_mib)
     if _active is not None:
         if request == _active_request:
@@ -320,7 +342,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--devices", type=int, default=4, metavar="N",
                         help="number of devices (replicas); default 4")
     parser.add_argument("--device-memory", default="32480MiB", metavar="SIZE",
-                        help="memory per device: 32480MiB (V100-SXM2-32GB, default), 32GiB, 32GB")
+                        help="memory per device: 32480MiB (V100-SXM2-32GB, default), 32GiB (2^30 B), "
+                        "32GB (10^9 B); a bare number is MiB")
     parser.add_argument("--mode", choices=MODES, default="auto",
                         help="auto: real GPUs, else one GPU split, else CPU emulation")
 

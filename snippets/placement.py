@@ -127,7 +127,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     setup = devices.configure_from_args(args, parser)
     print(setup.describe())
-    variable = mirrored_variable(setup, args.shape)
+    import tensorflow as tf
+
+    try:
+        variable = mirrored_variable(setup, args.shape)
+    except tf.errors.ResourceExhaustedError as error:
+        from snippets.reproduce_oom import oom_line
+
+        parser.exit(1, f"{parser.prog}: the mirrored variable does not fit: {oom_line(error)}\n")
     print(f"\nMirrored variable {type(variable).__name__}, one full copy per replica:")
     print(table(variable))
     total = sum(c.nbytes for c in components(variable))

@@ -325,6 +325,21 @@ def model_parallelism() -> None:
     _plain().distribute.experimental.ModelParallelism  # noqa: B018 - the lookup raises
 
 
+def unknown_device() -> None:
+    """A DTensor mesh over CPU:0 and CPU:1 when only one CPU exists (field case F14).
+
+    ``create_mesh`` accepts the device names; the first op on the mesh fails.
+
+    Raises:
+        InvalidArgumentError: "/job:localhost/replica:0/task:0/device:CPU:1 unknown device."
+    """
+    tf = _plain()
+    from tensorflow.experimental import dtensor
+
+    mesh = dtensor.create_mesh([("x", 2)], devices=["CPU:0", "CPU:1"])
+    dtensor.pack([tf.ones([4]), tf.ones([4])], dtensor.Layout.replicated(mesh, 1))
+
+
 def configure_too_late() -> None:
     """``snippets.devices.configure`` after an op ran.
 
@@ -356,6 +371,7 @@ RAISERS: dict[str, tuple[str, Callable[[], None]]] = {
     "growth-on-cpu": ("plain", growth_on_cpu),
     "cpu-memory-limit": ("plain", cpu_memory_limit),
     "model-parallelism": ("plain", model_parallelism),
+    "unknown-device": ("plain", unknown_device),
     "configure-too-late": ("plain", configure_too_late),
 }
 

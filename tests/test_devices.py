@@ -118,3 +118,14 @@ def test_memory_growth_set_before_a_split_is_refused_not_dropped():
     with pytest.raises(DeviceConfigError, match="memory growth is on for /physical_device:GPU:0"):
         _apply_gpu(fake_tf(config), plan_devices(4, V100, [H200]))
     assert config.logical == {}
+
+
+def test_requests_are_checked_before_tensorflow_starts():
+    from snippets.devices import check_request
+
+    with pytest.raises(DeviceConfigError, match="more than 64"):
+        check_request(100000, V100)
+    with pytest.raises(DeviceConfigError, match="at least 1 MiB"):
+        check_request(4, 0)
+    with pytest.raises(DeviceConfigError, match="unknown mode 'tpu'"):
+        check_request(4, V100, "tpu")

@@ -49,6 +49,8 @@ def test_full_shape_oom_reproduces_on_cpu_within_2_gib():
     (["--devices", "0"], "device count must be a positive integer"),
     (["--device-memory", "lots"], "is not a memory size"),
     (["--shape", "0", "65536"], "dimension 0 of shape [0, 65536] is 0"),
+    (["--device-memory", "0.5"], "device memory must be at least 1 MiB"),
+    (["--devices", "100000", "--device-memory", "1MiB"], "device count 100000 is more than 64"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message):
     code, _, err, _ = run(*args)
