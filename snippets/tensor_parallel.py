@@ -40,8 +40,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import keras
-
 from snippets import devices, memory
 
 #: The seed layer: kernel W[131072, 65536] float32 (see snippets.reproduce_oom).
@@ -74,6 +72,54 @@ def check_split(name: str, size: int, count: int) -> int:
             f"divide {size}; use a shard count that divides {size}, or pad {name} to {padded}"
         )
     return size // count
+
+
+# --- the command line, checked before Keras (and so TensorFlow) is imported -------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m snippets.tensor_parallel`` parser (no TensorFlow needed)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m snippets.tensor_parallel",
+        description="Column- and row-parallel Keras Dense layers built with tf.device.",
+    )
+    devices.add_arguments(parser)
+    parser.add_argument("--full-shape", action="store_true",
+                        help="reserve the seed kernel [131072, 65536] float32 as N shards "
+                             "(pages untouched) and print per-device bytes")
+    parser.add_argument("--seed-layer", action="store_true",
+                        help="GPUs only: build the seed layer for real (Glorot initialisation), run one "
+                             "forward and backward pass, and print each GPU's allocator peak")
+    parser.add_argument("--in-dim", type=int, default=64, help="CI scale: input width D (default 64)")
+    parser.add_argument("--units", type=int, default=32, help="CI scale: output width F (default 32)")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """Parse and check the command line; bad input exits 2 with one line (pure arithmetic)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        memory.check_count(args.devices)
+        if args.full_shape:
+            # --full-shape splits the seed kernel, so name its dimensions, not the CI-scale ones.
+            seed = f"the seed kernel W{list(SEED_SHAPE)}"
+            check_split(f"the units of {seed}", SEED_SHAPE[1], args.devices)
+            check_split(f"the input width of {seed}", SEED_SHAPE[0], args.devices)
+        else:
+            memory.check_shape([args.in_dim, args.units])
+            check_split("units", args.units, args.devices)
+            check_split("input width", args.in_dim, args.devices)
+    except ValueError as error:
+        parser.error(str(error))
+    return parser, args
+
+
+if __name__ == "__main__":
+    # Run as a script: --help and bad input answer here, before the ~7 s Keras/TensorFlow import.
+    _CLI = parse_args()
+
+import keras  # noqa: E402  (after the command-line check above, on purpose)
 
 
 def _device_list(devices_: Sequence[str]) -> tuple[str, ...]:
@@ -1013,31 +1059,9 @@ def full_shape_pool(shape: Sequence[int] = SEED_SHAPE) -> str:
 # --- command line ------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m snippets.tensor_parallel",
-        description="Column- and row-parallel Keras Dense layers built with tf.device.",
-    )
-    devices.add_arguments(parser)
-    parser.add_argument("--full-shape", action="store_true",
-                        help="reserve the seed kernel [131072, 65536] float32 as N shards "
-                             "(pages untouched) and print per-device bytes")
-    parser.add_argument("--seed-layer", action="store_true",
-                        help="GPUs only: build the seed layer for real (Glorot initialisation), run one "
-                             "forward and backward pass, and print each GPU's allocator peak")
-    parser.add_argument("--in-dim", type=int, default=64, help="CI scale: input width D (default 64)")
-    parser.add_argument("--units", type=int, default=32, help="CI scale: output width F (default 32)")
-    args = parser.parse_args(argv)
-    try:
-        memory.check_count(args.devices)
-        memory.check_shape([args.in_dim, args.units])
-        check_split("units", args.units, args.devices)
-        check_split("input width", args.in_dim, args.devices)
-        if args.full_shape:
-            check_split("units", SEED_SHAPE[1], args.devices)
-            check_split("input width", SEED_SHAPE[0], args.devices)
-    except ValueError as error:
-        parser.error(str(error))
+def main(argv: Sequence[str] | None = None, parsed=None) -> int:
+    """The command line; ``parsed`` is :func:`parse_args`' result when the module runs as a script."""
+    parser, args = parsed or parse_args(argv)
     if args.full_shape:
         setup = devices.configure_from_args(args, parser, cpu_pool=full_shape_pool())
         print(setup.describe())
@@ -1070,4 +1094,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(parsed=_CLI))
