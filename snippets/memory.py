@@ -260,10 +260,10 @@ def check_optimizer(name: str | None) -> str | None:
     return name
 
 
-def check_count(devices: int) -> int:
-    """Return ``devices`` if it is a positive int, else raise ValueError."""
+def check_count(devices: int, what: str = "device count") -> int:
+    """Return ``devices`` if it is a positive int, else raise ValueError naming ``what``."""
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
-        raise ValueError(f"device count must be a positive integer, not {devices!r}")
+        raise ValueError(f"{what} must be a positive integer, not {devices!r}")
     return devices
 
 
@@ -705,7 +705,7 @@ def layout_local_shape(shape: Sequence[int], sharding: Sequence[str | None],
             raise ValueError(f"layout {specs} uses mesh axis {axis_name!r} twice; a mesh axis can split one dimension only")
     local = []
     for axis, (dim, spec) in enumerate(zip(dims, specs)):
-        pieces = 1 if spec == UNSHARDED else check_count(mesh[spec])
+        pieces = 1 if spec == UNSHARDED else check_count(mesh[spec], f"mesh axis {spec!r} size")
         if dim % pieces:
             raise ValueError(
                 f"cannot split dimension {axis} of shape {list(dims)} (size {dim}) evenly over "

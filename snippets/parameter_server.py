@@ -93,9 +93,9 @@ def make_partitioner(kind: str, value: int, max_shards: int | None = None):
 
     if kind not in PARTITIONERS:
         raise ValueError(f"unknown partitioner {kind!r}; use one of {', '.join(PARTITIONERS)}")
-    memory.check_count(value)
+    memory.check_count(value, f"the {kind} partitioner's value")
     if max_shards is not None:
-        memory.check_count(max_shards)
+        memory.check_count(max_shards, "max_shards")
     partitioners = tf.distribute.experimental.partitioners
     if kind == "fixed":
         return partitioners.FixedShardsPartitioner(num_shards=value)
@@ -134,8 +134,8 @@ def local_cluster(workers: int = 1, ps: int = 2, chief: bool = False) -> dict[st
     Raises:
         ValueError: for a worker or ps count that is not a positive int.
     """
-    memory.check_count(workers)
-    memory.check_count(ps)
+    memory.check_count(workers, "worker count")
+    memory.check_count(ps, "ps count")
     cluster = {"worker": [f"{LOOPBACK}:{free_port()}" for _ in range(workers)],
                "ps": [f"{LOOPBACK}:{free_port()}" for _ in range(ps)]}
     if chief:
