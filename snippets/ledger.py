@@ -230,11 +230,8 @@ def build(
     if strategy == "mirrored":
         dist = tf.distribute.MirroredStrategy(names)
         with dist.scope():
-            layers = [keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=layer_dtype)]
-            layers[0].build((None, shape[0]))
-            opt = slots.make_optimizer(optimizer) if optimizer else None
-            if opt:
-                opt.build(layers[0].trainable_variables)
+            layer, opt = _dense_and_optimizer(shape, initializer, layer_dtype, optimizer)
+        layers = [layer]
     else:
         layers = []
         for index, kernel, _ in _dense_shards(shape, dtype, strategy, count):
@@ -244,11 +241,34 @@ def build(
         if opt:
             opt.build([v for layer in layers for v in layer.trainable_variables])
 
-    result = holdings([v for layer in layers for v in layer.weights], "weights")
+    result = _weights_and_slots([v for layer in layers for v in layer.weights], opt)
+    if opt:
+        result += _gradients(layers, strategy, names, shape, batch, dist if strategy == "mirrored" else None)
+    return result
+
+
+def _dense_and_optimizer(shape, initializer, dtype, optimizer):
+    """A built ``Dense(shape[1])`` on inputs of width ``shape[0]``, and the optimizer built on it.
+
+    Call it inside the scope or ``tf.device`` that decides where the
+    variables go. The optimizer is None for ``optimizer=None``.
+    """
+    import keras
+
+    from snippets import slots
+
+    layer = keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=dtype)
+    layer.build((None, shape[0]))
+    opt = slots.make_optimizer(optimizer) if optimizer else None
+    if opt:
+        opt.build(layer.trainable_variables)
+    return layer, opt
+
+
+def _weights_and_slots(weights, opt) -> list[Holding]:
+    result = holdings(weights, "weights")
     if opt:
         result += holdings(slot_variables(opt), "slots")
-        grads = _gradients(layers, strategy, names, shape, batch, dist if strategy == "mirrored" else None)
-        result += grads
     return result
 
 
@@ -279,23 +299,15 @@ def _gradients(layers, strategy, names, shape, batch, dist) -> list[Holding]:
 
 def _build_offload(names, shape, dtype, optimizer, initializer, batch, policy) -> list[Holding]:
     """Variables and slots on the host (the last device), each other device computing a gradient."""
-    import keras
     import tensorflow as tf
-
-    from snippets import slots
 
     if len(names) < 2:
         raise ValueError("offload needs at least 2 devices: the last one plays the host")
     host, accelerators = names[-1], names[:-1]
     with tf.device(host):
-        layer = keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=policy or dtype)
-        layer.build((None, shape[0]))
-        opt = slots.make_optimizer(optimizer) if optimizer else None
-        if opt:
-            opt.build(layer.trainable_variables)
-    result = holdings(layer.weights, "weights")
+        layer, opt = _dense_and_optimizer(shape, initializer, policy or dtype, optimizer)
+    result = _weights_and_slots(layer.weights, opt)
     if opt:
-        result += holdings(slot_variables(opt), "slots")
         for device in accelerators:
             with tf.device(device):
                 x = tf.ones((batch, shape[0]))
@@ -367,22 +379,11 @@ _servers: list = []
 
 
 def _build_parameter_server(shape, dtype, optimizer, count, initializer) -> list[Holding]:
-    import keras
-
-    from snippets import slots
-
     memory.local_shape(shape, "parameter_server", count)
     strategy = parameter_server_strategy(count)
     with strategy.scope():
-        layer = keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=dtype)
-        layer.build((None, shape[0]))
-        opt = slots.make_optimizer(optimizer) if optimizer else None
-        if opt:
-            opt.build(layer.trainable_variables)
-    result = holdings(layer.weights, "weights")
-    if opt:
-        result += holdings(slot_variables(opt), "slots")
-    return result
+        layer, opt = _dense_and_optimizer(shape, initializer, dtype, optimizer)
+    return _weights_and_slots(layer.weights, opt)
 
 
 def parameter_server_devices(count: int) -> tuple[str, ...]:
