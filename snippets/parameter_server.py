@@ -411,6 +411,25 @@ def fit_per_worker_refusal(strategy, steps_per_epoch: int = 2) -> str:
     raise AssertionError("Model.fit accepted a per-worker dataset under ParameterServerStrategy")
 
 
+def gradients_by_shard(tape, loss, variables) -> list:
+    """Gradients of ``loss`` for ``variables``, taken shard by shard and joined back per variable.
+
+    A ``GradientTape`` cannot watch a ShardedVariable, only its shards; each
+    variable's shard gradients are concatenated along axis 0 (the axis the
+    partitioners split), so the result has the variables' full shapes.
+    """
+    import tensorflow as tf
+
+    pieces = [components(w) for w in variables]
+    flat = tape.gradient(loss, [p for group in pieces for p in group])
+    grads, start = [], 0
+    for group in pieces:
+        part = [tf.convert_to_tensor(g) for g in flat[start:start + len(group)]]
+        start += len(group)
+        grads.append(tf.concat(part, axis=0) if len(part) > 1 else part[0])
+    return grads
+
+
 def keras_optimizer_refusal(strategy) -> str:
     """Schedule one step that applies ``keras.optimizers.RMSprop`` to sharded weights; return the error.
 
@@ -439,13 +458,7 @@ def keras_optimizer_refusal(strategy) -> str:
         def replica_step(xb, yb):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
-            pieces = [components(w) for w in model.trainable_variables]
-            flat = tape.gradient(loss, [p for ps_ in pieces for p in ps_])
-            grads, start = [], 0
-            for ps_ in pieces:
-                part = [tf.convert_to_tensor(g) for g in flat[start:start + len(ps_)]]
-                start += len(ps_)
-                grads.append(tf.concat(part, axis=0) if len(part) > 1 else part[0])
+            grads = gradients_by_shard(tape, loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 

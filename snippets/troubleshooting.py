@@ -249,7 +249,7 @@ def keras_optimizer_on_shards() -> None:
     import keras
     import tensorflow as tf
 
-    from snippets import probes
+    from snippets import parameter_server, probes
 
     _emulated()
     strategy = probes.ps_strategy()
@@ -264,13 +264,7 @@ def keras_optimizer_on_shards() -> None:
         def replica_step(x, y):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean((model(x) - y) ** 2)
-            groups = [list(getattr(w.value, "variables", [w.value])) for w in model.trainable_variables]
-            flat = tape.gradient(loss, [shard for group in groups for shard in group])
-            grads, start = [], 0
-            for group in groups:
-                part = [tf.convert_to_tensor(g) for g in flat[start:start + len(group)]]
-                start += len(group)
-                grads.append(tf.concat(part, axis=0) if len(part) > 1 else part[0])
+            grads = parameter_server.gradients_by_shard(tape, loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 
