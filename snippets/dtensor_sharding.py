@@ -473,14 +473,7 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
     kernel = pieces(layer.kernel)
     planned = memory.per_device(shape, "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
-    return {
-        "method": "DTensor",
-        "where": [p.device for p in kernel],
-        "local_shape": kernel[0].shape,
-        "kernel_bytes": [p.nbytes for p in kernel],
-        "measured": [b.weights + b.gradients + b.slots for b in measured],
-        "ledger": [b.weights + b.gradients + b.slots for b in planned],
-    }
+    return ledger.comparison_row("DTensor", kernel, measured, planned)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

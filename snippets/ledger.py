@@ -125,6 +125,29 @@ def model_ledger(model, device_names: Sequence[str], optimizer=None) -> list[mem
     return by_device(held, device_names)
 
 
+def comparison_row(method: str, kernel_pieces, measured, planned) -> dict:
+    """One row of the sharding comparison (docs/sharding.md): where a kernel's pieces live and what each device holds.
+
+    Args:
+        method: the method's name as the table shows it.
+        kernel_pieces: the kernel's per-device pieces (``placement.Component``).
+        measured: :func:`by_device` rows read from the built variables.
+        planned: :func:`snippets.memory.per_device` rows for the same placement.
+
+    Returns:
+        ``{"method", "where", "local_shape", "kernel_bytes", "measured", "ledger"}``;
+        ``measured`` and ``ledger`` are weights + gradients + slots per device, in bytes.
+    """
+    return {
+        "method": method,
+        "where": [p.device for p in kernel_pieces],
+        "local_shape": kernel_pieces[0].shape,
+        "kernel_bytes": [p.nbytes for p in kernel_pieces],
+        "measured": [b.weights + b.gradients + b.slots for b in measured],
+        "ledger": [b.weights + b.gradients + b.slots for b in planned],
+    }
+
+
 def by_device(items: Iterable[Holding], device_names: Sequence[str], reserve: int = 0) -> list[memory.DeviceBudget]:
     """Sum holdings per device into :class:`snippets.memory.DeviceBudget` rows, in ``device_names`` order.
 

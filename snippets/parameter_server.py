@@ -533,15 +533,9 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     planned = memory.per_device(shape, "float32", "rmsprop", "parameter_server", ps,
                                 initializer="zeros", reserve=0)
     concat = dense_reads_full_kernel(strategy, shape)
-    return {
-        "method": "ParameterServerStrategy",
-        "where": where,
-        "local_shape": pieces[0].shape,
-        "kernel_bytes": [p.nbytes for p in pieces],
-        "measured": [b.weights + b.gradients + b.slots for b in measured],
-        "ledger": [b.weights + b.gradients + b.slots for b in planned],
-        "worker_kernel_bytes": max(memory.tensor_bytes(s) for s in concat),
-    }
+    row = ledger.comparison_row("ParameterServerStrategy", pieces, measured, planned)
+    row["worker_kernel_bytes"] = max(memory.tensor_bytes(s) for s in concat)
+    return row
 
 
 def reserve_ps_state(resolver, shape: Sequence[int], ps: int, dtype: str = "float32") -> list[dict]:

@@ -902,14 +902,7 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
     planned = memory.per_device((d, f), "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
     built = shards(layer)
-    return {
-        "method": "tf.device layers",
-        "where": [s.device for s in built],
-        "local_shape": built[0].shape,
-        "kernel_bytes": [s.nbytes for s in built],
-        "measured": [b.weights + b.gradients + b.slots for b in measured],
-        "ledger": [b.weights + b.gradients + b.slots for b in planned],
-    }
+    return ledger.comparison_row("tf.device layers", built, measured, planned)
 
 
 # --- full shape without the memory -----------------------------------------------------
