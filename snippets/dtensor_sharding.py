@@ -533,8 +533,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                        headers=["device", "piece", "kernel B", "gradient B", "velocity B", "total"]))
         capacity = memory.parse_size(args.device_memory)
         mirrored = 3 * memory.tensor_bytes(SEED_SHAPE)
-        print(f"\nPer device {memory.format_bytes(rows[0]['total'])} <= {memory.format_bytes(capacity)}: fits."
-              f"\nMirrored, each device would need {memory.format_bytes(mirrored)}: does not.")
+        step = memory.per_device(SEED_SHAPE, "float32", "rmsprop", "column", args.devices, xla="off")[0]
+        print(f"\nState per device {memory.format_bytes(rows[0]['total'])} <= {memory.format_bytes(capacity)}: "
+              f"reserved. A step of this chapter's update (no XLA) peaks at {memory.human_bytes(step.total)}: "
+              f"{'fits' if step.total <= capacity else 'does not fit'}."
+              f"\nMirrored, each device would need {memory.format_bytes(mirrored)} of state alone: does not.")
         return 0
     try:
         result = train(setup, axes, args.batch, args.shape[0], args.shape[1], args.steps)

@@ -8,8 +8,8 @@ kept apart in one place.
 34359738368
 >>> format_bytes(34359738368)
 '34359738368 B (32 GiB)'
->>> parse_size("32480MiB") // MiB
-32480
+>>> parse_size("30976MiB") // MiB
+30976
 
 Nothing here imports TensorFlow: sizes of dtypes are fixed by IEEE 754 and
 the bfloat16 format, and do not need a runtime.
@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psutil
+
+from snippets import hardware
 
 #: Binary units (IEC 80000-13): what allocators and ``nvidia-smi`` count in.
 KiB = 2**10
@@ -60,14 +62,18 @@ DTYPE_BYTES = {
 }
 
 #: Memory of one V100-SXM2-32GB as the CUDA driver reports it
-#: (``nvidia-smi --query-gpu=memory.total``): 32480 MiB, not 32 GiB.
+#: (``nvidia-smi --query-gpu=memory.total``): 30976 MiB, not 32 GiB.
 V100_32GB_MIB = 32480
+
+#: What TensorFlow's allocator really gets on one V100-SXM2-32GB: 30976 MiB
+#: (snippets.hardware), the capacity every verdict on this site is held to.
+V100_CAPACITY = hardware.allocator_bytes("V100-SXM2-32GB")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def parse_size(text: str | int) -> int:
-    """Parse a memory size such as ``"32480MiB"``, ``"32GiB"`` or ``"32GB"``.
+    """Parse a memory size such as ``"30976MiB"``, ``"32GiB"`` or ``"32GB"``.
 
     Units are case-insensitive: B, KiB, MiB, GiB, TiB (powers of 2) and
     KB, MB, GB, TB (powers of 10). A bare number is taken as MiB, the unit
@@ -86,7 +92,7 @@ def parse_size(text: str | int) -> int:
     >>> parse_size("12 parsecs")
     Traceback (most recent call last):
     ...
-    ValueError: '12 parsecs' is not a memory size; write e.g. 32480MiB, 32GiB or 32GB (units: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)
+    ValueError: '12 parsecs' is not a memory size; write e.g. 30976MiB, 32GiB or 32GB (units: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)
     """
     if isinstance(text, int) and not isinstance(text, bool):
         value, unit = float(text), "mib"
@@ -95,7 +101,7 @@ def parse_size(text: str | int) -> int:
         unit = match.group(2).lower() if match else ""
         if not match or (unit and unit not in _UNITS):
             raise ValueError(
-                f"{text!r} is not a memory size; write e.g. 32480MiB, 32GiB or 32GB "
+                f"{text!r} is not a memory size; write e.g. 30976MiB, 32GiB or 32GB "
                 "(units: B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
             )
         value, unit = float(match.group(1)), unit or "mib"
@@ -147,8 +153,8 @@ def tensor_bytes(shape: Sequence[int], dtype: str = "float32") -> int:
 def format_bytes(nbytes: int) -> str:
     """Exact byte count followed by the largest binary unit that keeps it >= 1.
 
-    >>> format_bytes(32480 * MiB)
-    '34057748480 B (31.72 GiB)'
+    >>> format_bytes(30976 * MiB)
+    '32480690176 B (30.25 GiB)'
     >>> format_bytes(536870912)
     '536870912 B (512 MiB)'
     """
@@ -156,7 +162,7 @@ def format_bytes(nbytes: int) -> str:
 
 
 def human_bytes(nbytes: int) -> str:
-    """Short binary-unit form: ``32 GiB``, ``31.72 GiB``, ``512 MiB``, ``100 B``."""
+    """Short binary-unit form: ``32 GiB``, ``30.25 GiB``, ``512 MiB``, ``100 B``."""
     for unit, name in ((2**40, "TiB"), (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
         if abs(nbytes) >= unit:
             value = nbytes / unit
@@ -191,17 +197,19 @@ def check_host_can_hold(nbytes: int, what: str, available: int | None = None) ->
         )
 
 
-# --- per-device budgets (issue 3) -------------------------------------------
+# --- per-device budgets of a training step -----------------------------------
 
 #: Placements the planner knows. ``single``: everything on device 0;
 #: ``mirrored``: MirroredStrategy, a full copy per replica; ``column``: each
 #: weight split along its last axis, ``W[D, F_N]`` (DTensor layout
 #: ``[UNSHARDED, "model"]``); ``row``: split along its first axis, ``W[D_N, F]``,
 #: rank-1 weights replicated; ``parameter_server``: ParameterServerStrategy with
-#: ``FixedShardsPartitioner(N)``, weight shards along axis 0 on N parameter
-#: servers (Keras 3.15 keeps the optimizer slots full-size on the coordinator,
-#: see :func:`host_bytes`); ``offload``: variables and slots in host RAM, each
-#: device holding a compute copy of the variables and their gradients.
+#: ``FixedShardsPartitioner(N)``: the plan is the worker's device, which
+#: concatenates the shards to run the layer and computes the whole gradient
+#: (the shards and, with Keras 3.15, the full-size slots live elsewhere, see
+#: :func:`host_bytes`); ``offload``: variables and slots in host RAM, each
+#: device reading a copy of the variables and, since on a GPU host the
+#: update's arithmetic runs on the default device, of the slots.
 STRATEGIES = ("single", "mirrored", "column", "row", "parameter_server", "offload")
 
 #: Optimizer names the planner accepts -> (Keras class, constructor kwargs).
@@ -245,11 +253,11 @@ INIT_PEAK = {
     "truncated_normal": 3,
 }
 
-#: Memory TensorFlow leaves outside its GPU allocator on a compute
-#: capability 7.x GPU such as the V100 (CUDA context, cuBLAS/cuDNN
-#: workspaces): 1050 MiB, ``MinSystemMemory`` in
-#: tensorflow/core/common_runtime/gpu/gpu_device.cc. With the CPU emulation
-#: (a capped BFC allocator, snippets.devices) the reserve is 0.
+#: Memory TensorFlow keeps outside its GPU allocator on a compute
+#: capability 7.x GPU such as the V100: 1050 MiB, ``MinSystemMemory`` in
+#: tensorflow/core/common_runtime/gpu/gpu_device.cc (other cards:
+#: snippets.hardware). Capacities on this site are what the allocator gets,
+#: so the reserve is already outside them and is reported, not added.
 GPU_RESERVE = 1050 * MiB
 
 
@@ -352,25 +360,33 @@ class Weight:
 
 @dataclass(frozen=True)
 class DeviceBudget:
-    """Bytes one device needs at its peak, by kind. All fields are ints in bytes.
+    """Bytes one device needs during a training step, by kind and by phase. All fields are ints in bytes.
 
     Attributes:
         device: device index (0 .. N-1).
-        weights: the variables (or their shards) resident on the device.
+        weights: the variables (or their shards) the device holds or reads.
         gradients: one gradient per trainable weight, in the variable dtype.
         slots: optimizer slots (per weight; the optimizer's own scalars,
             e.g. ``iteration``, are a few bytes and left out).
-        transient: extra bytes at the peak beyond the resident state:
-            the larger of the step temporaries (mixed-precision compute
-            copies; offloaded variables' device copies) and whatever the
-            initialisation peak exceeds the gradients and slots by (they do
-            not exist yet while variables are initialised). So
-            ``weights + gradients + slots + transient`` is the larger of the
-            two phase peaks.
-        reserve: memory the framework's allocator cannot use
-            (:data:`GPU_RESERVE` on a V100; 0 under CPU emulation).
-        init_transient: initialiser temporaries alone (for explanation).
-        step_transient: step temporaries alone (for explanation).
+        transient: what the peak adds to weights + gradients + slots: the
+            step's extra (activations + update temporaries, or the gradient
+            aggregation's buffer), or the initialisation scratch where that
+            is larger. ``weights + gradients + slots + transient == peak``.
+        reserve: what TensorFlow keeps back from the allocator on this card
+            (``MinSystemMemory``), already outside the capacity the budget is
+            held against (:mod:`snippets.hardware`); 0 under emulation.
+        init_transient: initialiser temporaries alone.
+        step_transient: activations + the larger of the update temporaries
+            and the aggregation buffer.
+        activations: the batch's activations on this device.
+        update_temporaries: what the optimizer update allocates beyond the
+            gradient (measured by :mod:`snippets.step_probe`; with a mixed
+            policy it includes the compute copy and loss scaling).
+        aggregation: the all-reduced gradient buffer (MirroredStrategy over
+            more than one replica), held while the gradient still exists.
+        hosted: the variables live elsewhere (parameter servers, host RAM):
+            the device holds ``weights`` only as the copies a step reads,
+            so nothing is on it while they are initialised.
     """
 
     device: int
@@ -381,21 +397,49 @@ class DeviceBudget:
     reserve: int
     init_transient: int = 0
     step_transient: int = 0
-
-    @property
-    def total(self) -> int:
-        """Peak bytes the device needs: the sum of all fields above."""
-        return self.weights + self.gradients + self.slots + self.transient + self.reserve
+    activations: int = 0
+    update_temporaries: int = 0
+    aggregation: int = 0
+    hosted: bool = False
 
     @property
     def init_peak(self) -> int:
-        """Allocator peak while initialising (weights + initialiser temporaries), no reserve."""
-        return self.weights + self.init_transient
+        """Allocator peak while initialising (weights + initialiser temporaries; 0 if ``hosted``)."""
+        return 0 if self.hosted else self.weights + self.init_transient
 
     @property
     def step_peak(self) -> int:
-        """Allocator peak during a training step (resident state + step temporaries), no reserve."""
+        """Allocator peak during a training step: resident state + gradients + the step's transients.
+
+        The phases of a step, in order: forward (weights + slots +
+        activations), backward (+ gradients), aggregation (+ the reduced
+        gradient, MirroredStrategy), update (+ the update's temporaries);
+        the peak is the largest.
+        """
         return self.weights + self.gradients + self.slots + self.step_transient
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Peak bytes of each phase: init, forward, backward, aggregation, update."""
+        resident = self.weights + self.slots + self.activations
+        return {
+            "init": self.init_peak,
+            "forward": resident,
+            "backward": resident + self.gradients,
+            "aggregation": resident + self.gradients + self.aggregation,
+            "update": resident + self.gradients + self.update_temporaries,
+        }
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase that peaks (the first of equals, in step order)."""
+        phases = self.phases
+        return max(phases, key=lambda name: phases[name])
+
+    @property
+    def total(self) -> int:
+        """Peak bytes the device's allocator must give: the larger of the init and step peaks."""
+        return max(self.init_peak, self.step_peak)
 
 
 def _as_weight(item) -> Weight:
@@ -411,15 +455,85 @@ def _as_weight(item) -> Weight:
     )
 
 
+#: Values of ``xla``: ``"auto"`` resolves as Keras would on a GPU host (:func:`resolve_xla`).
+XLA_CHOICES = ("auto", "on", "off")
+
+
+def resolve_xla(xla: str | bool, strategy: str) -> bool:
+    """Whether the step's update is XLA-compiled, as Keras decides on a machine with a GPU.
+
+    ``jit_compile="auto"`` (``Model.compile``'s default) resolves in
+    ``_resolve_auto_jit_compile`` (keras/src/trainers/trainer.py, Keras 3.15):
+    False under any ``tf.distribute`` strategy and on CPU-only machines,
+    True on a GPU machine otherwise. So on a GPU host: ``single`` -> True;
+    ``mirrored``, ``parameter_server`` -> False (a strategy is active);
+    ``offload`` -> False (a model whose variables sit on another device
+    cannot be compiled whole; its ``compile`` must say ``jit_compile=False``);
+    ``column`` / ``row`` -> True: the site's ``tf.device`` layers
+    (:mod:`snippets.tensor_parallel`) compile the model without XLA and each
+    shard's update with XLA on its own device. The CPU emulation uses this
+    function, not Keras's CPU answer.
+
+    >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
+    (False, True, False)
+
+    Raises:
+        ValueError: for an ``xla`` not in :data:`XLA_CHOICES` (or a bool) or an unknown strategy.
+    """
+    check_strategy(strategy)
+    if isinstance(xla, bool):
+        return xla
+    if xla not in XLA_CHOICES:
+        raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, not {xla!r}")
+    if xla != "auto":
+        return xla == "on"
+    return strategy in ("single", "column", "row")
+
+
+def xla_mode(jit: bool, strategy: str) -> str:
+    """How XLA applies to a step of ``strategy``: ``"no-xla"``, ``"xla"`` (the whole step) or
+    ``"xla-update"`` (each variable's update alone, on its device: the ``tf.device`` layers,
+    whose model cannot be compiled whole)."""
+    if not jit:
+        return "no-xla"
+    return "xla-update" if strategy in ("column", "row") else "xla"
+
+
+def dense_activations(shape: Sequence[int], strategy: str, devices: int, batch: int,
+                      training: bool = True) -> int:
+    """Activation bytes one device holds for a Dense kernel ``W[D, F]`` at global batch ``batch``.
+
+    The layer's input ``x[b, D_in]`` plus three ``[b, F]`` tensors when
+    ``training`` (output, target, output gradient), one otherwise (the
+    output), float32, where ``b`` is the device's part of
+    the batch (``batch / N`` for ``mirrored``, the whole batch otherwise:
+    a ``column`` layout broadcasts the whole ``x[B, D]`` to every device)
+    and ``D_in`` is ``D / N`` for ``row`` (each device reads its slice of x).
+    An estimate for one Dense layer feeding the loss; 0 for weights of
+    other ranks.
+    """
+    if len(shape) != 2:
+        return 0
+    d, f = shape
+    local_batch = batch // devices if strategy == "mirrored" else batch
+    d_in = d // devices if strategy == "row" else d
+    outputs = 3 if training else 1
+    return (tensor_bytes((max(local_batch, 1), d_in), "float32")
+            + outputs * tensor_bytes((max(local_batch, 1), f), "float32"))
+
+
 def plan(
     weights,
     optimizer: str | None = None,
     strategy: str = "mirrored",
     devices: int = 4,
     policy: str | None = None,
-    reserve: int | None = None,
+    reserve: int = 0,
+    *,
+    batch: int = 64,
+    xla: str | bool = "auto",
 ) -> list[DeviceBudget]:
-    """Per-device budgets for a whole model: one :class:`DeviceBudget` per device.
+    """Per-device budgets of one training step for a whole model: one :class:`DeviceBudget` per device.
 
     Args:
         weights: the model's variables: :class:`Weight` objects, plain shapes
@@ -427,73 +541,82 @@ def plan(
             ``.shape`` and ``.dtype`` such as
             :func:`snippets.reproduce_oom.variable_specs`' results.
         optimizer: None (inference: no gradients, no slots) or a name in
-            :data:`OPTIMIZERS`; slots are counted by Keras (snippets.slots).
-        strategy: one of :data:`STRATEGIES`.
+            :data:`OPTIMIZERS`; slots are counted by Keras (snippets.slots),
+            the update's temporaries were measured on the installed Keras
+            (snippets.step_probe).
+        strategy: one of :data:`STRATEGIES`. ``parameter_server`` plans the
+            worker's device: it reads the whole of each variable (the shards
+            concatenated) and computes the whole gradient; the update runs on
+            the parameter servers.
         devices: number of devices N.
         policy: None or a name in :data:`POLICIES`; float variables are then
             stored in float32 and each device also holds compute copies.
-        reserve: bytes per device outside the allocator; default
-            :data:`GPU_RESERVE` (1050 MiB, V100). Pass 0 for the CPU emulation.
+        reserve: what the card keeps outside its allocator, for the record
+            (not added: capacities are the allocator's, see snippets.hardware).
+        batch: global batch size (activations).
+        xla: ``"auto"``, ``"on"``, ``"off"`` or a bool (:func:`resolve_xla`).
 
     Raises:
-        ValueError: for a bad shape, dtype, optimizer, strategy, policy or
-            device count, or a split that does not divide a dimension.
+        ValueError: for a bad shape, dtype, optimizer, strategy, policy,
+            batch, xla or device count, or a split that does not divide a dimension.
     """
     check_optimizer(optimizer)
     check_strategy(strategy)
     check_count(devices)
+    check_count(batch, "batch size")
     if policy is not None and policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; use None or one of {', '.join(POLICIES)}")
-    reserve = GPU_RESERVE if reserve is None else reserve
+    jit = resolve_xla(xla, strategy)
     items = [_as_weight(w) for w in weights]
     if not items:
         raise ValueError("the model has no weights to plan")
 
     budgets = []
     for device in range(devices):
-        resident = grads = slot_total = step_tmp = init_tmp = 0
+        resident = grads = slot_total = update_tmp = init_tmp = activations = aggregation = 0
         for w in items:
             var_dtype = w.dtype
             dtype_bytes(var_dtype)
             compute = var_dtype
             if policy is not None and var_dtype.startswith(("float", "bfloat")):
                 var_dtype, compute = POLICIES[policy]
-            holds = strategy in ("mirrored", "column", "row", "parameter_server", "offload") or device == 0
-            if not holds:
+            if strategy == "single" and device:
                 continue
             shape = local_shape(w.shape, strategy, devices)
+            if strategy in ("parameter_server", "offload"):
+                # The device that runs the layer reads the whole variable.
+                shape = tuple(w.shape)
             nbytes = tensor_bytes(shape, var_dtype)
             trains = optimizer is not None and w.trainable
-            if strategy == "offload":
-                # The variable lives in host RAM; the device holds a copy in
-                # the compute dtype while the layer runs, and computes the
-                # gradient before it is sent to the host.
-                step_tmp += tensor_bytes(shape, compute)
-                grads += nbytes if trains else 0
-                continue
+            activations += dense_activations(w.shape, strategy, devices, batch, trains)
             resident += nbytes
-            if compute != var_dtype:
-                step_tmp += tensor_bytes(shape, compute)
-            if trains and strategy == "parameter_server":
-                # Workers compute the gradients; Keras 3.15 creates the
-                # optimizer's slots full-size on the coordinator, not as
-                # shards on the parameter servers (read by snippets.ledger).
-                pass
-            elif trains:
+            if trains:
                 grads += nbytes
-                from snippets import slots as _slots  # imports Keras: only when counting slots
+            if trains and strategy != "parameter_server":
+                from snippets import slots as _slots  # reads the probe cache; imports Keras only on a miss
+                from snippets import step_probe
 
                 slot_total += _slots.slot_bytes(optimizer, shape, var_dtype)
+                precision = policy if policy is not None and compute != var_dtype else var_dtype
+                if precision in step_probe.PRECISIONS:
+                    units = step_probe.transient_units(optimizer, precision, xla_mode(jit, strategy))
+                    update_tmp += round((units - 1) * nbytes)
+            elif compute != var_dtype:
+                update_tmp += tensor_bytes(shape, compute)
+            if trains and strategy == "mirrored" and devices > 1:
+                aggregation += nbytes
             # MirroredStrategy runs the initializer on replica 0 only; the
             # other replicas start from tf.identity of replica 0's value
             # (_get_variable_creator_initial_value in
             # tensorflow/python/distribute/mirrored_strategy.py, TF 2.21).
-            if strategy not in ("single", "mirrored") or device == 0:
+            hosted = strategy in ("parameter_server", "offload")
+            if not hosted and (strategy not in ("single", "mirrored") or device == 0):
                 init_tmp = max(init_tmp, (init_peak(w.initializer) - 1) * nbytes)
+        step_tmp = activations + max(update_tmp, aggregation)
         transient = max(step_tmp, init_tmp - grads - slot_total, 0)
-        budgets.append(
-            DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp, step_tmp)
-        )
+        budgets.append(DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp,
+                                    step_tmp, activations, update_tmp, aggregation,
+                                    strategy in ("parameter_server", "offload")))
     return budgets
 
 
@@ -535,7 +658,9 @@ def per_device(
     policy: str | None = None,
     *,
     initializer: str | None = "glorot_uniform",
-    reserve: int | None = None,
+    reserve: int = 0,
+    batch: int = 64,
+    xla: str | bool = "auto",
 ) -> list[DeviceBudget]:
     """Per-device budgets for one weight of ``shape`` and ``dtype``: one :class:`DeviceBudget` per device.
 
@@ -544,11 +669,14 @@ def per_device(
     weights, 32 GiB of gradients and a 32 GiB RMSprop velocity; split
     column-wise over 4 devices, a quarter of each.
 
+    A step needs more than that state: the RMSprop update without XLA
+    (MirroredStrategy turns XLA off) makes three more full-size temporaries.
+
     >>> b = per_device([131072, 65536], "float32", "rmsprop", "mirrored", 4)
     >>> len(b), b[0].weights // GiB, b[0].gradients // GiB, b[0].slots // GiB
     (4, 32, 32, 32)
-    >>> (b[0].total - b[0].reserve) // GiB, b[0].reserve // MiB
-    (96, 1050)
+    >>> b[0].update_temporaries // GiB, b[0].step_peak // GiB, b[0].peak_phase
+    (96, 192, 'update')
     >>> [(x.weights + x.gradients + x.slots) // GiB for x in per_device(
     ...     [131072, 65536], "float32", "rmsprop", "column", 4)]
     [24, 24, 24, 24]
@@ -563,8 +691,10 @@ def per_device(
         policy: None or ``"mixed_float16"`` (float32 variable + float16 compute copy).
         initializer: the weight's initializer (default Keras Dense's
             ``glorot_uniform``, peaking at 3x the variable; ``"zeros"``: 1x).
-        reserve: bytes per device outside the allocator (default
-            :data:`GPU_RESERVE`; 0 for the CPU emulation).
+        reserve: what the card keeps outside its allocator, for the record
+            (see :func:`plan`).
+        batch: global batch size (activations).
+        xla: ``"auto"``, ``"on"`` or ``"off"`` (:func:`resolve_xla`).
 
     Raises:
         ValueError: for a bad shape, dtype, optimizer, strategy, policy or
@@ -579,7 +709,7 @@ def per_device(
             "drop the dtype or the policy"
         )
     weight = Weight(tuple(shape), dtype, initializer)
-    return plan([weight], optimizer, strategy, devices, policy, reserve)
+    return plan([weight], optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
 
 
 # --- sharding/precision helpers (other helpers append functions below) ------
@@ -646,9 +776,16 @@ def offload_step_bytes(kernel_shape: Sequence[int], dtype: str = "float32",
     raise ValueError(f"compute must be 'device' or 'host', not {compute!r}")
 
 
-def dense_train_flops(batch: int, d: int, f: int) -> int:
-    """FLOPs of one training step of ``x[B, D] @ W[D, F]``: 2BDF forward, 4BDF backward (dx and dW)."""
-    return 6 * batch * d * f
+def dense_train_flops(batch: int, d: int, f: int, input_grad: bool = False) -> int:
+    """FLOPs of one training step of ``x[B, D] @ W[D, F]``: 2BDF forward, 2BDF for dW, 2BDF for dx.
+
+    ``dx`` is computed only when something before the layer trains
+    (``input_grad``); the seed's Dense reads the model's input, so its step is 4BDF.
+
+    >>> dense_train_flops(64, 131072, 65536) / 1e12, dense_train_flops(64, 131072, 65536, True) / 1e12
+    (2.199023255552, 3.298534883328)
+    """
+    return (6 if input_grad else 4) * batch * d * f
 
 
 def low_rank_bytes(d: int, f: int, rank: int, dtype: str = "float32") -> int:
@@ -732,9 +869,12 @@ def layout_copies(sharding: Sequence[str | None], mesh: dict[str, int]) -> int:
 # device sends per training step, and the least time that takes on NVLink.
 # Pure arithmetic on shapes, no TensorFlow.
 
-#: NVLink 2.0 on a V100-SXM2, one direction, bytes per second: 6 links x
-#: 25 GB/s (NVIDIA Tesla V100 datasheet: "NVLink 300 GB/s", both directions
-#: added). A peak: NCCL reaches less, so times computed with it are lower bounds.
+#: NVLink 2.0 on a V100-SXM2, one direction, bytes per second: the sum of its
+#: 6 links x 25 GB/s (NVIDIA Tesla V100 datasheet: "NVLink 300 GB/s", both
+#: directions added). Reaching it assumes a topology where a collective can
+#: use all six links at once, as NCCL does with several rings on a DGX-1's
+#: hybrid cube-mesh; one ring over single links gets 25 GB/s. A peak: NCCL
+#: reaches less, so times computed with it are lower bounds.
 V100_NVLINK_BYTES_PER_S = 6 * 25e9
 
 #: Collectives a training step of a split Dense layer uses.
@@ -782,10 +922,12 @@ def step_communication(kernel_shape: Sequence[int], batch: int, strategy: str,
 
     * ``mirrored``: each replica computes a full gradient dW[D, F] on its
       part of the batch; one all-reduce of dW per step, whatever the batch.
-    * ``column``: W[D, F_N]; the output slices y[B, F_N] are all-gathered
-      into y[B, F] (forward). Backward needs no collective for dW; dx[B, D]
-      is a sum of N partial products, one all-reduce, only if
-      ``input_grad`` (a layer before this one trains).
+    * ``column``: W[D, F_N]; every device needs the whole input x[B, D]:
+      with an input pipeline that gives each device B/N rows, an all-gather
+      of x (forward). The output slices y[B, F_N] are all-gathered into
+      y[B, F] (forward). Backward needs no collective for dW; dx[B, D] is a
+      sum of N partial products, one all-reduce, only if ``input_grad`` (a
+      layer before this one trains).
     * ``row``: W[D_N, F]; the partial outputs y_i[B, F] are all-reduced
       (forward); dx[B, D_N] stays split, all-gathered only if ``input_grad``.
     * ``column_row``: W1[D, H_N] then W2[H_N, F] with ``kernel_shape`` =
@@ -801,7 +943,7 @@ def step_communication(kernel_shape: Sequence[int], batch: int, strategy: str,
     >>> step_communication([131072, 65536], 64, "mirrored")
     {'all_reduce': 51539607552, 'total': 51539607552}
     >>> step_communication([131072, 65536], 64, "column")
-    {'all_gather': 12582912, 'total': 12582912}
+    {'all_gather': 37748736, 'total': 37748736}
 
     Raises:
         ValueError: for a bad shape, batch, strategy, dtype or device count.
@@ -820,6 +962,7 @@ def step_communication(kernel_shape: Sequence[int], batch: int, strategy: str,
     if strategy == "mirrored":
         add("all_reduce", tensor_bytes((d, f), dtype))
     elif strategy == "column":
+        add("all_gather", x)
         add("all_gather", tensor_bytes((batch, f), dtype))
         if input_grad:
             add("all_reduce", x)

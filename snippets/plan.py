@@ -12,7 +12,7 @@ shapes and dtypes and allocates nothing.
 Run it::
 
     python -m snippets.plan --shape 131072 65536 --optimizer rmsprop --devices 4 \\
-        --device-memory 32480MiB --strategy mirrored
+        --device-memory 30976MiB --strategy mirrored
     python -m snippets.plan --model snippets.reproduce_oom:seed_model --optimizer adam
     python -m snippets.plan --model-json model.json --strategy column
     python -m snippets.plan --help
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets import memory
+from snippets import hardware, memory
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -134,26 +134,33 @@ def remedies(
     devices: int,
     capacity: int,
     policy: str | None = None,
-    reserve: int | None = None,
+    reserve: int = 0,
+    *,
+    batch: int = 64,
+    xla: str = "auto",
 ) -> list[Remedy]:
-    """Configurations that fit ``capacity`` bytes per device, ranked.
+    """Configurations whose step peak fits ``capacity`` bytes per device, ranked.
 
     Fewest changes first; among those, the ones that need no host or
     coordinator RAM; then the smallest peak.
 
     Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
-    in :data:`PRECISIONS`, with the same optimizer and device count; splits
-    that do not divide a dimension are skipped.
+    in :data:`PRECISIONS`, with the same optimizer, device count, batch and
+    XLA setting; splits that do not divide a dimension are skipped, and so
+    is a "shard" over one device (it is no remedy).
     """
     found = []
     for candidate in REMEDY_STRATEGIES:
+        if devices == 1 and candidate in ("column", "row", "parameter_server"):
+            continue
         for label, dtype, new_policy in PRECISIONS:
             chosen_policy = policy if label == "as given" else new_policy
             if candidate == strategy and label == "as given":
                 continue
             changed = with_precision(weights, dtype)
             try:
-                budgets = memory.plan(changed, optimizer, candidate, devices, chosen_policy, reserve)
+                budgets = memory.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
+                                      batch=batch, xla=xla)
             except ValueError:
                 continue
             if max(b.total for b in budgets) <= capacity:
@@ -164,27 +171,49 @@ def remedies(
 
 
 def budget_table(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
-    """The per-device table (tabulate): weights ... total, capacity, fits."""
+    """The per-device table (tabulate): state, the step's transients, both peaks, capacity, fits."""
     from tabulate import tabulate
 
     h = memory.human_bytes
     rows = [
-        [b.device, h(b.weights), h(b.gradients), h(b.slots), h(b.transient), h(b.reserve), h(b.total),
-         h(capacity), "yes" if b.total <= capacity else "NO"]
+        [b.device, h(b.weights), h(b.gradients), h(b.slots), h(b.activations),
+         h(max(b.update_temporaries, b.aggregation)), h(b.init_peak), h(b.step_peak), h(capacity),
+         "yes" if b.total <= capacity else "NO"]
         for b in budgets
     ]
-    headers = ["device", "weights", "gradients", "slots", "transient", "reserve", "total", "capacity", "fits"]
+    headers = ["device", "weights", "grads", "slots", "activ.", "update", "init peak", "step peak",
+               "capacity", "fits"]
     return tabulate(rows, headers=headers, colalign=("right",) * len(headers))
 
 
 def verdict(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
-    """One line: fits (with the headroom) or does not (which device, by how much)."""
+    """One line: fits (with the headroom) or does not (which device, in which phase, by how much)."""
     worst = max(budgets, key=lambda b: b.total)
+    phase = worst.peak_phase
     if worst.total <= capacity:
-        return (f"Fits: the fullest device (device {worst.device}) needs {memory.human_bytes(worst.total)} "
-                f"of {memory.human_bytes(capacity)}, {memory.human_bytes(capacity - worst.total)} to spare.")
-    return (f"Does not fit: device {worst.device} needs {memory.format_bytes(worst.total)} but holds "
-            f"{memory.format_bytes(capacity)}; short by {memory.format_bytes(worst.total - capacity)}.")
+        return (f"Fits: the fullest device (device {worst.device}) peaks at {memory.human_bytes(worst.total)} "
+                f"({phase}) of {memory.human_bytes(capacity)}, {memory.human_bytes(capacity - worst.total)} to spare.")
+    return (f"Does not fit: device {worst.device} peaks at {memory.human_bytes(worst.total)} in the {phase} "
+            f"phase but its allocator has {memory.human_bytes(capacity)}; short by "
+            f"{memory.format_bytes(worst.total - capacity)}.")
+
+
+def as_json(budgets: Sequence[memory.DeviceBudget], capacity: int, **context) -> dict:
+    """The plan as a JSON-ready dict, every figure in bytes.
+
+    Returns:
+        ``{"devices": [{"device", "weights", "gradients", "slots",
+        "activations", "update_temporaries", "reserve", "init_peak",
+        "step_peak", "peak_phase", "capacity", "fits"}, ...], "fits": bool,
+        **context}``; ``update_temporaries`` includes the aggregation buffer
+        where that is larger.
+    """
+    rows = [{"device": b.device, "weights": b.weights, "gradients": b.gradients, "slots": b.slots,
+             "activations": b.activations, "update_temporaries": max(b.update_temporaries, b.aggregation),
+             "reserve": b.reserve, "init_peak": b.init_peak, "step_peak": b.step_peak,
+             "peak_phase": b.peak_phase, "capacity": capacity, "fits": b.total <= capacity}
+            for b in budgets]
+    return {"devices": rows, "fits": all(row["fits"] for row in rows), **context}
 
 
 def report(
@@ -192,25 +221,31 @@ def report(
     optimizer: str | None = None,
     strategy: str = "mirrored",
     devices: int = 4,
-    capacity: int = memory.V100_32GB_MIB * memory.MiB,
+    capacity: int = memory.V100_CAPACITY,
     policy: str | None = None,
-    reserve: int | None = None,
+    reserve: int = 0,
     top: int = 5,
+    *,
+    batch: int = 64,
+    xla: str = "auto",
 ) -> str:
-    """The CLI's text: table, verdict, host bytes if any, and up to ``top`` ranked remedies.
+    """The CLI's text: table, verdict, host bytes if any and, when it does not fit, up to ``top`` remedies.
 
     Raises:
         ValueError: as :func:`snippets.memory.plan` does.
     """
-    budgets = memory.plan(weights, optimizer, strategy, devices, policy, reserve)
+    budgets = memory.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
+    jit = memory.resolve_xla(xla, strategy)
     lines = [budget_table(budgets, capacity), "", verdict(budgets, capacity)]
+    if optimizer:
+        lines.append(f"Batch {batch}; optimizer update {'XLA-compiled' if jit else 'without XLA'}"
+                     f"{' (xla auto, as Keras decides on a GPU host)' if xla == 'auto' else ''}.")
     host = memory.host_bytes(weights, optimizer, strategy, devices, policy)
     if host:
         lines.append(f"Host (or coordinator) RAM also holds {memory.format_bytes(host)}.")
-    lines.append("Not counted: activations (they grow with the batch)"
-                 + (", and the optimizer update's own temporaries unless XLA fuses it "
-                    "(measured in the Memory budget chapter)." if optimizer else "."))
-    found = remedies(weights, optimizer, strategy, devices, capacity, policy, reserve)
+    fits = max(b.total for b in budgets) <= capacity
+    found = [] if fits else remedies(weights, optimizer, strategy, devices, capacity, policy, reserve,
+                                     batch=batch, xla=xla)
     if found:
         lines += ["", "Remedies that fit, fewest changes first:"]
         for rank, remedy in enumerate(found[:top], 1):
@@ -219,22 +254,23 @@ def report(
                 host_note = f"; host or coordinator RAM holds {memory.human_bytes(remedy.host)}"
             lines.append(f"  {rank}. {remedy.label(devices)}: peak {memory.human_bytes(remedy.peak)} "
                          f"per device, {memory.human_bytes(capacity - remedy.peak)} to spare{host_note}")
-    elif max(b.total for b in budgets) > capacity:
+    elif not fits:
         lines += ["", f"No placement or precision tried fits {devices} devices of "
                       f"{memory.human_bytes(capacity)}: add devices, or factorise the largest weight."]
     return "\n".join(lines)
 
 
 #: The configurations the "Memory budget" chapter's stacked bar plot compares:
-#: (label, strategy, variable dtype, policy), all with the seed layer on 4 devices.
+#: (label, strategy, variable dtype, policy, xla), all with the seed layer on 4 devices.
 FIGURE_CONFIGS = (
-    ("mirrored float32", "mirrored", "float32", None),
-    ("mirrored mixed_float16", "mirrored", "float32", "mixed_float16"),
-    ("mirrored float16", "mirrored", "float16", None),
-    ("offload float32", "offload", "float32", None),
-    ("row x4 float32", "row", "float32", None),
-    ("column x4 float32", "column", "float32", None),
-    ("column x4 float16", "column", "float16", None),
+    ("mirrored float32", "mirrored", "float32", None, "auto"),
+    ("mirrored mixed_float16", "mirrored", "float32", "mixed_float16", "auto"),
+    ("mirrored float16", "mirrored", "float16", None, "auto"),
+    ("offload float32", "offload", "float32", None, "auto"),
+    ("column x4 float32 no XLA", "column", "float32", None, "off"),
+    ("column x4 float32 XLA", "column", "float32", None, "auto"),
+    ("row x4 float32 XLA", "row", "float32", None, "auto"),
+    ("column x4 float16 no XLA", "column", "float16", None, "off"),
 )
 
 
@@ -250,8 +286,8 @@ def figure_data(optimizer: str | None = "rmsprop", devices: int = 4) -> list[tup
     the chapter prints it, so the picture and the text come from one call.
     """
     rows = []
-    for label, strategy, dtype, policy in FIGURE_CONFIGS:
-        budgets = memory.plan(seed_weights(dtype), optimizer, strategy, devices, policy)
+    for label, strategy, dtype, policy, xla in FIGURE_CONFIGS:
+        budgets = memory.plan(seed_weights(dtype), optimizer, strategy, devices, policy, xla=xla)
         rows.append((label, max(budgets, key=lambda b: b.total)))
     return rows
 
@@ -285,9 +321,9 @@ def benchmark(repeats: int = 5) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.plan",
-        description="Per-device memory plan (weights, gradients, optimizer slots, temporaries, reserve) "
-        "for a model or plain shapes under a placement, with a verdict and ranked remedies. "
-        "Allocates nothing.",
+        description="Per-device peak of one training step (weights, gradients, optimizer slots, activations, "
+        "update temporaries; init and step peaks) for a model or plain shapes under a placement, with a "
+        "verdict and, when it does not fit, ranked remedies. Allocates nothing.",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--shape", type=int, nargs="+", action="append", metavar="DIM",
@@ -306,22 +342,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"placement: {', '.join(memory.STRATEGIES)} (default mirrored)")
     parser.add_argument("--initializer", default="glorot_uniform", choices=sorted(memory.INIT_PEAK),
                         metavar="NAME",
-                        help=f"one of {', '.join(sorted(memory.INIT_PEAK))}: initializer of --shape weights (default glorot_uniform, Keras Dense's; zeros peaks lower)")
+                        help=f"one of {', '.join(sorted(memory.INIT_PEAK))}: initializer of --shape weights "
+                        "(default glorot_uniform, Keras Dense's; zeros peaks lower)")
     parser.add_argument("--devices", type=int, default=4, metavar="N", help="number of devices (default 4)")
-    parser.add_argument("--device-memory", default=f"{memory.V100_32GB_MIB}MiB", metavar="SIZE",
-                        help="memory per device: 32480MiB (V100-SXM2-32GB, default), 32GiB, 32GB")
-    parser.add_argument("--reserve", default=f"{memory.GPU_RESERVE // memory.MiB}MiB", metavar="SIZE",
-                        help="per-device memory outside the allocator (default 1050MiB, TensorFlow's "
-                        "MinSystemMemory for a V100; 0B for CPU emulation)")
+    parser.add_argument("--batch", type=int, default=64, metavar="N", help="global batch size (default 64)")
+    parser.add_argument("--xla", default="auto", choices=memory.XLA_CHOICES,
+                        help="XLA for the optimizer update: auto (what Keras chooses on a GPU host for the "
+                        "placement), on, off")
+    parser.add_argument("--card", default=hardware.DEFAULT_CARD, metavar="NAME",
+                        help=f"GPU model, for capacity and reserve: {', '.join(hardware.CARDS)} "
+                        f"(default {hardware.DEFAULT_CARD})")
+    parser.add_argument("--device-memory", default=None, metavar="SIZE",
+                        help="what each device's allocator gets, overriding --card: e.g. 30976MiB (a logical "
+                        "device with memory_limit, which has no reserve), 30GiB, 32GB")
     parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes")
     return parser
-
-
-def _parse_reserve(text: str) -> int:
-    # parse_size refuses 0, but no reserve at all is what the CPU emulation has.
-    if re.fullmatch(r"\s*0+(\.0*)?\s*[a-zA-Z]*\s*", text):
-        return 0
-    return memory.parse_size(text)
 
 
 def _user_model(read: Callable, source, name: str) -> list[memory.Weight]:
@@ -333,15 +369,34 @@ def _user_model(read: Callable, source, name: str) -> list[memory.Weight]:
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: {message}") from None
 
 
+def _weights(args) -> list[memory.Weight]:
+    if args.model:
+        build = import_callable(args.model)
+        return with_precision(_user_model(model_weights, build, args.model), args.dtype)
+    if args.model_json:
+        try:
+            with open(args.model_json, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as error:
+            raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
+        return with_precision(_user_model(json_weights, text, args.model_json), args.dtype)
+    shapes = args.shape or [[131072, 65536]]
+    return [memory.Weight(memory.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.top < 0:
             raise ValueError(f"--top must be 0 or more, not {args.top}")
-        capacity = memory.parse_size(args.device_memory)
-        reserve = _parse_reserve(args.reserve)
+        card = hardware.card(args.card)
+        if args.device_memory is None:
+            capacity, reserve = card.allocator_mib * memory.MiB, card.reserve_mib * memory.MiB
+        else:
+            capacity, reserve = memory.parse_size(args.device_memory), 0
         memory.check_count(args.devices)
+        memory.check_count(args.batch, "--batch")
         memory.check_optimizer(args.optimizer)
         memory.check_strategy(args.strategy)
         if args.dtype is not None:
@@ -350,22 +405,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Same refusal as memory.per_device: a policy fixes the variable dtype.
             raise ValueError(f"--policy {args.policy} stores {memory.POLICIES[args.policy][0]} variables, "
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
-        if args.model:
-            build = import_callable(args.model)
-            weights = with_precision(_user_model(model_weights, build, args.model), args.dtype)
-        elif args.model_json:
-            try:
-                with open(args.model_json, encoding="utf-8") as handle:
-                    text = handle.read()
-            except OSError as error:
-                raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
-            weights = with_precision(_user_model(json_weights, text, args.model_json), args.dtype)
+        weights = _weights(args)
+        if args.json:
+            budgets = memory.plan(weights, args.optimizer, args.strategy, args.devices, args.policy, reserve,
+                                  batch=args.batch, xla=args.xla)
+            text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
+                                      batch=args.batch, xla=memory.resolve_xla(args.xla, args.strategy),
+                                      card=None if args.device_memory else card.name), indent=1)
         else:
-            shapes = args.shape or [[131072, 65536]]
-            weights = [memory.Weight(memory.check_shape(s), args.dtype or "float32", args.initializer)
-                       for s in shapes]
-        text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,
-                      reserve, args.top)
+            text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,
+                          reserve, args.top, batch=args.batch, xla=args.xla)
     except ValueError as error:
         parser.error(str(error).splitlines()[0])
     print(text)

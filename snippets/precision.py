@@ -11,7 +11,7 @@ layer ``Dense(65536)`` on inputs of width 131072 (kernel ``W[131072, 65536]``):
   >>> [memory.tensor_bytes([131072, 65536], d) // memory.GiB for d in ("float16", "float32")]
   [16, 32]
 
-* which of those tensors one 32480 MiB device (a V100-SXM2-32GB) can reserve,
+* which of those tensors one 30976 MiB device (a V100-SXM2-32GB) can reserve,
   tried at full size on the capped allocator with ``tf.raw_ops.Empty`` (it
   reserves without touching a page);
 * which 16-bit dtype the visible GPUs support: bfloat16 needs compute
@@ -467,14 +467,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         budget_policy = policy if policy in memory.POLICIES else None
         mirrored = memory.per_device(args.shape, spec.dtype, args.optimizer, "mirrored", args.devices,
                                      budget_policy, reserve=0)[0]
-        column = memory.per_device(args.shape, spec.dtype, args.optimizer, "column", args.devices,
-                                   budget_policy, reserve=0)[0]
+        column = [memory.per_device(args.shape, spec.dtype, args.optimizer, "column", args.devices,
+                                    budget_policy, xla=xla)[0] for xla in ("on", "off")]
         rows.append((policy, spec.dtype, memory.human_bytes(spec.nbytes),
-                     memory.human_bytes(mirrored.step_peak), memory.human_bytes(column.step_peak)))
+                     memory.human_bytes(mirrored.total),
+                     *(memory.human_bytes(b.total) for b in column)))
     print(tabulate(rows, headers=["policy", "kernel dtype", "kernel",
-                                  f"mirrored step, {args.optimizer}",
-                                  f"column-sharded / {args.devices}"]))
-    print(f"\nOne V100-SXM2-32GB: {memory.format_bytes(memory.V100_32GB_MIB * memory.MiB)}")
+                                  f"mirrored, {args.optimizer}",
+                                  f"column / {args.devices}, XLA", "no XLA"]))
+    print(f"\nPeaks per device of one step at batch 64 (or of initialisation, if larger). "
+          f"One V100-SXM2-32GB's allocator: {memory.format_bytes(memory.V100_CAPACITY)}")
     return 0
 
 

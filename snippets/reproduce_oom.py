@@ -3,13 +3,13 @@
 The scenario: a Keras model whose ``Dense(65536)`` layer reads inputs of width
 131072, so its kernel is ``W[131072, 65536]`` float32, created and compiled
 (RMSprop, mean squared error) inside ``tf.distribute.MirroredStrategy`` over
-4 devices of 32480 MiB (V100-SXM2-32GB). Creating the kernel fails on
+4 devices of 30976 MiB (V100-SXM2-32GB). Creating the kernel fails on
 device 0, because 131072 x 65536 x 4 B = 32 GiB is more than one device holds
 and MirroredStrategy wants a full copy on every device.
 
 Run it::
 
-    python -m snippets.reproduce_oom                       # the seed, 4 x 32480 MiB
+    python -m snippets.reproduce_oom                       # the seed, 4 x 30976 MiB
     python -m snippets.reproduce_oom --device-memory 32GB  # other capacities
     python -m snippets.reproduce_oom --help
 
@@ -195,6 +195,12 @@ class Diagnosis:
     def fits(self) -> bool:
         return self.weights_per_replica <= self.device_bytes
 
+    def step_multiple(self) -> float:
+        """The planner's RMSprop step peak on one replica, in units of the largest variable."""
+        dtype = self.largest.dtype if self.largest.dtype in memory.DTYPE_BYTES else "float32"
+        step = memory.per_device(self.largest.shape, dtype, "rmsprop", "mirrored", self.replicas)[0]
+        return step.step_peak / self.largest.nbytes
+
     def lines(self) -> list[str]:
         big = self.largest
         short = big.nbytes - self.device_bytes
@@ -212,8 +218,8 @@ class Diagnosis:
             f"(the devices hold {memory.format_bytes(self.device_bytes * self.replicas)} together)",
             "why the total does not help: each device's allocator serves only that device; "
             "memory is never pooled, so every replica must hold the whole variable by itself.",
-            "training needs more: gradients and RMSprop's slot are each as large as the weights "
-            "(see the Memory budget chapter).",
+            f"a training step needs {self.step_multiple():.0f} x the variable with RMSprop under MirroredStrategy "
+            "(gradient, slot and the update's temporaries; see the Memory budget chapter).",
         ]
 
 

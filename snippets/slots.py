@@ -80,6 +80,27 @@ def make_optimizer(name: str):
 def slot_layout(optimizer: str, rank: int, dtype: str = "float32") -> tuple[SlotShape, ...]:
     """The per-weight slots Keras creates for a weight of ``rank`` and ``dtype``.
 
+    Read from the probe cache (``snippets/data/step_probes.json``, written by
+    ``python -m snippets.step_probe --write`` from :func:`probe_slot_layout`,
+    re-probed by the tests), so planning does not import TensorFlow; a rank
+    or dtype the cache lacks is probed live.
+
+    Raises:
+        ValueError: for an unknown optimizer name, or rank > 8.
+    """
+    check_optimizer(optimizer)
+    from snippets import step_probe
+
+    cached = step_probe.load_cache()["slots"].get(f"{optimizer}/{rank}/{dtype}")
+    if cached is None:
+        return probe_slot_layout(optimizer, rank, dtype)
+    return tuple(SlotShape(tuple((kind, n) for kind, n in dims), slot_dtype) for dims, slot_dtype in cached)
+
+
+@functools.lru_cache(maxsize=None)
+def probe_slot_layout(optimizer: str, rank: int, dtype: str = "float32") -> tuple[SlotShape, ...]:
+    """The per-weight slots the installed Keras creates for a weight of ``rank`` and ``dtype``, probed live.
+
     Builds ``optimizer`` on one probe variable of shape ``(2, 3, 5, ...)[:rank]``
     in a throw-away graph and keeps the optimizer variables named after the
     probe (global ones such as ``iteration`` and ``learning_rate`` are not

@@ -17,19 +17,20 @@ def test_seed_inference_mirrored_is_a_full_copy_per_replica():
     budgets = per_device(SEED, "float32", None, "mirrored", 4, initializer="zeros")
     assert [b.device for b in budgets] == [0, 1, 2, 3]
     assert {b.weights for b in budgets} == {34359738368}
-    assert {b.gradients + b.slots + b.transient for b in budgets} == {0}
-    assert {b.reserve for b in budgets} == {1050 * MiB}
-    assert budgets[0].total == 34359738368 + 1101004800
+    assert {b.gradients + b.slots + b.update_temporaries for b in budgets} == {0}
+    assert {b.reserve for b in budgets} == {0}  # capacities are the allocator's: nothing to add
+    # x[16, 131072] and y[16, 65536] float32: each replica sees a quarter of the batch of 64.
+    assert {b.activations for b in budgets} == {16 * (131072 + 65536) * 4}
+    assert budgets[0].total == 34359738368 + budgets[0].activations
 
 
 def test_single_keeps_everything_on_device_0():
     budgets = per_device(SEED, "float32", None, "single", 4, initializer="zeros", reserve=0)
-    assert [b.total for b in budgets] == [32 * GiB, 0, 0, 0]
+    assert [b.total - b.activations for b in budgets] == [32 * GiB, 0, 0, 0]
+    assert [b.activations > 0 for b in budgets] == [True, False, False, False]
 
 
-@pytest.mark.parametrize("strategy, piece", [
-    ("column", (131072, 16384)), ("row", (32768, 65536)), ("parameter_server", (32768, 65536)),
-])
+@pytest.mark.parametrize("strategy, piece", [("column", (131072, 16384)), ("row", (32768, 65536))])
 def test_sharded_strategies_hold_a_quarter(strategy, piece):
     assert memory.local_shape(SEED, strategy, 4) == piece
     budgets = per_device(SEED, "float32", None, strategy, 4, initializer="zeros")
@@ -57,7 +58,8 @@ def test_dtypes(dtype, nbytes):
 def test_mixed_float16_keeps_float32_variables_plus_a_float16_copy():
     budget = per_device(SEED, "float32", None, "mirrored", 4, "mixed_float16", initializer="zeros")[0]
     assert budget.weights == 32 * GiB
-    assert budget.step_transient == budget.transient == 16 * GiB
+    assert budget.update_temporaries == 16 * GiB
+    assert budget.step_transient == budget.transient == 16 * GiB + budget.activations
     with pytest.raises(ValueError, match="stores float32 variables, not float16"):
         per_device(SEED, "float16", None, "mirrored", 4, "mixed_float16")
 
@@ -66,17 +68,41 @@ def test_glorot_init_peaks_at_3x_on_the_device_that_initialises():
     glorot = per_device(SEED, "float32", None, "mirrored", 4, initializer="glorot_uniform", reserve=0)
     zeros = per_device(SEED, "float32", None, "mirrored", 4, initializer="zeros", reserve=0)
     # MirroredStrategy computes the initial value on the first replica only.
-    assert [b.total for b in glorot] == [96 * GiB, 32 * GiB, 32 * GiB, 32 * GiB]
-    assert [b.total for b in zeros] == [32 * GiB] * 4
+    assert [b.init_peak for b in glorot] == [96 * GiB, 32 * GiB, 32 * GiB, 32 * GiB]
+    assert [b.init_peak for b in zeros] == [32 * GiB] * 4
+    assert glorot[0].peak_phase == "init" and glorot[1].peak_phase == "forward"
     column = per_device(SEED, "float32", None, "column", 4, initializer="GlorotUniform", reserve=0)
     assert [b.init_peak for b in column] == [24 * GiB] * 4
 
 
-def test_offload_moves_variables_to_the_host():
+def test_offload_moves_variables_to_the_host_but_the_device_reads_a_copy():
     budgets = per_device(SEED, "float32", None, "offload", 4, initializer="zeros", reserve=0)
-    assert {b.weights for b in budgets} == {0}
-    assert {b.transient for b in budgets} == {32 * GiB}  # the compute copy
+    # Nothing on the device while the host initialises; a full read copy while the layer runs.
+    assert {b.init_peak for b in budgets} == {0}
+    assert {b.weights for b in budgets} == {32 * GiB}
     assert memory.host_bytes([SEED], None, "offload", 4) == 32 * GiB
+    trained = per_device(SEED, "float32", "rmsprop", "offload", 4)[0]
+    # On a GPU host the update's arithmetic runs on the default device, GPU:0: slot copies and temporaries there.
+    assert trained.slots == 32 * GiB and trained.peak_phase == "update"
+
+
+def test_step_peak_follows_the_measured_update_temporaries():
+    mirrored = per_device(SEED, "float32", "rmsprop", "mirrored", 4)[0]
+    # RMSprop without XLA (MirroredStrategy): gradient + three temporaries on top of weight and velocity.
+    assert mirrored.update_temporaries == 3 * 32 * GiB
+    assert mirrored.step_peak == 6 * 32 * GiB + mirrored.activations
+    assert mirrored.phases["aggregation"] == 4 * 32 * GiB + mirrored.activations
+    column = per_device(SEED, "float32", "rmsprop", "column", 4)[0]
+    assert column.update_temporaries == 0 and column.total < memory.V100_CAPACITY
+    assert per_device(SEED, "float32", "rmsprop", "column", 4, xla="off")[0].total > memory.V100_CAPACITY
+    worker = per_device(SEED, "float32", "rmsprop", "parameter_server", 4)[0]
+    assert (worker.weights, worker.gradients, worker.slots) == (32 * GiB, 32 * GiB, 0)
+
+
+def test_xla_resolves_as_on_a_gpu_host():
+    assert [memory.resolve_xla("auto", s) for s in memory.STRATEGIES] == [True, False, True, True, False, False]
+    with pytest.raises(ValueError, match="xla must be one of auto, on, off, not 'yes'"):
+        memory.resolve_xla("yes", "single")
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -100,14 +100,16 @@ def test_seed_figures_per_ps_task_and_per_worker():
     # What --full-shape --ps 4 reserves and prints, checked as arithmetic here.
     shard = ps.check_even_shards((131072, 65536), 4)
     assert shard == (32768, 65536) and memory.tensor_bytes(shard) == 8589934592
-    per_task = memory.per_device((131072, 65536), "float32", "rmsprop", "parameter_server", 4)
-    assert [b.weights for b in per_task] == [8589934592] * 4
-    assert 2 * memory.tensor_bytes((131072, 65536)) == 64 * memory.GiB > memory.V100_32GB_MIB * memory.MiB
+    # The planner's parameter_server budget is the worker's GPU: the whole kernel and its gradient.
+    worker = memory.per_device((131072, 65536), "float32", "rmsprop", "parameter_server", 4)[0]
+    assert (worker.weights, worker.gradients, worker.slots) == (32 * memory.GiB, 32 * memory.GiB, 0)
+    assert 2 * memory.tensor_bytes((131072, 65536)) == 64 * memory.GiB > memory.V100_CAPACITY
+    assert [name for name, peak in worker.phases.items() if peak > memory.V100_CAPACITY][0] == "forward"
 
 
 @pytest.mark.parametrize("argv, expected", [
     (["--full-shape", "--ps", "3"], "cannot split dimension 0 of shape [131072, 65536] (size 131072) evenly over 3 devices"),
-    (["--full-shape", "--ps", "1"], "68719476736 B (64 GiB) per ps task does not fit 32480MiB; use more ps tasks (--ps)"),
+    (["--full-shape", "--ps", "1"], "68719476736 B (64 GiB) per ps task does not fit 30976MiB; use more ps tasks (--ps)"),
 ])
 def test_full_shape_bad_input_is_one_clear_line(capsys, argv, expected):
     with pytest.raises(SystemExit) as exit_info:

@@ -8,7 +8,8 @@ import pytest
 from tests.harness import ROOT, Kernel
 
 SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", "rmsprop",
-             "--devices", "4", "--device-memory", "32480MiB", "--strategy", "mirrored"]
+             "--devices", "4", "--card", "V100-SXM2-32GB", "--strategy", "mirrored", "--batch", "64"]
+GiB = 2**30
 
 
 def run(*argv):
@@ -35,33 +36,61 @@ def test_seed_table_verdict_and_ranked_remedies(kernel):
     code, out = kernel.call("tests.remote.budget:run_cli", SEED_ARGS)
     assert code == 0
     header = next(line for line in out.splitlines() if "weights" in line)
-    assert header.split() == ["device", "weights", "gradients", "slots", "transient", "reserve",
-                              "total", "capacity", "fits"]
+    assert header.split() == ["device", "weights", "grads", "slots", "activ.", "update", "init", "peak",
+                              "step", "peak", "capacity", "fits"]
     rows = [line.split() for line in out.splitlines() if line.split()[-1:] in (["NO"], ["yes"])]
     assert len(rows) == 4
     for row in rows:
         assert row[1:7] == ["32", "GiB", "32", "GiB", "32", "GiB"]
-        assert row[-1] == "NO"
-    assert ("Does not fit: device 0 needs 104180219904 B (97.03 GiB) but holds 34057748480 B "
-            "(31.72 GiB); short by 70122471424 B (65.31 GiB).") in out
+        assert row[-3:] == ["30.25", "GiB", "NO"]
+    # The update without XLA (MirroredStrategy turns it off) needs three more copies: 6 x 32 GiB.
+    assert "Does not fit: device 0 peaks at 192.02 GiB in the update phase" in out
+    assert "its allocator has 30.25 GiB" in out
     remedies = [line.strip() for line in out.splitlines() if line.strip()[:2] in {"1.", "2.", "3.", "4.", "5."}]
-    assert len(remedies) == 5
-    # One change (shard 4 ways: 24 GiB + 1050 MiB reserve) ranks above two (shard + float16).
-    assert [line[3:].split(":")[0] for line in remedies[:3]] == [
-        "4-way column shard", "4-way row shard", "4 parameter servers"]  # host RAM ranks last
-    assert all("peak 25.03 GiB per device, 6.69 GiB to spare" in line for line in remedies[:3])
-    assert remedies[3][3:].startswith(("4-way column shard + float16: peak 13.03 GiB",
-                                       "4-way column shard + bfloat16: peak 13.03 GiB"))
-    assert any("parameter servers" in line and "coordinator RAM holds 32 GiB" in line for line in remedies)
-    assert not any("mirrored" in line for line in remedies)
+    assert remedies, out
+    # One change (shard 4 ways, each shard's update compiled per device) ranks above two; the
+    # smaller peak first (the row layout reads a quarter of the input).
+    assert [line[3:].split(":")[0] for line in remedies[:2]] == ["4-way row shard", "4-way column shard"]
+    assert "4-way column shard: peak 24.08 GiB per device, 6.17 GiB to spare" in remedies[1]
+    assert not any("mirrored" in line or "parameter servers" in line for line in remedies)
 
 
-@pytest.mark.parametrize("memory_text", ["32480MiB", "32GiB", "32GB"])
+def test_a_plan_that_fits_lists_no_remedies_and_json_has_every_field(kernel):
+    code, out = kernel.call("tests.remote.budget:run_cli", [
+        "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column"])
+    assert code == 0 and "Fits:" in out and "Remedies" not in out
+    code, out = kernel.call("tests.remote.budget:run_cli", [
+        "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column", "--json"])
+    import json
+
+    plan = json.loads(out)
+    fields = {"device", "weights", "gradients", "slots", "activations", "update_temporaries", "reserve",
+              "init_peak", "step_peak", "capacity", "fits"}
+    assert len(plan["devices"]) == 4 and all(fields <= set(row) for row in plan["devices"])
+    row = plan["devices"][0]
+    assert row["capacity"] == 30976 * 2**20 and row["reserve"] == 1050 * 2**20 and row["fits"] is True
+    assert row["weights"] == row["gradients"] == row["slots"] == 8 * GiB
+    assert plan["xla"] is True and plan["fits"] is True
+
+
+def test_xla_off_turns_the_column_shard_into_a_miss(kernel):
+    code, out = kernel.call("tests.remote.budget:run_cli", [
+        "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column", "--xla", "off"])
+    assert code == 0 and "Does not fit: device 0 peaks at 48.08 GiB in the update phase" in out
+
+
+def test_one_device_never_offers_a_one_way_shard(kernel):
+    code, out = kernel.call("tests.remote.budget:run_cli", [
+        "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "single", "--devices", "1"])
+    assert code == 0 and "Does not fit" in out
+    assert "1-way" not in out and "parameter servers" not in out
+
+
+@pytest.mark.parametrize("memory_text", ["30976MiB", "32GiB", "32GB"])
 def test_device_memory_units(kernel, memory_text):
     code, out = kernel.call("tests.remote.budget:run_cli", [
-        "--shape", "1024", "1024", "--devices", "2", "--device-memory", memory_text, "--reserve", "0B",
-        "--initializer", "zeros"])
-    capacity = {"32480MiB": "31.72 GiB", "32GiB": "32 GiB", "32GB": "29.8 GiB"}[memory_text]
+        "--shape", "1024", "1024", "--devices", "2", "--device-memory", memory_text, "--initializer", "zeros"])
+    capacity = {"30976MiB": "30.25 GiB", "32GiB": "32 GiB", "32GB": "29.8 GiB"}[memory_text]
     assert code == 0 and capacity in out and "Fits:" in out
 
 
@@ -106,6 +135,9 @@ def test_benchmark_returns_figures(kernel):
     (["--device-memory", "lots"], "'lots' is not a memory size"),
     (["--model", "no_such_module:build"], "cannot import 'no_such_module' for --model"),
     (["--model-json", "/no/such/file.json"], "cannot read --model-json /no/such/file.json"),
+    (["--card", "V100"], "unknown card 'V100'; use one of V100-SXM2-32GB"),
+    (["--batch", "0"], "--batch must be a positive integer, not 0"),
+    (["--xla", "maybe"], "argument --xla: invalid choice: 'maybe'"),
     (["--initializer", "foo"], "argument --initializer: invalid choice: 'foo' (choose from"),
     (["--policy", "mixed_float16", "--dtype", "float16"],
      "--policy mixed_float16 stores float32 variables, not --dtype float16; drop --dtype or --policy"),

@@ -2,7 +2,7 @@
 
 The bfloat16 decision runs here in the test process against a stand-in for
 ``tf.config`` (no TensorFlow, no GPU needed); everything else runs in one
-kernel with 4 logical CPUs capped at 32480 MiB (tests/remote/precision_cases.py).
+kernel with 4 logical CPUs capped at 30976 MiB (tests/remote/precision_cases.py).
 """
 
 import sys
@@ -142,13 +142,13 @@ def test_F11_dense_dtype_float16_under_float32_policy(kernel):
 def test_F11_mirrored_strategy_still_copies_float16_to_every_replica(kernel):
     kind, components = kernel.call(f"{REMOTE}:mirrored_float16", (1024, 256))
     assert kind == "MirroredVariable"
-    assert components == [(f"CPU:{i}", (1024, 256), "float16", 524288) for i in range(4)]
+    assert components == [(f"CPU:{i}", (1024, 256), "float16", 524288) for i in range(1, 5)]
     budgets = memory.per_device(SEED, "float16", None, "mirrored", 4)
     assert [b.weights for b in budgets] == [17179869184] * 4
 
 
 def test_float16_alone_does_not_fit_a_v100_but_a_quarter_shard_does(kernel):
-    # Full size, reserved without being written, under a 32480 MiB cap.
+    # Full size, reserved without being written, under a 30976 MiB cap.
     assert kernel.call(f"{REMOTE}:reserve_training", SEED, "float16") == [
         ("weight", 17179869184, True), ("gradient", 17179869184, False)]
     assert kernel.call(f"{REMOTE}:reserve_training", (131072, 16384), "float16") == [
@@ -156,18 +156,20 @@ def test_float16_alone_does_not_fit_a_v100_but_a_quarter_shard_does(kernel):
 
 
 def test_float16_budget_per_replica_and_sharded(kernel):
-    # float16 alone: 48 GiB per replica with RMSprop; float16 + 4-way column sharding: 12 GiB.
-    v100 = memory.V100_32GB_MIB * memory.MiB
+    # float16 alone: 48 GiB of state per replica with RMSprop, and a step of twice that;
+    # float16 + 4-way column sharding: 12 GiB of state, and a step that fits a V100.
+    v100 = memory.V100_CAPACITY
+    state = lambda b: sum(b[:3])  # noqa: E731
     mirrored = kernel.call(f"{REMOTE}:budgets", SEED, "float16", "rmsprop", "mirrored", 4)
     assert [b[:3] for b in mirrored] == [(16 * memory.GiB,) * 3] * 4
-    assert all(b[3] == 48 * memory.GiB and b[4] > v100 for b in mirrored)
+    assert all(state(b) == 48 * memory.GiB and b[3] >= 96 * memory.GiB and b[4] > v100 for b in mirrored)
     column = kernel.call(f"{REMOTE}:budgets", SEED, "float16", "rmsprop", "column", 4)
-    assert all(b[3] == 12 * memory.GiB and b[4] <= v100 for b in column)
-    # mixed_float16 is no smaller than float32: same float32 state, plus the float16 copy.
+    assert all(state(b) == 12 * memory.GiB and b[4] <= v100 for b in column)
+    # mixed_float16 is no smaller than float32: the same float32 state, and a step at least as large.
     f32 = kernel.call(f"{REMOTE}:budgets", SEED, "float32", "rmsprop", "mirrored", 4)[0]
     mixed = kernel.call(f"{REMOTE}:budgets", SEED, "float32", "rmsprop", "mirrored", 4, "mixed_float16")[0]
-    assert f32[3] == 96 * memory.GiB
-    assert mixed[:3] == f32[:3] and mixed[3] == f32[3] + 16 * memory.GiB
+    assert state(f32) == 96 * memory.GiB
+    assert mixed[:3] == f32[:3] and mixed[3] >= f32[3]
 
 
 def test_loss_scaling_rescues_an_underflowing_float16_gradient(kernel):

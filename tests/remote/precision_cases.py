@@ -2,12 +2,12 @@
 
 Every function configures the same devices first (``devices.configure`` is
 idempotent for the same arguments), so they can run in one kernel in any order:
-4 logical CPUs sharing one BFC allocator capped at 32480 MiB (one V100's worth).
+4 logical CPUs sharing one BFC allocator capped at 30976 MiB (one V100's worth).
 """
 
 from snippets import devices, placement, precision
 
-COUNT, DEVICE_MEMORY = 4, "32480MiB"
+COUNT, DEVICE_MEMORY = 4, "30976MiB"
 
 
 def _setup():

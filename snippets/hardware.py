@@ -1,0 +1,140 @@
+"""What a real GPU gives TensorFlow: a small table by card, and the reserve rule.
+
+A "32 GB" card does not give TensorFlow 32 GB. The driver reports its total
+(``nvidia-smi --query-gpu=memory.total``); creating the CUDA context takes a
+few hundred MiB of it; then TensorFlow keeps ``MinSystemMemory`` back for
+cuBLAS/cuDNN workspaces and the like, and hands the rest to its BFC allocator.
+That last figure is what a tensor has to fit in, and TensorFlow logs it when
+the device is created::
+
+    Created device /job:localhost/replica:0/task:0/device:GPU:0 with 30976 MB memory:
+      -> device: 0, name: Tesla V100-SXM2-32GB, pci bus id: 0000:89:00.0, compute capability: 7.0
+
+(the figure is ``bytes_limit >> 20``, so "MB" there means MiB).
+
+>>> card("V100-SXM2-32GB").allocator_mib
+30976
+>>> min_system_memory_mib((7, 0)), min_system_memory_mib((8, 0)), min_system_memory_mib((9, 0))
+(1050, 1536, 1800)
+>>> allocator_bytes("V100-SXM2-32GB") / 2**30
+30.25
+
+A logical device made with ``tf.config.LogicalDeviceConfiguration(memory_limit=M)``
+gets exactly M MiB and skips the reserve: that is why a "V100" emulated with
+``memory_limit=32480`` has about 1.5 GiB more than a real one, and why this
+site's default capacity is the logged figure, not the box's.
+
+Sources: ``MinSystemMemory`` in ``tensorflow/core/common_runtime/gpu/gpu_device.cc``
+(TF 2.1x: 1050 MiB for compute capability <= 7.x, 1536 MiB for 8.x, 1800 MiB
+for 9.x and newer; 225 MiB when less than 2 GiB is free;
+``TF_DEVICE_MIN_SYS_MEMORY_IN_MB`` overrides it); each card's figures cite
+the logs they were read from. The logged figure varies by a few tens of MiB
+with the driver and TensorFlow version; the table keeps one observed value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Card:
+    """One GPU model as TensorFlow sees it.
+
+    Attributes:
+        name: the short name this site uses (``"V100-SXM2-32GB"``).
+        total_mib: memory the driver reports (``nvidia-smi`` ``memory.total``), MiB.
+        compute_capability: ``(major, minor)``.
+        allocator_mib: what TensorFlow's BFC allocator gets by default, MiB
+            (the "Created device ... with N MB memory" log line).
+        source: where ``total_mib`` and ``allocator_mib`` were read.
+    """
+
+    name: str
+    total_mib: int
+    compute_capability: tuple[int, int]
+    allocator_mib: int
+    source: str
+
+    @property
+    def reserve_mib(self) -> int:
+        """TensorFlow's ``MinSystemMemory`` for this card, MiB."""
+        return min_system_memory_mib(self.compute_capability)
+
+    @property
+    def context_mib(self) -> int:
+        """What the CUDA context and other users held when the log was taken, MiB (by difference)."""
+        return self.total_mib - self.reserve_mib - self.allocator_mib
+
+
+#: Cards the site plans for. The logged allocator figures are single
+#: observations from TensorFlow logs (new-format "Created device ... MB memory:
+#: -> device" lines, TF 2.1x); they vary by some tens of MiB across drivers.
+CARDS = {
+    card.name: card
+    for card in (
+        Card("V100-SXM2-32GB", 32510, (7, 0), 30976,
+             "nvidia-smi 32510 MiB (driver 410-450); TF log 'with 30976 MB memory ... Tesla V100-SXM2-32GB, "
+             "compute capability: 7.0' (other logs 30988-31134)"),
+        Card("V100-PCIE-16GB", 16160, (7, 0), 14784,
+             "nvidia-smi 16160 MiB (V100 16 GB, driver 440.64, k8s-vgpu-scheduler issue 7); TF log "
+             "'with 14784 MB memory ... Tesla V100-PCIE-16GB'"),
+        Card("A100-40GB", 40960, (8, 0), 38482,
+             "nvidia-smi 40960 MiB (modal-client PR 2797); TF log 'with 38482 MB memory ... A100-SXM4-40GB' "
+             "(other logs 38068-38420)"),
+        Card("A100-80GB", 81920, (8, 0), 79261,
+             "nvidia-smi 81920 MiB (modal-client PR 2797); TF log 'with 79261 MB memory ... A100-SXM4-80GB' "
+             "(other logs 78945-79197)"),
+        Card("H100-80GB", 81559, (9, 0), 78763,
+             "nvidia-smi 81559 MiB (NVIDIA/nccl issue 1264); TF log 'with 78763 MB memory ... "
+             "NVIDIA H100 80GB HBM3, compute capability: 9.0'"),
+        Card("H200", 143771, (9, 0), 138533,
+             "nvidia-smi 143771 MiB (NVIDIA/cuda-samples issue 311); TF 2.17 log 'with 138533 MB memory ... "
+             "NVIDIA H200, compute capability: 9.0'"),
+    )
+}
+
+#: The card of the seed report.
+DEFAULT_CARD = "V100-SXM2-32GB"
+
+
+def min_system_memory_mib(compute_capability: tuple[int, int], available_mib: int | None = None) -> int:
+    """TensorFlow's ``MinSystemMemory`` in MiB for a GPU of ``compute_capability``.
+
+    ``available_mib`` is the free memory after the CUDA context; under 2 GiB
+    the reserve is 225 MiB whatever the card (``gpu_device.cc``).
+
+    Raises:
+        ValueError: for a compute capability that is not ``(major, minor)`` with major >= 1.
+    """
+    major = compute_capability[0] if len(compute_capability) == 2 else 0
+    if not isinstance(major, int) or major < 1:
+        raise ValueError(f"compute capability must be (major, minor), not {compute_capability!r}")
+    if available_mib is not None and available_mib < 2048:
+        return 225
+    if major <= 6:
+        return 500
+    if major == 7:
+        return 1050
+    if major == 8:
+        return 1536
+    return 1800
+
+
+def card(name: str) -> Card:
+    """The :class:`Card` called ``name`` (case-insensitive).
+
+    Raises:
+        ValueError: for a card not in :data:`CARDS`; the message lists them.
+    """
+    for key, value in CARDS.items():
+        if key.lower() == str(name).lower():
+            return value
+    raise ValueError(f"unknown card {name!r}; use one of {', '.join(CARDS)}, or give --device-memory")
+
+
+def allocator_bytes(name: str = DEFAULT_CARD) -> int:
+    """Bytes TensorFlow's allocator gets on one card ``name`` by default (no ``memory_limit``)."""
+    return card(name).allocator_mib * MiB
