@@ -23,13 +23,13 @@ from snippets.reproduce_oom import SEED_INPUT_DIM, SEED_UNITS
 #: The seed kernel W[D, F], its device count and each device's memory (a V100-SXM2-32GB).
 SEED_SHAPE = (SEED_INPUT_DIM, SEED_UNITS)
 DEVICES = 4
-DEVICE_MEMORY = f"{memory.V100_32GB_MIB}MiB"
+DEVICE_MEMORY = "30976MiB"
 
 
 def planner_seed(repeats: int = 3) -> dict:
     """Time the planner on the full seed model after imports; count the bytes it allocates.
 
-    Configures CPU mode (4 logical CPUs, 32480 MiB cap) so the allocator
+    Configures CPU mode (4 logical CPUs, 30976 MiB cap) so the allocator
     keeps statistics, imports Keras, TensorFlow and :mod:`snippets.plan`,
     then runs :func:`snippets.plan.benchmark` (build the [131072, 65536]
     model under ``StatelessScope``, read its weights, plan float32 + RMSprop

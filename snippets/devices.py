@@ -7,21 +7,32 @@ runs; it picks one of three modes and says which:
 ``gpu``
     At least N real GPUs: the first N are kept, each capped with a logical
     device ``memory_limit`` of M MiB, so an 80 GB card behaves like a
-    V100-SXM2-32GB (32480 MiB).
+    V100-SXM2-32GB (30976 MiB, what its allocator really gets).
 ``split-gpu``
     Fewer GPUs than N, but room for N x M: each GPU is split into several
     logical GPUs of M MiB (one 141 GB H200 = 4 emulated V100-32GB).
 ``cpu``
-    No GPU: N logical CPUs and TensorFlow's BFC allocator on the host, capped
-    with ``TF_CPU_ALLOCATOR_USE_BFC=true`` and ``TF_CPU_BFC_MEM_LIMIT_IN_MB``.
-    The allocator refuses a tensor larger than the cap before touching a
-    page, so the full-size OOM reproduces in seconds on a laptop.
+    No GPU: N + 1 logical CPUs and TensorFlow's BFC allocator on the host,
+    capped with ``TF_CPU_ALLOCATOR_USE_BFC=true`` and
+    ``TF_CPU_BFC_MEM_LIMIT_IN_MB``. As on a GPU host, one device plays the
+    host (``CPU:0``, :attr:`DeviceSetup.host`) and N others play the GPUs
+    (``CPU:1`` .. ``CPU:N``, :attr:`DeviceSetup.devices`), and ops that name
+    no device run on the first "GPU": :func:`configure` enters
+    ``tf.device(devices[0])`` for the rest of the process, the way a GPU
+    host's default device is ``GPU:0``. The allocator refuses a tensor larger
+    than the cap before touching a page, so the full-size OOM reproduces in
+    seconds on a laptop.
 
 What CPU mode cannot emulate: the cap belongs to the process, not to a
-device. All N logical CPUs draw from one pool of M MiB (by default), so CPU
-mode reproduces "one tensor does not fit one device", but cannot show N
-devices each filling M MiB at once; per-device figures then come from
-where variables are placed (see ``snippets.memory``), not from the allocator.
+device. All logical CPUs, the host included, draw from one pool of M MiB (by
+default), so CPU mode reproduces "one tensor does not fit one device", but
+cannot show N devices each filling M MiB at once: per-device peaks are
+measured by running one device's program alone under its own cap
+(:mod:`snippets.step_ledger`). Nor does it have NCCL's buffers, CUDA
+streams, or cuBLAS/cuDNN workspaces. XLA is the other difference: Keras
+resolves ``jit_compile="auto"`` to False on a CPU-only machine, True on a GPU
+machine without a strategy; :func:`jit_compile` answers as a GPU host would,
+and the snippets pass its answer to ``compile``.
 
 Sources: ``tf.config.set_logical_device_configuration`` and
 ``tf.config.LogicalDeviceConfiguration`` (API pages, TensorFlow 2.21);
@@ -37,9 +48,14 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.memory import GiB, MiB, parse_size
+from snippets import hardware
+from snippets.memory import GiB, MiB, parse_size, resolve_xla
 
 MODES = ("auto", "gpu", "split-gpu", "cpu")
+
+#: Default capacity per device: what TensorFlow's allocator gets on a real
+#: V100-SXM2-32GB (30976 MiB, snippets.hardware), not the box's 32 GB.
+DEFAULT_DEVICE_MEMORY = f"{hardware.card(hardware.DEFAULT_CARD).allocator_mib}MiB"
 
 #: Most logical devices this site configures. TensorFlow has no limit of its
 #: own, but starting thousands of logical CPUs takes minutes; no real host
@@ -90,13 +106,16 @@ class DeviceSetup:
 
     Attributes:
         plan: the :class:`DevicePlan` that was applied.
-        devices: logical device names, e.g. ``("/device:CPU:0", ...)``.
+        devices: the N devices that play GPUs, e.g.
+            ``("/job:localhost/replica:0/task:0/device:CPU:1", ...)`` in CPU mode.
         pool_mib: CPU mode only: the one BFC cap (MiB) all logical CPUs share.
+        host: the device that plays the host (``CPU:0``).
     """
 
     plan: DevicePlan
     devices: tuple[str, ...]
     pool_mib: int | None = None
+    host: str = "/job:localhost/replica:0/task:0/device:CPU:0"
 
     @property
     def mode(self) -> str:
@@ -111,10 +130,8 @@ class DeviceSetup:
         """One line saying which mode was chosen and what it means."""
         n, m = self.plan.count, self.plan.device_mib
         if self.mode == "cpu":
-            return (
-                f"cpu mode: {n} logical CPUs sharing one BFC allocator capped at "
-                f"{self.pool_mib} MiB (the cap is per process, not per device)"
-            )
+            gpus = "CPU:1" if n == 1 else f"CPU:1-{n}"
+            return f"cpu mode: host CPU:0, {gpus} play the GPUs; one BFC pool of {self.pool_mib} MiB for all"
         if self.mode == "gpu":
             return f"gpu mode: {n} GPUs, each capped at {m} MiB"
         gpus = len(self.plan.gpu_limits_mib)
@@ -152,9 +169,9 @@ def plan_devices(
     Pure function: it reads nothing from TensorFlow, so the GPU decisions are
     unit-tested here on a machine without a GPU.
 
-    >>> plan_devices(4, 32480, [GpuInfo("H200", 143771)]).gpu_limits_mib
-    ((32480, 32480, 32480, 32480),)
-    >>> plan_devices(4, 32480, []).mode
+    >>> plan_devices(4, 30976, [GpuInfo("H200", 143771)]).gpu_limits_mib
+    ((30976, 30976, 30976, 30976),)
+    >>> plan_devices(4, 30976, []).mode
     'cpu'
 
     Raises:
@@ -244,7 +261,7 @@ def physical_gpus() -> list[GpuInfo]:
 
 def configure(
     count: int = 4,
-    device_memory: str | int = "32480MiB",
+    device_memory: str | int = DEFAULT_DEVICE_MEMORY,
     mode: str = "auto",
     cpu_pool: str | int | None = None,
 ) -> DeviceSetup:
@@ -252,9 +269,9 @@ def configure(
 
     Args:
         count: number of devices N (the replicas of a MirroredStrategy).
-        device_memory: capacity of each device, e.g. ``"32480MiB"`` (a
-            V100-SXM2-32GB), ``"32GiB"`` or ``"32GB"``; see
-            :func:`snippets.memory.parse_size`.
+        device_memory: capacity of each device, e.g. ``"30976MiB"`` (what
+            TensorFlow's allocator gets on a V100-SXM2-32GB, the default),
+            ``"32GiB"`` or ``"32GB"``; see :func:`snippets.memory.parse_size`.
         mode: ``"auto"`` (default: real GPUs, else a split GPU, else CPU),
             or force ``"gpu"``, ``"split-gpu"`` or ``"cpu"``.
         cpu_pool: CPU mode only: the process-wide BFC cap; default
@@ -311,10 +328,61 @@ def _apply_cpu(tf, plan: DevicePlan, pool_mib: int) -> DeviceSetup:
     tf.config.set_visible_devices([], "GPU")
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(plan.count)]
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(plan.count + 1)]
     )
-    names = tuple(d.name for d in tf.config.list_logical_devices("CPU"))
-    return DeviceSetup(plan, names, pool_mib)
+    host, *names = (d.name for d in tf.config.list_logical_devices("CPU"))
+    _take_one_region(tf, pool_mib)
+    # A GPU host runs ops that name no device on GPU:0; so does the emulation,
+    # on the first device that plays a GPU. Entered for good: the eager
+    # context's device stack is what every later op and traced function sees.
+    global _default_scope
+    _default_scope = tf.device(names[0])
+    _default_scope.__enter__()
+    return DeviceSetup(plan, tuple(names), pool_mib, host)
+
+
+_default_scope = None
+
+
+def leave_default_device() -> None:
+    """Stop running unplaced ops on the first emulated GPU (CPU mode; a no-op otherwise).
+
+    Call it before the process joins a cluster (``ParameterServerStrategy``,
+    ``tf.config.experimental_connect_to_cluster``): joining renames every
+    local device (``/job:localhost/...`` becomes ``/job:chief/...``), and a
+    default device named the old way would be "unknown". On a GPU host the
+    default device is chosen by TensorFlow, so there is nothing to leave.
+    """
+    global _default_scope
+    if _default_scope is not None:
+        _default_scope.__exit__(None, None, None)
+        _default_scope = None
+
+
+def _take_one_region(tf, pool_mib: int) -> None:
+    """Make the CPU allocator hold its whole pool as one region, as a GPU's does.
+
+    Without memory growth, a GPU's BFC allocator takes all of its memory as
+    one region at its first allocation and never returns it; requests are
+    then split from that region. The CPU BFC allocator grows instead, region
+    by region, and a request served from a region less than twice its size
+    (and with under 128 MiB of slack) takes the whole chunk, so the
+    emulation would count more than a GPU does (measured: a 36 MiB kernel
+    counted as about 64 MiB). One uninitialised allocation of the pool, freed
+    at once, leaves the same single free region a GPU has: no page is touched.
+
+    Linux refuses to map, in one piece, more than the host's RAM (the
+    default heuristic overcommit), so a pool larger than 3/4 of the RAM keeps
+    the growing regions; there requests are GiB-sized and every chunk with
+    128 MiB or more of slack is split, so the counts stay exact.
+    """
+    import psutil
+
+    if pool_mib < 64 or pool_mib * MiB > 0.75 * psutil.virtual_memory().total:
+        return
+    # 16 MiB stay for the small region TensorFlow's start-up may already have made.
+    region = tf.raw_ops.Empty(shape=[pool_mib - 16, 2**18], dtype=tf.float32, init=False)  # 1 MiB rows
+    del region
 
 
 def _apply_gpu(tf, plan: DevicePlan) -> DeviceSetup:
@@ -337,13 +405,29 @@ def _apply_gpu(tf, plan: DevicePlan) -> DeviceSetup:
     return DeviceSetup(plan, names)
 
 
+def jit_compile(placement: str = "single") -> bool:
+    """The ``jit_compile`` Keras would choose for ``placement`` on a GPU host; pass it to ``compile``.
+
+    Keras resolves ``jit_compile="auto"`` from the machine
+    (``_resolve_auto_jit_compile``, keras/src/trainers/trainer.py, Keras
+    3.15): False on a CPU-only machine, so an emulation that left it to Keras
+    would never see XLA. This answers as a GPU host would, from one place
+    (:func:`snippets.memory.resolve_xla`): True for a single device, False
+    under a ``tf.distribute`` strategy.
+
+    >>> jit_compile("single"), jit_compile("mirrored")
+    (True, False)
+    """
+    return resolve_xla("auto", placement)
+
+
 def add_arguments(parser) -> None:
     """Add ``--devices``, ``--device-memory`` and ``--mode`` to an argparse parser."""
     parser.add_argument("--devices", type=int, default=4, metavar="N",
                         help="number of devices (replicas); default 4")
-    parser.add_argument("--device-memory", default="32480MiB", metavar="SIZE",
-                        help="memory per device: 32480MiB (V100-SXM2-32GB, default), 32GiB (2^30 B), "
-                        "32GB (10^9 B); a bare number is MiB")
+    parser.add_argument("--device-memory", default=DEFAULT_DEVICE_MEMORY, metavar="SIZE",
+                        help=f"memory per device: {DEFAULT_DEVICE_MEMORY} (what TensorFlow's allocator gets on a "
+                        "V100-SXM2-32GB, default), 32GiB (2^30 B), 32GB (10^9 B); a bare number is MiB")
     parser.add_argument("--mode", choices=MODES, default="auto",
                         help="auto: real GPUs, else one GPU split, else CPU emulation")
 

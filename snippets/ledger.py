@@ -202,8 +202,8 @@ def build(
     (MirroredStrategy over ``setup.devices``), ``column`` / ``row`` (one
     Dense per device on a slice of the kernel, placed with ``tf.device``,
     one Keras optimizer over all of them: Keras colocates each slot with
-    its variable), ``offload`` (variables and slots on the last device,
-    which plays the host; every other device computes a full gradient),
+    its variable), ``offload`` (variables and slots on ``setup.host``;
+    every device computes a full gradient),
     ``dtensor_column`` / ``dtensor_row`` (weights only, as
     DTensor variables on a 1-D mesh ``model``), ``parameter_server``
     (ParameterServerStrategy with ``FixedShardsPartitioner(N)`` over an
@@ -236,7 +236,7 @@ def build(
     if strategy == "parameter_server":
         return _build_parameter_server(shape, dtype, optimizer, count, initializer)
     if strategy == "offload":
-        return _build_offload(names, shape, dtype, optimizer, initializer, batch, policy)
+        return _build_offload(setup.host, names, shape, dtype, optimizer, initializer, batch, policy)
     if strategy in ("column", "row"):
         memory.local_shape(shape, strategy, count)  # uneven splits raise here
     elif strategy not in ("single", "mirrored"):
@@ -320,13 +320,10 @@ def _gradients(layers, strategy, names, shape, batch, dist) -> list[Holding]:
     return items
 
 
-def _build_offload(names, shape, dtype, optimizer, initializer, batch, policy) -> list[Holding]:
-    """Variables and slots on the host (the last device), each other device computing a gradient."""
+def _build_offload(host, accelerators, shape, dtype, optimizer, initializer, batch, policy) -> list[Holding]:
+    """Variables and slots on the host, each device computing a gradient."""
     import tensorflow as tf
 
-    if len(names) < 2:
-        raise ValueError("offload needs at least 2 devices: the last one plays the host")
-    host, accelerators = names[-1], names[:-1]
     with tf.device(host):
         layer, opt = _dense_and_optimizer(shape, initializer, policy or dtype, optimizer)
     result = _weights_and_slots(layer.weights, opt)
@@ -395,6 +392,7 @@ def parameter_server_strategy(count: int):
     _servers += [tf.distribute.Server(spec, job_name="ps", task_index=i, start=True) for i in range(count)]
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
     partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(count)
+    devices.leave_default_device()  # joining the cluster renames this process's devices
     return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
@@ -428,15 +426,17 @@ def compare(
     bytes); planner rows for the seed layer's kernel and bias come from
     :func:`snippets.memory.plan`. ``dtensor_*`` placements plan as
     ``column``/``row``; the planner's gradients and slots are zero without
-    an optimizer. ``offload`` uses the last device as the host and plans
-    the others; its host holdings are :func:`host_holdings`'s.
+    an optimizer. ``offload``: the devices hold the gradients they
+    computed (the variables' copies are read and dropped within a step), the
+    host's holdings are :func:`host_holdings`'s. ``parameter_server``: the
+    rows are the parameter servers' shards (the planner's own figures are
+    the worker's, which reads every variable whole during a step).
     """
     held = build(setup, shape, dtype, optimizer, strategy, policy=policy)
     names = setup.devices
     if strategy == "offload":
-        # The last device plays the host: its holdings are memory.host_bytes's business.
-        names = setup.devices[:-1]
-        held = [h for h in held if _canonical(h.device) != _canonical(setup.devices[-1])]
+        # The host's holdings are memory.host_bytes's business.
+        held = [h for h in held if _canonical(h.device) != _canonical(setup.host)]
     if strategy == "parameter_server":
         # The planner's devices are the parameter servers; what Keras puts
         # on the coordinator (the slots) is memory.host_bytes's business.
@@ -445,18 +445,23 @@ def compare(
     ledger = by_device(held, names)
     placement = strategy.removeprefix("dtensor_")
     weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
+    if strategy == "parameter_server":
+        shard = sum(memory.tensor_bytes(memory.local_shape(w.shape, strategy, len(names)), dtype) for w in weights)
+        return [memory.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(len(names))], ledger
     planned = memory.plan(weights, optimizer, placement, len(names), policy, reserve=0)
+    if strategy == "offload":
+        return [memory.DeviceBudget(b.device, 0, b.gradients, 0, 0, 0) for b in planned], ledger
     resident = [memory.DeviceBudget(b.device, b.weights, b.gradients, b.slots, 0, 0) for b in planned]
     return resident, ledger
 
 
 def host_holdings(setup: devices.DeviceSetup, shape: Sequence[int], dtype: str = "float32",
                   optimizer: str | None = None) -> tuple[int, int]:
-    """(planned, held) bytes on the host for ``offload``: variables and slots, the last device playing host."""
+    """(planned, held) bytes on the host for ``offload``: variables and slots on ``setup.host``."""
     held = build(setup, shape, dtype, optimizer, "offload")
-    on_host = sum(h.nbytes for h in held if _canonical(h.device) == _canonical(setup.devices[-1]))
+    on_host = sum(h.nbytes for h in held if _canonical(h.device) == _canonical(setup.host))
     weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
-    return memory.host_bytes(weights, optimizer, "offload", len(setup.devices) - 1), on_host
+    return memory.host_bytes(weights, optimizer, "offload", len(setup.devices)), on_host
 
 
 # --- the capped allocator's peak ---------------------------------------------
@@ -542,8 +547,10 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
     ``shape`` plus a bias), except ``raw`` cases (one bare variable). The
     measured figure is the allocator's peak during the phase minus its level
     before the layer existed, so resident weights count; the planned figure
-    is :attr:`snippets.memory.DeviceBudget.init_peak` or ``step_peak`` of
-    :func:`snippets.memory.plan` (single device, no reserve).
+    is :attr:`snippets.memory.DeviceBudget.init_peak`, or for the ``state``
+    phase the weights, slots and gradients of :func:`snippets.memory.plan`
+    (plus the compute copies under a mixed policy); the update's temporaries
+    are :mod:`snippets.step_ledger`'s business.
 
     Needs CPU mode of :mod:`snippets.devices` (allocator statistics).
 
@@ -606,7 +613,11 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
 
                     base = tf.config.experimental.get_memory_info("CPU:0")["current"] - start
                     peak, kept = allocator_peak(state, collect=False)
-                    planned, measured = budget.step_peak, base + peak
+                    # What this phase keeps: weights, slots, gradients and, under a mixed
+                    # policy, the compute copies (no update has run, no batch exists).
+                    copies = sum(memory.tensor_bytes(w.shape, compute) for w in weights) if case.policy else 0
+                    planned = budget.weights + budget.gradients + budget.slots + copies
+                    measured = base + peak
                     del kept
                 del layer
     finally:
@@ -632,8 +643,9 @@ def allocator_check_fresh(shape: Sequence[int] = (16384, 1024), cap: str = "1024
 
     The allocator's peak depends on its history: the BFC allocator hands a
     request a whole free chunk, without splitting it, when the chunk is
-    less than twice the request (``BFCAllocator::SplitChunk`` is skipped in
-    ``bfc_allocator.cc``), and counts the whole chunk as in use. After other
+    less than twice the request and the slack is under 128 MiB
+    (``kMaxInternalFragmentation``; ``BFCAllocator::SplitChunk`` is skipped
+    in ``bfc_allocator.cc``), and counts the whole chunk as in use. After other
     work has left holes, a 32 MiB tensor can count as 63 MiB. A fresh process
     has no holes, so the check runs in one: ``python -m snippets.ledger
     --allocator-check``.
@@ -733,8 +745,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         memory.check_count(args.devices)
         memory.local_shape(args.shape, args.strategy.removeprefix("dtensor_"), args.devices)
-        if args.strategy == "offload" and args.devices < 2:
-            raise ValueError("offload needs --devices 2 or more: the last device plays the host")
         memory.check_host_can_hold(memory.tensor_bytes(args.shape, args.dtype) * 4 * args.devices,
                                    "building this layer for real")
     except (ValueError, memory.HostMemoryError) as error:

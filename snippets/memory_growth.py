@@ -5,9 +5,10 @@ for every GPU (nothing to do on a CPU-only host), then asks the allocator for
 one tensor of the shape you give, under a cap of the size you give, and
 shows that the answer depends only on the tensor's bytes and the cap.
 
-What memory growth does. By default TensorFlow's GPU allocator reserves
-(almost) all of a GPU's memory when the runtime starts; with growth on, it
-reserves in steps as tensors need it. That lets several processes share a
+What memory growth does. By default TensorFlow's GPU allocator takes
+(almost) all of a GPU's memory as one region at its first allocation; with
+growth on, it adds regions as tensors need them, and never returns one while
+the process lives (``BFCAllocator::Extend`` only grows). That lets several processes share a
 GPU, and makes ``nvidia-smi`` show what a process really uses.
 ``tf.config.experimental.set_memory_growth(gpu, True)`` turns it on per GPU
 from Python; the environment variable ``TF_FORCE_GPU_ALLOW_GROWTH=true``
@@ -18,8 +19,8 @@ What it cannot do. It never adds capacity: a tensor larger than what the
 device has left is refused with growth on or off. The seed kernel needs
 34359738368 B on every replica; a V100-SXM2-32GB has 34057748480 B:
 
->>> memory.tensor_bytes([131072, 65536], "float32"), memory.V100_32GB_MIB * memory.MiB
-(34359738368, 34057748480)
+>>> memory.tensor_bytes([131072, 65536], "float32"), memory.V100_CAPACITY
+(34359738368, 32480690176)
 
 The CPU stand-in: TensorFlow's capped CPU allocator (``snippets.devices``,
 CPU mode) is a BFC allocator created with ``allow_growth = true``

@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from snippets import memory, placement
+from snippets import devices, memory, placement
 from snippets.placement import Component
 
 #: Partitioners this module builds, by the name the CLI uses.
@@ -182,6 +182,7 @@ def make_strategy(resolver, partitioner=None):
     """
     import tensorflow as tf
 
+    devices.leave_default_device()  # joining the cluster renames this process's devices
     return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
@@ -505,7 +506,7 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
         ``{"method": "ParameterServerStrategy", "where": [ps device per shard],
         "local_shape": shard shape, "kernel_bytes": [per shard],
         "measured": [weights + slots per ps task, read by snippets.ledger],
-        "ledger": [snippets.memory.per_device for "parameter_server", no reserve],
+        "ledger": [the planned weight shard per ps task],
         "worker_kernel_bytes": bytes a worker concatenates to run Dense}``.
         The planner's ``parameter_server`` row counts only the weight shards:
         it models Keras's optimizer, whose slots stay on the coordinator; the
@@ -530,8 +531,9 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     where = [p.device for p in pieces]
     held = ledger.holdings([variable], "weights") + ledger.holdings(velocities, "slots")
     measured = ledger.by_device(held, where)
-    planned = memory.per_device(shape, "float32", "rmsprop", "parameter_server", ps,
-                                initializer="zeros", reserve=0)
+    # The planner's parameter_server budget is the worker's device; a ps task plans its shard.
+    shard = memory.tensor_bytes(memory.local_shape(shape, "parameter_server", ps))
+    planned = [memory.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(ps)]
     concat = dense_reads_full_kernel(strategy, shape)
     row = ledger.comparison_row("ParameterServerStrategy", pieces, measured, planned)
     row["worker_kernel_bytes"] = max(memory.tensor_bytes(s) for s in concat)
@@ -739,8 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--full-shape", action="store_true",
                         help="reserve the seed kernel W[131072, 65536] in --ps shards (use --ps 4) "
                              "plus colocated RMSprop velocities, allocation only, and print per task")
-    parser.add_argument("--device-memory", default="32480MiB", metavar="SIZE",
-                        help="with --full-shape: memory per ps task and per worker (default 32480MiB)")
+    parser.add_argument("--device-memory", default="30976MiB", metavar="SIZE",
+                        help="with --full-shape: memory per ps task and per worker (default 30976MiB)")
     args = parser.parse_args(argv)
     num_shards = args.ps if args.shards is None else args.shards
     # Name the option, not "device count": each of these is a count the reader typed.

@@ -180,7 +180,7 @@ def tf_device_whole() -> Observation:
     """A plain ``tf.Variable`` under ``with tf.device(last device)``: placed whole where asked."""
     import tensorflow as tf
 
-    with tf.device(setup().devices[-1]):
+    with tf.device(setup().devices[-1]):  # the last device, not the default one
         w = tf.Variable(tf.zeros(PROBE_SHAPE))
     return Observation("`tf.device`, one variable", True, type(w).__name__, _pieces([w]))
 

@@ -18,7 +18,7 @@ Two kinds of process:
 
 ``emulated``
     :func:`snippets.devices.configure` made 4 logical CPUs sharing a
-    32480 MiB BFC cap (one V100-SXM2-32GB): the seed's OOM, and what goes
+    30976 MiB BFC cap (one V100-SXM2-32GB): the seed's OOM, and what goes
     wrong once devices are configured.
 ``plain``
     TensorFlow with its default CPU allocator and one CPU device, nothing
@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from snippets import devices, memory
 
 #: The emulated process: 4 devices of one V100-SXM2-32GB each, CPU mode.
-EMULATED = (4, f"{memory.V100_32GB_MIB}MiB")
+EMULATED = (4, "30976MiB")
 
 
 def _emulated() -> devices.DeviceSetup:
@@ -74,7 +74,7 @@ def _plain():
 
 
 def oom() -> None:
-    """The seed: Dense(65536) on inputs of width 131072 inside MirroredStrategy over 4 x 32480 MiB.
+    """The seed: Dense(65536) on inputs of width 131072 inside MirroredStrategy over 4 x 30976 MiB.
 
     Raises:
         tf.errors.ResourceExhaustedError: "OOM when allocating tensor with

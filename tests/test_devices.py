@@ -2,9 +2,10 @@
 
 import pytest
 
+from snippets import devices
 from snippets.devices import DeviceConfigError, GpuInfo, plan_devices
 
-V100 = 32480
+V100 = 30976  # what a V100-SXM2-32GB's allocator gets (snippets.hardware)
 A100_80 = GpuInfo("NVIDIA A100-SXM4-80GB", 81920)
 H200 = GpuInfo("NVIDIA H200", 143771)
 V100_16 = GpuInfo("Tesla V100-SXM2-16GB", 16160)
@@ -28,7 +29,7 @@ def test_two_80gb_cards_hold_two_emulated_v100s_each():
 
 
 def test_one_80gb_card_cannot_hold_four():
-    with pytest.raises(DeviceConfigError, match="hold 2 logical devices of 32480 MiB .*not 4"):
+    with pytest.raises(DeviceConfigError, match="hold 2 logical devices of 30976 MiB .*not 4"):
         plan_devices(4, V100, [A100_80])
 
 
@@ -129,3 +130,40 @@ def test_requests_are_checked_before_tensorflow_starts():
         check_request(4, 0)
     with pytest.raises(DeviceConfigError, match="unknown mode 'tpu'"):
         check_request(4, V100, "tpu")
+
+
+def test_jit_compile_is_what_keras_would_choose_on_a_gpu_host():
+    # Keras's auto: True on a GPU machine without a strategy, False under any tf.distribute strategy.
+    assert devices.jit_compile("single") is True
+    assert devices.jit_compile("mirrored") is False
+    assert devices.jit_compile("parameter_server") is False
+    # The site's tf.device layers compile each shard's update, never the whole model.
+    assert devices.jit_compile("column") is True
+
+
+def test_default_capacity_is_a_real_v100s_allocator():
+    assert devices.DEFAULT_DEVICE_MEMORY == "30976MiB"
+
+
+def test_cpu_mode_has_a_host_and_runs_unplaced_ops_on_the_first_gpu():
+    from tests.harness import Kernel
+
+    with Kernel() as kernel:
+        setup = kernel.call("snippets.devices:configure", 2, "256MiB")
+        placed = kernel.call("tests.test_devices:_where_things_run")
+    assert setup.host.endswith("device:CPU:0")
+    assert [name[-5:] for name in setup.devices] == ["CPU:1", "CPU:2"]
+    assert setup.describe() == "cpu mode: host CPU:0, CPU:1-2 play the GPUs; one BFC pool of 256 MiB for all"
+    assert placed["op"].endswith("CPU:1") and placed["variable"].endswith("CPU:1")
+    # One region of the whole pool was taken up front, as a GPU's allocator does without growth.
+    assert placed["peak_after_configure"] >= 200 * 2**20
+
+
+def _where_things_run() -> dict:
+    """Kernel side: where an unplaced op and a Keras variable land, and the pool's peak after configure."""
+    import keras
+    import tensorflow as tf
+
+    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+    return {"op": tf.ones(3).device, "variable": keras.Variable(tf.zeros(3)).value.device,
+            "peak_after_configure": peak}

@@ -59,10 +59,10 @@ def test_planner_equals_ledger(four, strategy, optimizer, dtype, policy):
 
 @pytest.mark.parametrize("optimizer", [None, "rmsprop", "adam"])
 def test_offload_planner_equals_ledger_and_host(four, optimizer):
-    # The last logical CPU plays the host; the other three compute.
+    # CPU:0 plays the host; the four emulated GPUs compute.
     kernel, setup, _ = four
     planned, ledger = kernel.call("snippets.ledger:compare", setup, SHAPE, "float32", optimizer, "offload")
-    assert len(ledger) == 3 and planned == ledger
+    assert len(ledger) == 4 and planned == ledger
     assert {b.weights + b.slots for b in ledger} == {0}
     assert {b.gradients for b in ledger} == {(1024 * 256 + 256) * 4 if optimizer else 0}
     planned_host, held_host = kernel.call("snippets.ledger:host_holdings", setup, SHAPE, "float32", optimizer)
@@ -82,7 +82,7 @@ def test_mirrored_ledger_is_a_full_copy_per_replica(four):
     kernel, setup, _ = four
     held = kernel.call("snippets.ledger:build", setup, SHAPE, "float32", "rmsprop", "mirrored")
     kernels = [h for h in held if h.kind == "weights" and h.shape == SHAPE]
-    assert sorted(h.device[-5:] for h in kernels) == ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+    assert sorted(h.device[-5:] for h in kernels) == ["CPU:1", "CPU:2", "CPU:3", "CPU:4"]
     assert {h.nbytes for h in held if h.shape == SHAPE} == {1024 * 256 * 4}
     assert {h.kind for h in held if h.shape == SHAPE} == {"weights", "slots", "gradients"}
 

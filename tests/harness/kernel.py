@@ -1,7 +1,7 @@
 """The inside of a kernel: runs examples and calls for the test process.
 
 TensorFlow fixes its devices once per process, and each chapter states its
-own devices (4 logical CPUs, a 200 MB cap, a 32480 MiB cap...). So every
+own devices (4 logical CPUs, a 200 MB cap, a 30976 MiB cap...). So every
 chapter, and every test that needs its own devices, runs in one of these.
 The parent (:mod:`tests.harness`) sends pickled requests over a Unix socket
 and reads pickled replies from it; anything the examples print is captured
