@@ -103,7 +103,7 @@ def oom_reproduction(runs: int) -> Figure:
     return Figure(
         "oom_reproduction", oom_reproduction.__doc__.strip(),
         "Whole command in a fresh process (TensorFlow import included), CPU mode: 4 logical CPUs, "
-        "BFC allocator capped at 32480 MiB. Peak RSS is the child's ru_maxrss (os.wait4).",
+        "BFC allocator capped at 30976 MiB. Peak RSS is the child's ru_maxrss (os.wait4).",
         [Quantity("wall time", "s", walls), Quantity("CPU time", "s", cpus),
          Quantity("peak RSS", "bytes", peaks)],
         notes=["the issue's limits: at most 30 s and 2 GiB on a CPU-only machine"],
@@ -202,6 +202,37 @@ def planner_vs_allocator(runs: int) -> Figure:
     )
 
 
+@requires("snippets/step_ledger.py", "snippets/data/step_probes.json")
+def planner_vs_step_peak(runs: int) -> Figure:
+    """Planner vs each device's measured training-step peak (`snippets.step_ledger`)"""
+    from snippets import step_ledger
+    from tests.harness import Kernel
+
+    cases = step_ledger.AGREEMENT_CASES
+    errors: dict[str, list[float]] = {case.label(): [] for case in cases}
+    last: dict[str, dict] = {}
+    for _ in range(runs):
+        for case in cases:
+            (d, f), _batch = case.program
+            with Kernel() as kernel:  # one fresh process per figure: a used allocator has holes
+                kernel.call("snippets.devices:configure", 1, f"{max(64, 32 * d * f // 2**20)}MiB", "cpu")
+                row = step_ledger.compare(case, kernel.call("snippets.step_ledger:measure", case))
+            errors[case.label()].append(100 * row["error"])
+            last[case.label()] = row
+    worst = [max(abs(errors[label][i]) for label in errors) for i in range(runs)]
+    return Figure(
+        "planner_vs_step_peak", planner_vs_step_peak.__doc__.strip(),
+        f"{len(cases)} configurations (placements x optimizers x XLA x precisions, none at the probe's "
+        "shape): one device's program (its kernel piece, its part of the batch, its update compiled as "
+        "on a GPU host) alone in a fresh process under its own capped CPU BFC allocator; a warm-up fit "
+        "step, then the allocator's peak during one more step, against the planner's step peak. "
+        "Error = (planned - measured) / measured.",
+        [Quantity("max |relative error|", "%", worst)],
+        notes=[f"{label}: planned {last[label]['planned']} B, measured {last[label]['measured']} B, "
+               f"error {sorted(values)[len(values) // 2]:+.2f} %" for label, values in errors.items()],
+    )
+
+
 SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor_sharding.py", "snippets/placement.py")
 SHARDING_LABELS = {
     "column": "column slices, `tf.device` (W[D, F_model])",
@@ -273,6 +304,7 @@ def shard_creation_peak(runs: int) -> Figure:
 
 #: Every measurement, in the order of the table.
 ALL: dict[str, Callable[[int], Figure]] = {
-    f.__name__: f for f in (oom_reproduction, planner_seed, planner_vs_allocator, sharding_balance,
+    f.__name__: f for f in (oom_reproduction, planner_seed, planner_vs_allocator, planner_vs_step_peak,
+                            sharding_balance,
                             shard_creation_peak, test_suite, mkdocs_build)
 }

@@ -518,8 +518,8 @@ def _split(x, count):
 # --- optimizer updates on the shard's device -------------------------------------------
 
 
-def colocate_updates(optimizer):
-    """Make ``optimizer`` compute each variable's update on that variable's device.
+def colocate_updates(optimizer, jit_compile: bool | str = "auto"):
+    """Make ``optimizer`` compute each variable's update on that variable's device, XLA-compiled there.
 
     Three things in Keras 3's TensorFlow optimizer path end up on device 0
     for variables placed with ``tf.device``:
@@ -537,20 +537,33 @@ def colocate_updates(optimizer):
 
     This creates each slot under ``tf.device`` of its variable, skips the
     all-reduce when no ``tf.distribute`` strategy is active (a sum over one
-    replica is the identity; under a real strategy it is kept) and wraps
-    each ``update_step`` in ``tf.device(variable.device)`` (:func:`placement`
+    replica is the identity; under a real strategy it is kept) and runs each
+    ``update_step`` under ``tf.device(variable.device)`` (:func:`placement`
     shows the result). All three patch this optimizer instance only
     (``_all_reduce_sum_gradients`` is private Keras API, checked against
     Keras 3.15).
+
+    XLA: a model whose variables sit on several devices cannot be compiled
+    whole (``InvalidArgumentError: Trying to access resource ... located in
+    device CPU:1 from device CPU:0``), yet ``jit_compile="auto"`` turns XLA
+    on for it on a GPU machine. So compile the model with
+    ``jit_compile=False`` (:func:`compile_sharded` does) and let this patch
+    compile each shard's update alone, on its device: with ``jit_compile``
+    True (what ``"auto"`` means here, :func:`snippets.memory.resolve_xla`)
+    each ``update_step`` is a ``tf.function(jit_compile=True)`` per variable,
+    which fuses RMSprop's temporaries away (the step's transient drops from
+    4 to 1 variable, :mod:`snippets.step_probe`).
 
     Returns:
         The same optimizer, for ``model.compile(optimizer=colocate_updates(...))``.
     """
     import tensorflow as tf
 
+    jit = memory.resolve_xla(jit_compile, "column")
     update_step = optimizer.update_step
     all_reduce = optimizer._all_reduce_sum_gradients
     add_slot = optimizer.add_variable_from_reference
+    compiled = {}
 
     def colocated_slot(reference_variable, *args, **kwargs):
         with tf.device(getattr(reference_variable, "value", reference_variable).device):
@@ -558,7 +571,14 @@ def colocate_updates(optimizer):
 
     def colocated_update_step(gradient, variable, learning_rate):
         with tf.device(variable.device):
-            return update_step(gradient, variable, learning_rate)
+            if not jit:
+                return update_step(gradient, variable, learning_rate)
+            # One XLA cluster per variable, traced with that variable captured.
+            step = compiled.get(id(variable))
+            if step is None:
+                step = compiled[id(variable)] = tf.function(
+                    lambda g, lr: update_step(g, variable, lr), jit_compile=True, autograph=False)
+            return step(tf.convert_to_tensor(gradient), tf.convert_to_tensor(learning_rate))
 
     def all_reduce_if_distributed(grads_and_vars):
         if tf.distribute.has_strategy():
@@ -569,6 +589,18 @@ def colocate_updates(optimizer):
     optimizer.add_variable_from_reference = colocated_slot
     optimizer._all_reduce_sum_gradients = all_reduce_if_distributed
     return optimizer
+
+
+def compile_sharded(model, optimizer, loss, jit_compile: bool | str = "auto", **kwargs):
+    """``model.compile`` for a model with ``tf.device``-sharded layers, safe on a GPU machine.
+
+    Compiles the model without XLA (it cannot be compiled whole, see
+    :func:`colocate_updates`) and the optimizer's updates per device, with
+    XLA when ``jit_compile`` resolves to True (``"auto"``: as Keras would on a
+    GPU host). Returns the model.
+    """
+    model.compile(optimizer=colocate_updates(optimizer, jit_compile), loss=loss, jit_compile=False, **kwargs)
+    return model
 
 
 # --- where things are --------------------------------------------------------------------
@@ -840,7 +872,7 @@ def train(model, steps: int = 20, batch: int = 16, seed: int = 0, learning_rate:
     out_dim = model.outputs[0].shape[-1]
     x = rng.standard_normal((batch * steps, in_dim)).astype("float32")
     y = (x @ rng.standard_normal((in_dim, out_dim)).astype("float32")) / np.sqrt(in_dim)
-    model.compile(optimizer=colocate_updates(keras.optimizers.RMSprop(learning_rate)), loss="mse")
+    compile_sharded(model, keras.optimizers.RMSprop(learning_rate), "mse")
     history = model.fit(x, y, batch_size=batch, epochs=3, verbose=0, shuffle=False)
     return [float(v) for v in history.history["loss"]]
 
@@ -916,29 +948,28 @@ class FullShapeReport:
         strategy: "column" or "row".
         shards: the reserved kernel shards (device, shape, bytes), read from
             the layer's variables after building it with :class:`Uninitialized`.
-        budgets: ``snippets.memory.per_device`` for the same split (weights,
-            gradients, RMSprop slot per device).
-        mirrored: the same budget under MirroredStrategy.
-        device_bytes: capacity of one device (32480 MiB).
+        budgets: ``snippets.memory.per_device`` for the same split, RMSprop,
+            batch 64, each shard's update XLA-compiled on its device (what
+            :func:`colocate_updates` does under ``jit_compile="auto"``).
+        unfused: the same without XLA (the update's temporaries not fused).
+        mirrored: the same budget under MirroredStrategy (XLA off, as Keras decides).
+        device_bytes: capacity of one device's allocator.
         allocated: bytes the allocator handed out while building the layer
-            (``get_memory_info`` of device 0: the whole pool in CPU mode).
+            (``get_memory_info`` of the pool).
         rss: the process's resident memory afterwards (psutil), bytes.
     """
 
     strategy: str
     shards: tuple[Shard, ...]
     budgets: tuple
+    unfused: object
     mirrored: object
     device_bytes: int
     allocated: int = 0
     rss: int = 0
 
-    def state(self, budget) -> int:
-        """Weights + gradients + slots of one device (the training state), bytes."""
-        return memory.training_state(budget)
-
     def verdict(self, nbytes: int) -> str:
-        """"fits in 32480 MiB, 7.72 GiB to spare" or "does NOT fit in 32480 MiB, short by ..."."""
+        """"fits in 30976 MiB, 6.17 GiB to spare" or "does NOT fit in 30976 MiB, short by ..."."""
         cap = f"{self.device_bytes // memory.MiB} MiB"
         spare = self.device_bytes - nbytes
         if spare >= 0:
@@ -946,23 +977,17 @@ class FullShapeReport:
         return f"does NOT fit in {cap}, short by {memory.human_bytes(-spare)}"
 
     def lines(self) -> list[str]:
-        out = [f"{self.strategy}-parallel kernel {list(SEED_SHAPE)} float32 over {len(self.shards)} devices:"]
+        out = [f"{self.strategy}-parallel kernel {list(SEED_SHAPE)} float32 over {len(self.shards)} devices, "
+               "RMSprop, batch 64:"]
         for shard, budget in zip(self.shards, self.budgets):
-            state = self.state(budget)
-            verdict = self.verdict(state)
-            out.append(
-                f"  {shard.device}: kernel shard {list(shard.shape)} = {shard.nbytes} B; weights + "
-                f"gradients + RMSprop velocity = {memory.format_bytes(state)}: {verdict}"
-            )
-        out.append(
-            f"  allocator: {memory.format_bytes(self.allocated)} reserved for the shards, "
-            f"pages untouched: process RSS {memory.human_bytes(self.rss)}"
-        )
-        mirrored = self.state(self.mirrored)
-        out.append(
-            f"  MirroredStrategy instead: {memory.format_bytes(mirrored)} per device: "
-            f"{self.verdict(mirrored)}"
-        )
+            out.append(f"  {short_device(shard.device)}: shard {list(shard.shape)}, step peak "
+                       f"{memory.human_bytes(budget.total)} with XLA updates: {self.verdict(budget.total)}")
+        out.append(f"  without XLA: step peak {memory.human_bytes(self.unfused.total)} "
+                   f"({self.unfused.peak_phase}): {self.verdict(self.unfused.total)}")
+        out.append(f"  reserved {memory.human_bytes(self.allocated)} for the shards, pages untouched: "
+                   f"process RSS {memory.human_bytes(self.rss)}")
+        out.append(f"  MirroredStrategy instead: step peak {memory.human_bytes(self.mirrored.total)} per device "
+                   f"({self.mirrored.peak_phase}): {self.verdict(self.mirrored.total)}")
         return out
 
 
@@ -972,7 +997,7 @@ def full_shape(setup: devices.DeviceSetup, strategy: str = "column",
 
     The N kernel shards go through the allocator (in CPU mode, the capped
     BFC pool, which must hold N shards: ``devices.configure(N, cpu_pool=...)``)
-    but no page is written. Training state per device comes from
+    but no page is written. Each device's step peak comes from
     ``snippets.memory.per_device`` with the same split, checked against the
     shards actually built (their shapes must match its local shape).
 
@@ -985,14 +1010,14 @@ def full_shape(setup: devices.DeviceSetup, strategy: str = "column",
     layer = make_layer(kind, f, setup.devices, use_bias=False, kernel_initializer=Uninitialized())
     measured = init_peak(setup, lambda: layer.build((None, d)))
     built = tuple(shards(layer))
-    budgets = memory.per_device((d, f), "float32", "rmsprop", kind, len(setup.devices),
-                                initializer="zeros", reserve=0)
-    expected = memory.local_shape((d, f), kind, len(setup.devices))
+    n = len(setup.devices)
+    budgets = memory.per_device((d, f), "float32", "rmsprop", kind, n, initializer="glorot_uniform")
+    expected = memory.local_shape((d, f), kind, n)
     if any(s.shape != expected for s in built):
         raise AssertionError(f"built shards {[s.shape for s in built]} differ from the plan {expected}")
-    mirrored = memory.per_device((d, f), "float32", "rmsprop", "mirrored", len(setup.devices),
-                                 initializer="zeros", reserve=0)[0]
-    return FullShapeReport(kind, built, tuple(budgets), mirrored, setup.device_bytes,
+    unfused = memory.per_device((d, f), "float32", "rmsprop", kind, n, xla="off")[0]
+    mirrored = memory.per_device((d, f), "float32", "rmsprop", "mirrored", n)[0]
+    return FullShapeReport(kind, built, tuple(budgets), unfused, mirrored, setup.device_bytes,
                            measured["current"], _rss())
 
 
@@ -1066,7 +1091,7 @@ def main(argv: Sequence[str] | None = None, parsed=None) -> int:
     if args.seed_layer:
         if setup.mode == "cpu":
             parser.error("--seed-layer initialises the 32 GiB seed kernel for real and needs GPUs "
-                         "(4 x 32480 MiB); without them use --full-shape, which reserves it untouched")
+                         "(4 x 30976 MiB); without them use --full-shape, which reserves it untouched")
         print(setup.describe())
         for line in seed_layer(setup):
             print(line)

@@ -101,7 +101,10 @@ def megatron_step(pinned: bool = True) -> dict:
         tp.RowParallelDense(32, setup.devices, input_is_parallel=True, pin_backward=pinned, name="row"),
     ])
     optimizer = keras.optimizers.RMSprop()
-    model.compile(optimizer=tp.colocate_updates(optimizer) if pinned else optimizer, loss="mse")
+    # Updates without XLA here, so the update's own ops (Square, ...) show where they run;
+    # XLA-compiled, each update is one cluster on the same device.
+    model.compile(optimizer=tp.colocate_updates(optimizer, jit_compile=False) if pinned else optimizer,
+                  loss="mse", jit_compile=False)
     step, args = _step(model)
     found = tp.placement(step, *args)
     placed, moved = found.ops, found.transfers
@@ -165,12 +168,14 @@ def config_round_trip() -> dict:
 
 def full_shape(strategy: str) -> dict:
     """The seed kernel's 4 shards reserved through the capped pool (pages untouched), per device."""
-    setup = devices.configure(4, "32480MiB", cpu_pool=tp.full_shape_pool())
+    setup = devices.configure(4, "30976MiB", cpu_pool=tp.full_shape_pool())
     report = tp.full_shape(setup, strategy)
     return {
         "shards": [(s.device, s.shape, s.nbytes) for s in report.shards],
-        "state": [report.state(b) for b in report.budgets],
-        "mirrored": report.state(report.mirrored),
+        "state": [memory.training_state(b) for b in report.budgets],
+        "step": [b.total for b in report.budgets],
+        "unfused": report.unfused.total,
+        "mirrored": report.mirrored.total,
         "device_bytes": report.device_bytes,
         "allocated": report.allocated,
         "rss": report.rss,
@@ -241,3 +246,42 @@ def mixed_precision(kind: str) -> dict:
         "output": y.dtype.name,
         "max_abs_diff": float(np.max(np.abs(np.asarray(y, "float32") - np.asarray(y_ref, "float32")))),
     }
+
+
+def update_peaks(shape=(8192, 4096)) -> dict:
+    """Pool peak of a fit step of a 4-way column layer, in units of the whole kernel, per XLA choice.
+
+    Runs in its own kernel (a 1024 MiB pool): ``"auto"`` and ``"off"`` through
+    :func:`snippets.tensor_parallel.compile_sharded`, and ``"whole"``, the
+    model compiled with ``jit_compile=True`` as Keras's ``"auto"`` would on a
+    GPU machine (it raises; its error's first line is returned).
+    """
+    import keras
+    import numpy as np
+
+    setup = devices.configure(4, "1024MiB")
+    import tensorflow as tf
+
+    d, f = shape
+    x, y = np.ones((2, d), "float32"), np.ones((2, f), "float32")
+    kernel = memory.tensor_bytes(shape)
+    result = {}
+    for mode in ("auto", "off", "whole"):
+        model = keras.Sequential([keras.Input((d,)), tp.ColumnParallelDense(f, setup.devices, use_bias=False,
+                                                                          kernel_initializer="zeros")])
+        if mode == "whole":
+            model.compile(tp.colocate_updates(keras.optimizers.RMSprop(), False), "mse", jit_compile=True)
+        else:
+            tp.compile_sharded(model, keras.optimizers.RMSprop(), "mse", jit_compile=mode)
+        try:
+            model.fit(x, y, batch_size=2, verbose=0)
+        except tf.errors.InvalidArgumentError as error:
+            result[mode] = next((line for line in str(error).splitlines() if "resource" in line), str(error))
+            continue
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        model.fit(x, y, batch_size=2, verbose=0)
+        peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+        result[mode] = {"resident": before / kernel, "peak": peak / kernel}
+        del model
+    return result
