@@ -271,7 +271,14 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1) -> dic
 
 
 def compare(case: StepCase, measured: dict) -> dict:
-    """Planner against a :func:`measure` result: ``{"label", "planned", "measured", "error"}`` (step peaks, bytes)."""
+    """Planner against a :func:`measure` result: ``{"label", "planned", "measured", "error"}`` (step peaks, bytes).
+
+    Raises:
+        ValueError: if the measured run did not complete (its cap was too small to measure).
+    """
+    if not measured.get("completed"):
+        raise ValueError(f"{case.label()} ran out of memory in the {measured.get('failed_phase')} phase; "
+                         "give it a larger cap to measure its peak")
     plan = planned(case)
     return {"label": case.label(), "planned": plan.step_peak, "measured": measured["step_peak"],
             "error": (plan.step_peak - measured["step_peak"]) / measured["step_peak"]}
