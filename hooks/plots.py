@@ -17,8 +17,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PLOT_PATH = "assets/memory-budget.png"
 
-#: Stack order, bottom to top, and the DeviceBudget field each layer shows.
-LAYERS = ("weights", "gradients", "slots", "transient", "reserve")
+#: Stack order, bottom to top: the DeviceBudget fields of a step's peak.
+LAYERS = ("weights", "slots", "gradients", "activations", "step extra")
+
+
+def _layer(budget, layer: str) -> int:
+    if layer == "step extra":  # the update's temporaries or the aggregation buffer, whichever peaks
+        return max(budget.update_temporaries, budget.aggregation)
+    return getattr(budget, layer)
 
 
 def render_png() -> bytes:
@@ -34,18 +40,20 @@ def render_png() -> bytes:
     from snippets import memory, plan
 
     rows = plan.figure_data()
-    labels = [label.replace(" ", "\n", 1) for label, _ in rows]
-    figure, axes = plt.subplots(figsize=(9, 4.8), dpi=100)
+    labels = ["\n".join(label.split(" ", 2)) for label, _ in rows]
+    figure, axes = plt.subplots(figsize=(10, 5.2), dpi=100)
     bottoms = [0.0] * len(rows)
     for layer in LAYERS:
-        heights = [getattr(budget, layer) / memory.GiB for _, budget in rows]
-        axes.bar(labels, heights, bottom=bottoms, label=layer)
+        heights = [_layer(budget, layer) / memory.GiB for _, budget in rows]
+        axes.bar(range(len(rows)), heights, bottom=bottoms, label=layer)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    capacity = memory.V100_32GB_MIB * memory.MiB / memory.GiB
+    capacity = memory.V100_CAPACITY / memory.GiB
     axes.axhline(capacity, color="black", linestyle="--", linewidth=1)
-    axes.text(len(rows) - 0.5, capacity, f"V100-32GB: {memory.V100_32GB_MIB} MiB", ha="right", va="bottom")
-    axes.set_ylabel("GiB on the fullest device")
-    axes.set_title("Seed layer W[131072, 65536] + RMSprop on 4 devices: planner's peak per device")
+    axes.text(len(rows) / 2, capacity + 2, f"V100-SXM2-32GB allocator: {memory.human_bytes(memory.V100_CAPACITY)}",
+              ha="center", va="bottom")
+    axes.set_xticks(range(len(rows)), labels, fontsize=8)
+    axes.set_ylabel("GiB on the fullest device (step peak)")
+    axes.set_title("Seed layer W[131072, 65536] + RMSprop, batch 64, 4 devices: step peak per device")
     axes.legend(loc="upper right")
     figure.tight_layout()
     buffer = io.BytesIO()

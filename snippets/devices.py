@@ -130,8 +130,8 @@ class DeviceSetup:
         """One line saying which mode was chosen and what it means."""
         n, m = self.plan.count, self.plan.device_mib
         if self.mode == "cpu":
-            gpus = "CPU:1" if n == 1 else f"CPU:1-{n}"
-            return f"cpu mode: host CPU:0, {gpus} play the GPUs; one BFC pool of {self.pool_mib} MiB for all"
+            gpus = "CPU:1 plays the GPU" if n == 1 else f"CPU:1-{n} play the GPUs"
+            return f"cpu mode: host CPU:0, {gpus}; one BFC pool of {self.pool_mib} MiB for all"
         if self.mode == "gpu":
             return f"gpu mode: {n} GPUs, each capped at {m} MiB"
         gpus = len(self.plan.gpu_limits_mib)
