@@ -41,9 +41,12 @@ def scale_runs():
             case, cap = step_ledger.scale_case(placement, optimizer, precision, xla, k=K)
             jobs.append((case, cap, 2))  # a warm-up step and two more: three fit steps
             verdicts.append(step_ledger.scale_verdict(case, K))
-    # The runs that fit train longest: start them first, and let the misses' OOM retries
-    # (10 s of waiting each) fill the gaps.
-    order = sorted(range(len(jobs)), key=lambda i: not verdicts[i]["fits"])
+    # The runs that fit train longest and hold up to 2 GiB each; the misses mostly wait out the
+    # allocator's 10 s of retries. Alternate them, so the waits fill the gaps without piling
+    # up fits in memory.
+    fits = [i for i in range(len(jobs)) if verdicts[i]["fits"]]
+    misses = [i for i in range(len(jobs)) if not verdicts[i]["fits"]]
+    order = [i for pair in zip(fits, misses) for i in pair] + fits[len(misses):] + misses[len(fits):]
     results = dict(zip(order, run_all([jobs[i] for i in order], workers=8)))
     return [(jobs[i], verdicts[i], results[i]) for i in range(len(jobs))]
 

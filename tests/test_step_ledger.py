@@ -10,14 +10,19 @@ from snippets import step_ledger
 from tests.step_runs import run_all
 
 
+#: Every third configuration, at least one per placement: the benchmarks measure all of them
+#: (planner_vs_step_peak, which the Memory budget chapter asserts); the suite re-checks a sample.
+SAMPLE = step_ledger.AGREEMENT_CASES[::3]
+
+
 @pytest.fixture(scope="module")
 def agreement():
-    cases = step_ledger.AGREEMENT_CASES
-    return [step_ledger.compare(case, row) for case, row in zip(cases, run_all([(c,) for c in cases], 2))]
+    return [step_ledger.compare(case, row) for case, row in zip(SAMPLE, run_all([(c,) for c in SAMPLE], 2))]
 
 
 def test_planner_within_5_percent_of_each_devices_measured_step_peak(agreement):
-    assert len(agreement) >= 20
+    assert len(step_ledger.AGREEMENT_CASES) >= 20 and len(agreement) >= 7
+    assert {case.placement for case in SAMPLE} == {"single", "column", "row", "mirrored"}
     worst = max(agreement, key=lambda row: abs(row["error"]))
     for row in agreement:
         print(f"{row['label']:60} planned {row['planned'] / 2**20:8.1f} MiB measured "
