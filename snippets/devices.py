@@ -359,7 +359,7 @@ def leave_default_device() -> None:
         _default_scope = None
 
 
-def _take_one_region(tf, pool_mib: int) -> None:
+def _take_one_region(tf, pool_mib: int, host_device: str = "CPU:0") -> None:
     """Make the CPU allocator hold its whole pool as one region, as a GPU's does.
 
     Without memory growth, a GPU's BFC allocator takes all of its memory as
@@ -383,6 +383,8 @@ def _take_one_region(tf, pool_mib: int) -> None:
     # 16 MiB stay for the small region TensorFlow's start-up may already have made.
     region = tf.raw_ops.Empty(shape=[pool_mib - 16, 2**18], dtype=tf.float32, init=False)  # 1 MiB rows
     del region
+    # The reader's first get_memory_info should show their own allocations (field case F17).
+    tf.config.experimental.reset_memory_stats(host_device)
 
 
 def _apply_gpu(tf, plan: DevicePlan) -> DeviceSetup:
