@@ -59,7 +59,11 @@ def visible_outputs(notebook) -> list[list[tuple[str, str]]]:
         outputs = []
         for out in cell.get("outputs", []):
             if out.output_type == "stream":
-                outputs.append((out.name, out.text))
+                # The kernel may split one print into several stream messages; compare the text.
+                if outputs and outputs[-1][0] == out.name:
+                    outputs[-1] = (out.name, outputs[-1][1] + out.text)
+                else:
+                    outputs.append((out.name, out.text))
             elif out.output_type in ("display_data", "execute_result"):
                 data = out.get("data", {})
                 outputs.append(("image/png", "") if "image/png" in data else ("text/plain", data.get("text/plain", "")))
