@@ -61,10 +61,6 @@ DTYPE_BYTES = {
     "uint8": 1,
 }
 
-#: Memory of one V100-SXM2-32GB as the CUDA driver reports it
-#: (``nvidia-smi --query-gpu=memory.total``): 30976 MiB, not 32 GiB.
-V100_32GB_MIB = 32480
-
 #: What TensorFlow's allocator really gets on one V100-SXM2-32GB: 30976 MiB
 #: (snippets.hardware), the capacity every verdict on this site is held to.
 V100_CAPACITY = hardware.allocator_bytes("V100-SXM2-32GB")

@@ -135,9 +135,11 @@ def train_step(layer, optimizer, compute_device: str | None = None,
     at the device boundary by the chain rule (``output_gradients``), so each
     half runs where its forward half ran: TensorFlow 2's tape does not
     colocate gradient ops with their forward ops, and an unpinned op would go
-    to the default device (GPU:0 on a GPU machine, the "host" CPU:0 in the
-    CPU emulation). The optimizer update runs where each variable lives:
-    TensorFlow colocates it with the variable.
+    to the default device (GPU:0 on a GPU machine, CPU:1 in the CPU
+    emulation). So does the arithmetic of a stock Keras optimizer update,
+    wherever the variable lives (only the reads and the final assignment run
+    on the variable's device); :func:`run_mode` colocates the update with the
+    variable in ``host-compute`` mode.
     """
     import tensorflow as tf
 

@@ -545,7 +545,7 @@ def colocate_updates(optimizer, jit_compile: bool | str = "auto"):
 
     XLA: a model whose variables sit on several devices cannot be compiled
     whole (``InvalidArgumentError: Trying to access resource ... located in
-    device CPU:1 from device CPU:0``), yet ``jit_compile="auto"`` turns XLA
+    device CPU:2 from device CPU:1``), yet ``jit_compile="auto"`` turns XLA
     on for it on a GPU machine. So compile the model with
     ``jit_compile=False`` (:func:`compile_sharded` does) and let this patch
     compile each shard's update alone, on its device: with ``jit_compile``
@@ -880,8 +880,8 @@ def train(model, steps: int = 20, batch: int = 16, seed: int = 0, learning_rate:
 def init_peak(setup: devices.DeviceSetup, build: Callable[[], object], device: str | None = None) -> dict:
     """Allocator peak and current bytes while ``build()`` runs, from ``tf.config.experimental.get_memory_info``.
 
-    In CPU mode all logical CPUs share one allocator, so ``CPU:0``'s figures
-    count every device; on GPUs pass the device to read. Returns
+    In CPU mode all logical CPUs share one allocator, so the first device's
+    figures count every device (the host too); on GPUs pass the device to read. Returns
     ``{"peak": B, "current": B, "result": build()}`` relative to the start.
     """
     import tensorflow as tf
