@@ -676,45 +676,6 @@ def max_allocator_error(shape: Sequence[int] = (16384, 1024)) -> float:
     return max(abs(row["error"]) for row in allocator_check(shape))
 
 
-def fit_step_peak(optimizer: str, shape: Sequence[int] = (4096, 1024), jit_compile: bool = False) -> dict:
-    """Allocator peak of one ``model.fit`` step of the seed layer at ``shape``, against the plan.
-
-    The planner counts what a step keeps resident (weights, gradients,
-    slots). The optimizer's update also makes temporaries (``rho * v``,
-    ``g ** 2``, ...), unless XLA fuses it; this measures how much, for one
-    ``Dense(shape[1])`` on inputs of width ``shape[0]``, a batch of 2, on
-    ``CPU:0`` (CPU mode of :mod:`snippets.devices`). Keras compiles without
-    XLA under ``tf.distribute`` and on CPU-only machines: ``jit_compile="auto"``
-    resolves to False there (``_resolve_auto_jit_compile`` in
-    keras/src/trainers/trainer.py, Keras 3.15).
-
-    Returns:
-        ``{"planned": step_peak bytes, "measured": peak bytes, "ratio": measured / planned}``.
-    """
-    import keras
-    import numpy as np
-    import tensorflow as tf
-
-    from snippets import slots
-
-    shape = memory.check_shape(shape)
-    gc.collect()
-    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    with tf.device("/CPU:0"):
-        model = keras.Sequential([keras.Input((shape[0],)),
-                                  keras.layers.Dense(shape[1], kernel_initializer="zeros")])
-        model.compile(slots.make_optimizer(optimizer), "mean_squared_error", jit_compile=jit_compile)
-        x, y = np.ones((2, shape[0]), "float32"), np.ones((2, shape[1]), "float32")
-        model.fit(x, y, verbose=0)  # traces the step and builds the slots
-        peak, _ = allocator_peak(lambda: model.fit(x, y, verbose=0), collect=False)
-        resident = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
-    weights = [memory.Weight(tuple(shape), "float32", "zeros"), memory.Weight((shape[1],), "float32", "zeros")]
-    planned = memory.plan(weights, optimizer, "single", 1, reserve=0)[0].step_peak
-    measured = resident + peak
-    del model
-    return {"planned": planned, "measured": measured, "ratio": measured / planned}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.ledger",

@@ -249,13 +249,6 @@ INIT_PEAK = {
     "truncated_normal": 3,
 }
 
-#: Memory TensorFlow keeps outside its GPU allocator on a compute
-#: capability 7.x GPU such as the V100: 1050 MiB, ``MinSystemMemory`` in
-#: tensorflow/core/common_runtime/gpu/gpu_device.cc (other cards:
-#: snippets.hardware). Capacities on this site are what the allocator gets,
-#: so the reserve is already outside them and is reported, not added.
-GPU_RESERVE = 1050 * MiB
-
 
 def check_optimizer(name: str | None) -> str | None:
     """Return ``name`` if the planner knows it (None means inference), else raise ValueError."""
