@@ -53,6 +53,16 @@ from snippets.memory import GiB, MiB, parse_size, resolve_xla
 
 MODES = ("auto", "gpu", "split-gpu", "cpu")
 
+#: Threads TensorFlow's executor runs independent ops with in CPU mode.
+#: Without XLA, an optimizer update's peak depends on the order of its
+#: independent ops (an elementwise op reuses its input's buffer only if it is
+#: that input's last reader): Keras 3 RMSprop under MirroredStrategy peaks at
+#: 6x its variable with two inter-op threads and 5x with one, which is what
+#: TensorFlow's default gave on a CI machine (tests/test_step_ledger.py).
+#: Fixed, so a measured peak is the same on every machine;
+#: ``TF_NUM_INTEROP_THREADS`` in the environment still wins.
+CPU_INTER_OP_THREADS = 2
+
 #: Default capacity per device: what TensorFlow's allocator gets on a real
 #: V100-SXM2-32GB (30976 MiB, snippets.hardware), not the box's 32 GB.
 DEFAULT_DEVICE_MEMORY = f"{hardware.card(hardware.DEFAULT_CARD).allocator_mib}MiB"
@@ -326,6 +336,8 @@ def _apply_cpu(tf, plan: DevicePlan, pool_mib: int) -> DeviceSetup:
     os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(pool_mib)
     tf.config.set_visible_devices([], "GPU")
+    if not os.environ.get("TF_NUM_INTEROP_THREADS"):
+        tf.config.threading.set_inter_op_parallelism_threads(CPU_INTER_OP_THREADS)
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(plan.count + 1)]
