@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from benchmarks.measure import ROOT, python, run_child, summary
 from benchmarks.remote import SEED_SHAPE
-from snippets import memory
+from snippets.lib import placements, units
 
-#: The line ``python -m snippets.reproduce_oom`` must print for a run to count.
+#: The line ``python -m snippets.reproduce`` must print for a run to count.
 OOM_LINE = "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536]"
 
 
@@ -88,12 +88,12 @@ def requires(*paths: str):
 # --- child-process measurements ----------------------------------------------
 
 
-@requires("snippets/reproduce_oom.py")
+@requires("snippets/reproduce.py")
 def oom_reproduction(runs: int) -> Figure:
-    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce_oom`)"""
+    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce`)"""
     walls, cpus, peaks = [], [], []
     for _ in range(runs):
-        child = run_child(python("-m", "snippets.reproduce_oom"))
+        child = run_child(python("-m", "snippets.reproduce"))
         if child.returncode != 0 or OOM_LINE not in child.output:
             raise RuntimeError(f"reproduce_oom did not print the OOM line (exit {child.returncode}):\n"
                                f"{child.output[-2000:]}")
@@ -155,9 +155,9 @@ def mkdocs_build(runs: int) -> Figure:
 # --- kernel measurements (TensorFlow runs in a fresh process per configuration) ---
 
 
-@requires("snippets/plan.py", "snippets/ledger.py")
+@requires("snippets/decide.py", "snippets/lib/ledger.py")
 def planner_seed(runs: int) -> Figure:
-    """Planner on the full seed model (`snippets.plan`)"""
+    """Planner on the full seed model (`snippets.decide`)"""
     from tests.harness import Kernel
 
     firsts, bests, peaks = [], [], []
@@ -169,7 +169,7 @@ def planner_seed(runs: int) -> Figure:
         peaks.append(result["allocated_peak_bytes"])
     return Figure(
         "planner_seed", planner_seed.__doc__.strip(),
-        "`snippets.plan.benchmark`: build the [131072, 65536] model under `keras.StatelessScope`, read its "
+        "`snippets.decide.benchmark`: build the [131072, 65536] model under `keras.StatelessScope`, read its "
         "weights, plan float32 + RMSprop mirrored over 4 devices, rank remedies; Keras and TensorFlow "
         "imported first (not timed). The first call also builds one small optimizer to count RMSprop's "
         "slots. Tensor bytes: the capped allocator's peak during the calls.",
@@ -179,9 +179,9 @@ def planner_seed(runs: int) -> Figure:
     )
 
 
-@requires("snippets/ledger.py")
+@requires("snippets/lib/ledger.py")
 def planner_vs_allocator(runs: int) -> Figure:
-    """Planner vs capped-allocator peak (`snippets.ledger.allocator_check`)"""
+    """Planner vs capped-allocator peak (`snippets.lib.ledger.allocator_check`)"""
     from tests.harness import Kernel
 
     worst, names = [], set()
@@ -202,10 +202,10 @@ def planner_vs_allocator(runs: int) -> Figure:
     )
 
 
-@requires("snippets/step_ledger.py", "snippets/data/step_probes.json")
+@requires("snippets/lib/step_ledger.py", "snippets/data/step_probes.json")
 def planner_vs_step_peak(runs: int) -> Figure:
-    """Planner vs each device's measured training-step peak (`snippets.step_ledger`)"""
-    from snippets import step_ledger
+    """Planner vs each device's measured training-step peak (`snippets.lib.step_ledger`)"""
+    from snippets.lib import step_ledger
     from tests.harness import Kernel
 
     cases = step_ledger.AGREEMENT_CASES
@@ -219,8 +219,8 @@ def planner_vs_step_peak(runs: int) -> Figure:
             (d, f), _batch = case.program
             cap = f"{max(64, 64 * d * f // 2**20)}MiB"  # 16 x the float32 kernel
             with Kernel() as kernel:  # one fresh process per figure: a used allocator has holes
-                kernel.call("snippets.devices:configure", 1, cap, "cpu")
-                row = step_ledger.compare(case, kernel.call("snippets.step_ledger:measure", case))
+                kernel.call("snippets.lib.devices:configure", 1, cap, "cpu")
+                row = step_ledger.compare(case, kernel.call("snippets.lib.step_ledger:measure", case))
             errors[case.label()].append(100 * row["error"])
             last[case.label()] = row
             one = step_ledger.compare(case, step_ledger.measure_fresh(case, cap, inter_op_threads=1))
@@ -238,7 +238,7 @@ def planner_vs_step_peak(runs: int) -> Figure:
         "on a GPU host) alone in a fresh process under its own capped CPU BFC allocator; a warm-up fit "
         "step, then the allocator's peak during one more step, against the planner's step peak. "
         "Error = (planned - measured) / measured. TensorFlow's executor runs with two inter-op "
-        "threads (snippets.devices.CPU_INTER_OP_THREADS); each configuration runs once more with one, "
+        "threads (snippets.lib.devices.CPU_INTER_OP_THREADS); each configuration runs once more with one, "
         "which changes the order of a no-XLA update's ops and so which buffers it reuses.",
         [Quantity("max |relative error|", "%", worst),
          Quantity("largest drop with one inter-op thread (no-XLA updates)", "variables", drops),
@@ -248,7 +248,7 @@ def planner_vs_step_peak(runs: int) -> Figure:
     )
 
 
-SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor_sharding.py", "snippets/placement.py")
+SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor.py", "snippets/placement.py")
 SHARDING_LABELS = {
     "column": "column slices, `tf.device` (W[D, F_model])",
     "row": "row slices, `tf.device` (W[D_model, F])",
@@ -276,11 +276,11 @@ def sharding_balance(runs: int) -> Figure:
     for method, label in SHARDING_LABELS.items():
         ratios = []
         for row in results[method]:
-            total = memory.tensor_bytes(row.get("shape", SEED_SHAPE), "float32")
+            total = units.tensor_bytes(row.get("shape", SEED_SHAPE), "float32")
             ratios.append(max(row["per_device"].values()) / (total / len(row["per_device"])))
         quantities.append(Quantity(label, "ratio", ratios))
-    pool = memory.format_bytes(results["column"][0]["pool_bytes"])
-    kernel = memory.format_bytes(memory.tensor_bytes(SEED_SHAPE, "float32"))
+    pool = units.format_bytes(results["column"][0]["pool_bytes"])
+    kernel = units.format_bytes(units.tensor_bytes(SEED_SHAPE, "float32"))
     return Figure(
         "sharding_balance", sharding_balance.__doc__.strip(),
         "Allocation only: shards reserved with `tf.raw_ops.Empty(init=False)` through one capped BFC "
@@ -306,7 +306,7 @@ def shard_creation_peak(runs: int) -> Figure:
     rss = [r["rss"] for method in ("column", "row", "dtensor") for r in results[method]]
     quantities.append(Quantity("process RSS after each reservation", "bytes", rss))
     count = len(results["column"][0]["per_device"])
-    column, row = (list(memory.local_shape(SEED_SHAPE, kind, count)) for kind in ("column", "row"))
+    column, row = (list(placements.local_shape(SEED_SHAPE, kind, count)) for kind in ("column", "row"))
     return Figure(
         "shard_creation_peak", shard_creation_peak.__doc__.strip(),
         "Same runs as above: the capped allocator's peak (`get_memory_info` after `reset_memory_stats`) "

@@ -7,7 +7,7 @@ configures its process first and returns plain, picklable data.
 
 Allocator figures come from ``tf.config.experimental.get_memory_info`` after
 ``reset_memory_stats`` (through :func:`snippets.tensor_parallel.init_peak`
-and :func:`snippets.ledger.allocator_peak`); in CPU mode all logical CPUs
+and :func:`snippets.lib.ledger.allocator_peak`); in CPU mode all logical CPUs
 share one capped BFC allocator, so ``CPU:0``'s figures count every device.
 Per-device bytes come from where each piece of a variable is placed.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 import gc
 import time
 
-from snippets import devices, memory
-from snippets.reproduce_oom import SEED_INPUT_DIM, SEED_UNITS
+from snippets.lib import devices, splits, units
+from snippets.reproduce import SEED_INPUT_DIM, SEED_UNITS
 
 #: The seed kernel W[D, F], its device count and each device's memory (a V100-SXM2-32GB).
 SEED_SHAPE = (SEED_INPUT_DIM, SEED_UNITS)
@@ -30,11 +30,11 @@ def planner_seed(repeats: int = 3) -> dict:
     """Time the planner on the full seed model after imports; count the bytes it allocates.
 
     Configures CPU mode (4 logical CPUs, 30976 MiB cap) so the allocator
-    keeps statistics, imports Keras, TensorFlow and :mod:`snippets.plan`,
-    then runs :func:`snippets.plan.benchmark` (build the [131072, 65536]
+    keeps statistics, imports Keras, TensorFlow and :mod:`snippets.decide`,
+    then runs :func:`snippets.decide.benchmark` (build the [131072, 65536]
     model under ``StatelessScope``, read its weights, plan float32 + RMSprop
     mirrored over 4 devices, rank remedies) inside
-    :func:`snippets.ledger.allocator_peak`.
+    :func:`snippets.lib.ledger.allocator_peak`.
 
     Returns:
         ``{"first_s", "best_s", "allocated_peak_bytes", "allocated_after_bytes"}``.
@@ -43,23 +43,24 @@ def planner_seed(repeats: int = 3) -> dict:
     import keras  # noqa: F401  (imports are not timed)
     import tensorflow as tf
 
-    from snippets import ledger, plan
+    from snippets.lib import ledger
+    from snippets import decide
 
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    peak, timing = ledger.allocator_peak(lambda: plan.benchmark(repeats))
+    peak, timing = ledger.allocator_peak(lambda: decide.benchmark(repeats))
     after = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
     return {"first_s": timing["first_s"], "best_s": timing["best_s"],
             "allocated_peak_bytes": peak, "allocated_after_bytes": after}
 
 
 def planner_vs_allocator() -> list[dict]:
-    """:func:`snippets.ledger.allocator_check` under its documented set-up (4 CPUs, 1024 MiB cap).
+    """:func:`snippets.lib.ledger.allocator_check` under its documented set-up (4 CPUs, 1024 MiB cap).
 
     Returns:
         One ``{"name", "planned", "measured", "error"}`` per configuration.
     """
     devices.configure(DEVICES, "1024MiB")
-    from snippets import ledger
+    from snippets.lib import ledger
 
     return ledger.allocator_check()
 
@@ -81,12 +82,12 @@ def _dtensor(setup) -> dict:
     import tensorflow as tf
     from tensorflow.experimental import dtensor
 
-    from snippets import dtensor_sharding as ds
+    from snippets import dtensor as ds
     from snippets import tensor_parallel as tp
 
     mesh = ds.make_mesh(setup)
     layout = ds.kernel_layout(mesh)
-    local = memory.layout_local_shape(SEED_SHAPE, [None, ds.MODEL], ds.mesh_axes(mesh))
+    local = splits.layout_local_shape(SEED_SHAPE, [None, ds.MODEL], ds.mesh_axes(mesh))
 
     def build():
         parts = []
@@ -150,6 +151,6 @@ def sharding(methods: list[str], runs: int) -> dict[str, list[dict]]:
             gc.collect()
             row["seconds"] = time.perf_counter() - started
             row["rss"] = psutil.Process().memory_info().rss
-            row["pool_bytes"] = setup.pool_mib * memory.MiB
+            row["pool_bytes"] = setup.pool_mib * units.MiB
             results[method].append(row)
     return results

@@ -12,7 +12,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from benchmarks.measure import ROOT
-from snippets.memory import format_bytes, human_bytes
+from snippets.lib.units import format_bytes, human_bytes
 
 BUILD = ROOT / "build"
 PUBLISHED = ROOT / "benchmarks" / "results"

@@ -1,6 +1,6 @@
 """MkDocs hook: draw the "Memory budget" chapter's stacked bar plot at build time.
 
-The figures come from the planner (:func:`snippets.plan.figure_data`), not
+The figures come from the planner (:func:`snippets.decide.figure_data`), not
 from a committed image: the PNG is rendered with matplotlib's Agg backend
 (no display needed) and added to the site as a generated file,
 ``assets/memory-budget.png``, which ``docs/memory-budget.md`` links to.
@@ -37,19 +37,20 @@ def render_png() -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from snippets import memory, plan
+    from snippets.lib import hardware, units
+    from snippets import decide
 
-    rows = plan.figure_data()
+    rows = decide.figure_data()
     labels = ["\n".join(label.split(" ", 2)) for label, _ in rows]
     figure, axes = plt.subplots(figsize=(10, 5.2), dpi=100)
     bottoms = [0.0] * len(rows)
     for layer in LAYERS:
-        heights = [_layer(budget, layer) / memory.GiB for _, budget in rows]
+        heights = [_layer(budget, layer) / units.GiB for _, budget in rows]
         axes.bar(range(len(rows)), heights, bottom=bottoms, label=layer)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    capacity = memory.V100_CAPACITY / memory.GiB
+    capacity = hardware.V100_CAPACITY / units.GiB
     axes.axhline(capacity, color="black", linestyle="--", linewidth=1)
-    axes.text(len(rows) / 2, capacity + 2, f"V100-SXM2-32GB allocator: {memory.human_bytes(memory.V100_CAPACITY)}",
+    axes.text(len(rows) / 2, capacity + 2, f"V100-SXM2-32GB allocator: {units.human_bytes(hardware.V100_CAPACITY)}",
               ha="center", va="bottom")
     axes.set_xticks(range(len(rows)), labels, fontsize=8)
     axes.set_ylabel("GiB on the fullest device (step peak)")

@@ -19,10 +19,10 @@ What it cannot do. It never adds capacity: a tensor larger than what the
 device has left is refused with growth on or off. The seed kernel needs
 34359738368 B on every replica; a V100-SXM2-32GB has 34057748480 B:
 
->>> memory.tensor_bytes([131072, 65536], "float32"), memory.V100_CAPACITY
+>>> units.tensor_bytes([131072, 65536], "float32"), hardware.V100_CAPACITY
 (34359738368, 32480690176)
 
-The CPU stand-in: TensorFlow's capped CPU allocator (``snippets.devices``,
+The CPU stand-in: TensorFlow's capped CPU allocator (``snippets.lib.devices``,
 CPU mode) is a BFC allocator created with ``allow_growth = true``
 (``tensorflow/core/common_runtime/process_state.cc``), so CPU runs show
 exactly the "growth on" behaviour: reserve on demand, refuse past the cap.
@@ -50,7 +50,7 @@ import argparse
 import os
 from collections.abc import MutableMapping, Sequence
 
-from snippets import memory
+from snippets.lib import allocator, units
 
 #: Environment variable read by every GPU BFC allocator when it is created.
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -116,7 +116,7 @@ def growth_before_split(config=None, gpus: Sequence | None = None) -> list[str]:
     """Names of ``gpus`` (default: all) with memory growth on.
 
     Splitting such a GPU into logical devices silently drops its growth
-    setting; :mod:`snippets.devices` can call this before it splits GPUs and
+    setting; :mod:`snippets.lib.devices` can call this before it splits GPUs and
     refuse with a clear message instead.
     """
     config = _config(config)
@@ -146,7 +146,7 @@ def allocator_use(sizes: Sequence[tuple[Sequence[int], str]], device: str = "CPU
     """Bytes in use on ``device``'s allocator before and after creating each tensor.
 
     Needs an allocator with statistics: the capped CPU allocator
-    (``snippets.devices`` CPU mode) or a GPU. The tensors are freed on return.
+    (``snippets.lib.devices`` CPU mode) or a GPU. The tensors are freed on return.
 
     Returns:
         ``[in use before, after tensor 1, after tensor 2, ...]`` in bytes.
@@ -157,7 +157,7 @@ def allocator_use(sizes: Sequence[tuple[Sequence[int], str]], device: str = "CPU
     use = [tf.config.experimental.get_memory_info(device)["current"]]
     with tf.device(device):
         for shape, dtype in sizes:
-            held.append(tf.zeros(memory.check_shape(shape), dtype))
+            held.append(tf.zeros(units.check_shape(shape), dtype))
             use.append(tf.config.experimental.get_memory_info(device)["current"])
     del held
     return use
@@ -172,11 +172,11 @@ def one_tensor(shape: Sequence[int], dtype: str = "float32", device: str = "CPU:
     """
     import tensorflow as tf
 
-    from snippets.reproduce_oom import oom_line
+    from snippets.reproduce import oom_line
 
     try:
         with tf.device(device):
-            tensor = tf.random.uniform(memory.check_shape(shape), dtype=dtype)
+            tensor = tf.random.uniform(units.check_shape(shape), dtype=dtype)
     except tf.errors.ResourceExhaustedError as error:
         return oom_line(error)
     del tensor
@@ -195,13 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="CPU mode: logical CPUs sharing the cap (default 1); ignored with a GPU")
     args = parser.parse_args(argv)
     try:
-        nbytes = memory.tensor_bytes(args.shape)
-        cap = memory.parse_size(args.cap)
-        memory.check_host_can_hold(min(nbytes, cap), "allocating this tensor")
-    except (ValueError, memory.HostMemoryError) as error:
+        nbytes = units.tensor_bytes(args.shape)
+        cap = units.parse_size(args.cap)
+        allocator.check_host_can_hold(min(nbytes, cap), "allocating this tensor")
+    except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
 
-    from snippets import devices
+    from snippets.lib import devices
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
@@ -211,13 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             device = "GPU:0"
             print(f"memory growth on: {', '.join(grown)}")
         else:
-            setup = devices.configure(args.devices, f"{cap // memory.MiB}MiB")
+            setup = devices.configure(args.devices, f"{cap // units.MiB}MiB")
             device = setup.devices[0]
             print(setup.describe())
             print("no GPU: the capped CPU allocator grows on demand, like a GPU with growth on")
     except (MemoryGrowthError, devices.DeviceConfigError) as error:
         parser.error(str(error))
-    print(f"tensor {args.shape} float32 needs {memory.format_bytes(nbytes)}")
+    print(f"tensor {args.shape} float32 needs {units.format_bytes(nbytes)}")
     line = one_tensor(args.shape, device=device)
     print(line or "allocated: it fits")
     return 0

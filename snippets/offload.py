@@ -20,12 +20,12 @@ The trap (field case F12, shown in the placement chapter): ``tf.device("CPU:0")`
 *inside* ``MirroredStrategy.scope()`` does not offload anything; the
 strategy's variable creator still mirrors the variable onto every replica.
 
-On a CPU-only machine (see :mod:`snippets.devices`) logical CPU 0 plays the
+On a CPU-only machine (see :mod:`snippets.lib.devices`) logical CPU 0 plays the
 host and CPU 1..N play the GPUs, the first of them the default device, as
 GPU:0 is on a GPU host; TensorFlow moves tensors between them with
 the same ``_Send``/``_Recv`` pairs it uses for host-GPU copies, which is what
 :func:`measure_transfers` counts. Times come from bytes and the PCIe 3.0 x16
-peak (:data:`snippets.memory.PCIE3_X16_BYTES_PER_S`), never from a clock.
+peak (:data:`snippets.lib.hardware.PCIE3_X16_BYTES_PER_S`), never from a clock.
 
 Sources: ``tf.distribute.experimental.CentralStorageStrategy`` API page
 ("Variables are assigned to local CPU or the only GPU. If there is more than
@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory
+from snippets.lib import allocator, communication, devices, hardware, units
 
 MODES = ("host-compute", "host-variable", "central-storage")
 
@@ -52,7 +52,7 @@ def roles(setup: devices.DeviceSetup) -> tuple[str, tuple[str, ...]]:
     """``(host, compute_devices)`` for ``setup``: ``setup.host`` and ``setup.devices``.
 
     On GPUs the host is ``CPU:0`` and every GPU computes; in CPU mode logical
-    CPU 0 plays the host and CPU 1..N play the GPUs (:mod:`snippets.devices`).
+    CPU 0 plays the host and CPU 1..N play the GPUs (:mod:`snippets.lib.devices`).
     """
     return setup.host, setup.devices
 
@@ -74,7 +74,7 @@ def mirrored_despite_device(setup: devices.DeviceSetup, shape: Sequence[int] = (
     host, compute = roles(setup)
     strategy = tf.distribute.MirroredStrategy(compute)
     with strategy.scope(), tf.device(host):
-        return tf.Variable(tf.zeros(memory.check_shape(shape)))
+        return tf.Variable(tf.zeros(units.check_shape(shape)))
 
 
 def host_dense(setup: devices.DeviceSetup, input_dim: int, units: int, name: str | None = None):
@@ -86,7 +86,7 @@ def host_dense(setup: devices.DeviceSetup, input_dim: int, units: int, name: str
     import keras
     import tensorflow as tf
 
-    memory.check_shape((input_dim, units))
+    units.check_shape((input_dim, units))
     host, _ = roles(setup)
     if tf.distribute.has_strategy():
         raise RuntimeError("host_dense must be called outside any strategy scope, "
@@ -242,7 +242,7 @@ def measure_transfers(step: Callable, *args) -> list[Transfer]:
             transfers.append(Transfer(
                 out.op.name, short_device(node.attr["send_device"].s.decode()),
                 short_device(node.attr["recv_device"].s.decode()), shape, out.dtype.name,
-                memory.tensor_bytes(shape, out.dtype.name),
+                units.tensor_bytes(shape, out.dtype.name),
             ))
     return sorted(transfers, key=lambda t: (t.src, t.dst, t.tensor))
 
@@ -290,7 +290,7 @@ def run_mode(setup: devices.DeviceSetup, mode: str, input_dim: int = 1024, units
 
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-    memory.check_shape((batch, input_dim, units))
+    units.check_shape((batch, input_dim, units))
     host, compute = roles(setup)
     x = tf.random.stateless_normal((batch, input_dim), (0, 1))
     y = tf.random.stateless_normal((batch, units), (0, 2))
@@ -347,11 +347,11 @@ class StepCost:
 
 def step_cost(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64,
               compute: str = "device", dtype: str = "float32",
-              bytes_per_s: float = memory.PCIE3_X16_BYTES_PER_S) -> StepCost:
-    """:class:`StepCost` of ``W[D, F]`` kept on the host, from :mod:`snippets.memory` arithmetic.
+              bytes_per_s: float = hardware.PCIE3_X16_BYTES_PER_S) -> StepCost:
+    """:class:`StepCost` of ``W[D, F]`` kept on the host, from :mod:`snippets.lib.communication` arithmetic.
 
     ``t_step >= bytes_in / BW + bytes_out / BW`` per replica link, with BW =
-    :data:`snippets.memory.PCIE3_X16_BYTES_PER_S` by default. Replicas that
+    :data:`snippets.lib.hardware.PCIE3_X16_BYTES_PER_S` by default. Replicas that
     share one host link (two GPUs behind one PCIe switch) divide it: pass
     ``bytes_per_s / 2``.
 
@@ -361,11 +361,11 @@ def step_cost(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64,
     >>> step_cost([131072, 65536], batch=64, compute="host").host_to_device
     16777216
     """
-    moved = memory.offload_step_bytes(kernel_shape, dtype, batch, compute)
-    seconds = (memory.transfer_seconds(moved["host_to_device"], bytes_per_s)
-               + memory.transfer_seconds(moved["device_to_host"], bytes_per_s))
+    moved = communication.offload_step_bytes(kernel_shape, dtype, batch, compute)
+    seconds = (communication.transfer_seconds(moved["host_to_device"], bytes_per_s)
+               + communication.transfer_seconds(moved["device_to_host"], bytes_per_s))
     d, f = kernel_shape
-    layer = memory.dense_train_flops(batch, d, f) / memory.V100_FP32_FLOPS
+    layer = communication.dense_train_flops(batch, d, f) / hardware.V100_FP32_FLOPS
     return StepCost(compute, moved["host_to_device"], moved["device_to_host"], seconds, layer)
 
 
@@ -377,17 +377,17 @@ def cost_table(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64) -
     for compute in ("device", "host"):
         c = step_cost(kernel_shape, batch, compute)
         rows.append((f"layer on the {'GPU' if compute == 'device' else 'host'}",
-                     memory.human_bytes(c.host_to_device), memory.human_bytes(c.device_to_host),
+                     units.human_bytes(c.host_to_device), units.human_bytes(c.device_to_host),
                      f"{c.seconds:.4f}"))
     return tabulate(rows, headers=["offload", "in per step", "out per step", "PCIe s >="],
                     disable_numparse=True)
 
 
-def copy_seconds(device: str, nbytes: int = 256 * memory.MiB, repeats: int = 5) -> float:
+def copy_seconds(device: str, nbytes: int = 256 * units.MiB, repeats: int = 5) -> float:
     """Best wall time (s) of copying ``nbytes`` float32 from host memory to ``device``.
 
     For a GPU this measures the real host-to-device bandwidth to compare
-    with :data:`snippets.memory.PCIE3_X16_BYTES_PER_S`: ``nbytes / copy_seconds(...)``.
+    with :data:`snippets.lib.hardware.PCIE3_X16_BYTES_PER_S`: ``nbytes / copy_seconds(...)``.
     The source lives on ``/device:CPU:0``; ``tf.identity`` under
     ``tf.device(device)`` makes TensorFlow copy it, and reducing the copy to
     a scalar read back on the host waits for the copy to finish. The best of
@@ -431,14 +431,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch < 1:
         parser.error(f"--batch must be a positive integer, not {args.batch}")
     try:
-        memory.check_shape(args.shape)
+        units.check_shape(args.shape)
     except ValueError as error:
         parser.error(f"--shape {args.shape[0]} {args.shape[1]}: {error}")
     try:
         # Host copy + optimizer slot + a read copy and a gradient per device.
-        memory.check_host_can_hold(memory.tensor_bytes(args.shape) * (2 + 2 * args.devices),
+        allocator.check_host_can_hold(units.tensor_bytes(args.shape) * (2 + 2 * args.devices),
                                    "this offload run")
-    except (ValueError, memory.HostMemoryError) as error:
+    except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
     setup = devices.configure_from_args(args, parser)
     try:
@@ -454,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"One training step ({args.offload}) sends between devices:")
     print(transfer_table(transfers, host))
     print(f"\nAt full size, W[131072, 65536] float32, batch 64, PCIe 3.0 x16 at "
-          f"{memory.PCIE3_X16_BYTES_PER_S / memory.GB:.2f} GB/s each way:")
+          f"{hardware.PCIE3_X16_BYTES_PER_S / units.GB:.2f} GB/s each way:")
     print(cost_table())
     return 0
 

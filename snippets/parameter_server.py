@@ -53,7 +53,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from snippets import devices, memory, placement
+from snippets.lib import allocator, devices, placements, planner, splits, units
+from snippets import placement
 from snippets.placement import Component
 
 #: Partitioners this module builds, by the name the CLI uses.
@@ -93,9 +94,9 @@ def make_partitioner(kind: str, value: int, max_shards: int | None = None):
 
     if kind not in PARTITIONERS:
         raise ValueError(f"unknown partitioner {kind!r}; use one of {', '.join(PARTITIONERS)}")
-    memory.check_count(value, f"the {kind} partitioner's value")
+    splits.check_count(value, f"the {kind} partitioner's value")
     if max_shards is not None:
-        memory.check_count(max_shards, "max_shards")
+        splits.check_count(max_shards, "max_shards")
     partitioners = tf.distribute.experimental.partitioners
     if kind == "fixed":
         return partitioners.FixedShardsPartitioner(num_shards=value)
@@ -118,7 +119,7 @@ def check_even_shards(shape: Sequence[int], shards: int) -> tuple[int, ...]:
     ...
     ValueError: cannot split dimension 0 of shape [2048, 1024] (size 2048) evenly over 3 devices; choose a device count that divides 2048, or pad the dimension
     """
-    return memory.local_shape(shape, "parameter_server", shards)
+    return placements.local_shape(shape, "parameter_server", shards)
 
 
 def free_port() -> int:
@@ -134,8 +135,8 @@ def local_cluster(workers: int = 1, ps: int = 2, chief: bool = False) -> dict[st
     Raises:
         ValueError: for a worker or ps count that is not a positive int.
     """
-    memory.check_count(workers, "worker count")
-    memory.check_count(ps, "ps count")
+    splits.check_count(workers, "worker count")
+    splits.check_count(ps, "ps count")
     cluster = {"worker": [f"{LOOPBACK}:{free_port()}" for _ in range(workers)],
                "ps": [f"{LOOPBACK}:{free_port()}" for _ in range(ps)]}
     if chief:
@@ -272,7 +273,7 @@ class Trainer:
     def _make_step(self):
         import tensorflow as tf
 
-        from snippets.dtensor_sharding import rmsprop_update
+        from snippets.dtensor import rmsprop_update
 
         learning_rate, rho, epsilon = self.hyper
 
@@ -505,7 +506,7 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     Returns:
         ``{"method": "ParameterServerStrategy", "where": [ps device per shard],
         "local_shape": shard shape, "kernel_bytes": [per shard],
-        "measured": [weights + slots per ps task, read by snippets.ledger],
+        "measured": [weights + slots per ps task, read by snippets.lib.ledger],
         "ledger": [the planned weight shard per ps task],
         "worker_kernel_bytes": bytes a worker concatenates to run Dense}``.
         The planner's ``parameter_server`` row counts only the weight shards:
@@ -517,7 +518,7 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     """
     import tensorflow as tf
 
-    from snippets import ledger
+    from snippets.lib import ledger
 
     check_even_shards(shape, ps)
     strategy = make_strategy(resolver, make_partitioner("fixed", ps))
@@ -532,11 +533,11 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     held = ledger.holdings([variable], "weights") + ledger.holdings(velocities, "slots")
     measured = ledger.by_device(held, where)
     # The planner's parameter_server budget is the worker's device; a ps task plans its shard.
-    shard = memory.tensor_bytes(memory.local_shape(shape, "parameter_server", ps))
-    planned = [memory.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(ps)]
+    shard = units.tensor_bytes(placements.local_shape(shape, "parameter_server", ps))
+    planned = [planner.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(ps)]
     concat = dense_reads_full_kernel(strategy, shape)
     row = ledger.comparison_row("ParameterServerStrategy", pieces, measured, planned)
-    row["worker_kernel_bytes"] = max(memory.tensor_bytes(s) for s in concat)
+    row["worker_kernel_bytes"] = max(units.tensor_bytes(s) for s in concat)
     return row
 
 
@@ -550,7 +551,7 @@ def reserve_ps_state(resolver, shape: Sequence[int], ps: int, dtype: str = "floa
     exists anywhere. Measured: reserving 4 GiB this way grew the process's
     resident memory by about 134 MiB. For an in-process cluster, the ps
     tasks share this process's allocator, so configure its cap first
-    (``snippets.devices.configure(1, ..., cpu_pool=...)``).
+    (``snippets.lib.devices.configure(1, ..., cpu_pool=...)``).
 
     Returns:
         One dict per ps task: ``device``, ``shape`` (of the shard),
@@ -653,7 +654,7 @@ def launch_local(workers: int = 1, ps: int = 2, steps: int = 10, timeout: float 
     """
     import tempfile
 
-    memory.check_count(steps)
+    splits.check_count(steps)
     cluster = local_cluster(workers, ps, chief=True)
     logs = Path(log_dir or tempfile.mkdtemp(prefix="ps-cluster-"))
     environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_FAIL_FAST": "use_caller",
@@ -756,13 +757,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.timeout > 0:  # also refuses nan
         parser.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     try:
-        memory.check_count(num_shards)
+        splits.check_count(num_shards)
         if args.partitioner == "fixed" and not args.full_shape:
             check_even_shards(args.shape, num_shards)
-        memory.check_host_can_hold(3 * memory.tensor_bytes(args.shape), "this variable")
+        allocator.check_host_can_hold(3 * units.tensor_bytes(args.shape), "this variable")
         if args.task and "TF_CONFIG" not in os.environ:
             raise ValueError("--task needs TF_CONFIG set (cluster and this task's role)")
-    except (ValueError, memory.HostMemoryError) as error:
+    except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.full_shape:
@@ -807,33 +808,33 @@ def _full_shape(parser, args) -> int:
     """``--full-shape``: reserve the seed kernel's shards on the ps tasks, then compare with a worker."""
     from tabulate import tabulate
 
-    from snippets import devices
-    from snippets.dtensor_sharding import SEED_SHAPE
+    from snippets.lib import devices
+    from snippets.dtensor import SEED_SHAPE
 
     try:
         local = check_even_shards(SEED_SHAPE, args.ps)
-        capacity = memory.parse_size(args.device_memory)
-        per_task = 2 * memory.tensor_bytes(local)
+        capacity = units.parse_size(args.device_memory)
+        per_task = 2 * units.tensor_bytes(local)
         if per_task > capacity:
-            raise ValueError(f"{memory.format_bytes(per_task)} per ps task does not fit "
+            raise ValueError(f"{units.format_bytes(per_task)} per ps task does not fit "
                              f"{args.device_memory}; use more ps tasks (--ps)")
     except ValueError as error:
         parser.error(str(error))
     # The in-process ps tasks share this process's allocator: cap it at
-    # ps x the memory of one task (see snippets.devices, CPU mode).
+    # ps x the memory of one task (see snippets.lib.devices, CPU mode).
     devices.configure(1, args.device_memory, mode="cpu",
-                      cpu_pool=f"{args.ps * capacity // memory.MiB}MiB")
+                      cpu_pool=f"{args.ps * capacity // units.MiB}MiB")
     resolver = start_in_process_cluster(args.workers, args.ps)
     rows = reserve_ps_state(resolver, SEED_SHAPE, args.ps)
     print(f"W{list(SEED_SHAPE)} float32 in {args.ps} shards, reserved with tf.raw_ops.Empty "
           "(pages untouched), each with its RMSprop velocity on the same ps task:")
-    print(tabulate([(r["device"], list(r["shape"]), r["kernel"], r["velocity"], memory.human_bytes(r["total"]))
+    print(tabulate([(r["device"], list(r["shape"]), r["kernel"], r["velocity"], units.human_bytes(r["total"]))
                     for r in rows], headers=["ps task", "shard", "kernel B", "velocity B", "total"]))
-    worker = 2 * memory.tensor_bytes(SEED_SHAPE)
-    print(f"\nPer ps task {memory.format_bytes(rows[0]['total'])}; "
+    worker = 2 * units.tensor_bytes(SEED_SHAPE)
+    print(f"\nPer ps task {units.format_bytes(rows[0]['total'])}; "
           f"{'fits' if rows[0]['total'] <= capacity else 'does not fit'} {args.device_memory}.")
     print(f"A worker running Dense on it concatenates the whole kernel and computes its gradient: "
-          f"{memory.format_bytes(worker)}, {'fits' if worker <= capacity else 'does not fit'} "
+          f"{units.format_bytes(worker)}, {'fits' if worker <= capacity else 'does not fit'} "
           f"{args.device_memory}.")
     return 0
 

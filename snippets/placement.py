@@ -2,7 +2,7 @@
 
 Run it: ``python -m snippets.placement --help``. At CI scale it shows, on N
 logical devices (real GPUs, a split GPU or logical CPUs, see
-:mod:`snippets.devices`):
+:mod:`snippets.lib.devices`):
 
 * a variable created in ``strategy.scope()`` is a mirrored variable with one
   full-size component per replica;
@@ -24,7 +24,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory
+from snippets.lib import allocator, devices, units
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,13 @@ def pieces(tensors) -> list[Component]:
     Works for anything with ``.device``, ``.shape`` and ``.dtype``: the
     components of a mirrored variable, the shards of a ``ShardedVariable``,
     the pieces ``dtensor.unpack`` returns. Bytes come from
-    :func:`snippets.memory.tensor_bytes` on each piece's own shape.
+    :func:`snippets.lib.units.tensor_bytes` on each piece's own shape.
     """
     result = []
     for piece in tensors:
         shape = tuple(int(d) for d in piece.shape)
         dtype = piece.dtype.name
-        result.append(Component(piece.device, shape, dtype, memory.tensor_bytes(shape, dtype)))
+        result.append(Component(piece.device, shape, dtype, units.tensor_bytes(shape, dtype)))
     return result
 
 
@@ -73,14 +73,14 @@ def mirrored_variable(setup: devices.DeviceSetup, shape: Sequence[int], dtype: s
 
     strategy = tf.distribute.MirroredStrategy(setup.devices)
     with strategy.scope():
-        return tf.Variable(tf.zeros(memory.check_shape(shape), dtype=dtype))
+        return tf.Variable(tf.zeros(units.check_shape(shape), dtype=dtype))
 
 
 def plain_variable(shape: Sequence[int], dtype: str = "float32"):
     """Create ``tf.Variable(tf.zeros(shape))`` with no strategy and no ``tf.device``."""
     import tensorflow as tf
 
-    return tf.Variable(tf.zeros(memory.check_shape(shape), dtype=dtype))
+    return tf.Variable(tf.zeros(units.check_shape(shape), dtype=dtype))
 
 
 def device_inside_scope(setup: devices.DeviceSetup, device: str, shape: Sequence[int] = (8,)):
@@ -93,7 +93,7 @@ def device_inside_scope(setup: devices.DeviceSetup, device: str, shape: Sequence
 
     strategy = tf.distribute.MirroredStrategy(setup.devices)
     with strategy.scope(), tf.device(device):
-        return tf.Variable(tf.zeros(memory.check_shape(shape)))
+        return tf.Variable(tf.zeros(units.check_shape(shape)))
 
 
 def first_write(variable) -> None:
@@ -120,10 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="shape of the variable to mirror (default 1024 256)")
     args = parser.parse_args(argv)
     try:
-        memory.check_host_can_hold(
-            memory.tensor_bytes(args.shape) * args.devices, "mirroring this variable"
+        allocator.check_host_can_hold(
+            units.tensor_bytes(args.shape) * args.devices, "mirroring this variable"
         )
-    except (ValueError, memory.HostMemoryError) as error:
+    except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
     setup = devices.configure_from_args(args, parser)
     print(setup.describe())
@@ -132,14 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         variable = mirrored_variable(setup, args.shape)
     except tf.errors.ResourceExhaustedError as error:
-        from snippets.reproduce_oom import oom_line
+        from snippets.reproduce import oom_line
 
         parser.exit(1, f"{parser.prog}: the mirrored variable does not fit: {oom_line(error)}\n")
     print(f"\nMirrored variable {type(variable).__name__}, one full copy per replica:")
     print(table(variable))
     total = sum(c.nbytes for c in components(variable))
-    print(f"\nIn all: {memory.format_bytes(total)}; each device must hold "
-          f"{memory.format_bytes(components(variable)[0].nbytes)} by itself.")
+    print(f"\nIn all: {units.format_bytes(total)}; each device must hold "
+          f"{units.format_bytes(components(variable)[0].nbytes)} by itself.")
     return 0
 
 

@@ -8,7 +8,7 @@ layer ``Dense(65536)`` on inputs of width 131072 (kernel ``W[131072, 65536]``):
   ``mixed_float16`` still stores float32 (32 GiB) and adds a float16 compute
   copy each step (field cases F10, F11):
 
-  >>> [memory.tensor_bytes([131072, 65536], d) // memory.GiB for d in ("float16", "float32")]
+  >>> [units.tensor_bytes([131072, 65536], d) // units.GiB for d in ("float16", "float32")]
   [16, 32]
 
 * which of those tensors one 30976 MiB device (a V100-SXM2-32GB) can reserve,
@@ -18,7 +18,7 @@ layer ``Dense(65536)`` on inputs of width 131072 (kernel ``W[131072, 65536]``):
   capability 8.0 or newer (a V100 is 7.0), otherwise float16 with loss scaling.
 
 Per-device training budgets (weights + gradients + optimizer slots) come from
-:func:`snippets.memory.per_device`; this module only asks Keras and
+:func:`snippets.lib.planner.per_device`; this module only asks Keras and
 TensorFlow what they actually do.
 
 Sources: Keras API pages "Mixed precision" (``DTypePolicy``: variable dtype
@@ -38,7 +38,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import memory
+from snippets.lib import hardware, optimizers, placements, planner, units
 
 #: Keras dtype policies this module compares (``keras.DTypePolicy`` names).
 POLICIES = ("float32", "mixed_float16", "float16", "mixed_bfloat16", "bfloat16")
@@ -103,17 +103,17 @@ def seed_kernel(policy: str = "float32", input_dim: int = 131072, units: int = 6
 
     Builds ``Dense(units, dtype=policy)`` on inputs of width ``input_dim``
     under ``keras.StatelessScope`` (see
-    :func:`snippets.reproduce_oom.variable_specs`), so the full 131072 x 65536
+    :func:`snippets.reproduce.variable_specs`), so the full 131072 x 65536
     kernel is described in milliseconds without a byte of it existing.
 
     Returns:
-        A :class:`snippets.reproduce_oom.VariableSpec` (``.shape``, ``.dtype``,
+        A :class:`snippets.reproduce.VariableSpec` (``.shape``, ``.dtype``,
         ``.nbytes``).
     """
-    from snippets import reproduce_oom
+    from snippets import reproduce
 
     check_policy(policy)
-    specs = reproduce_oom.variable_specs(reproduce_oom.seed_model, input_dim, units, policy)
+    specs = reproduce.variable_specs(reproduce.seed_model, input_dim, units, policy)
     return next(s for s in specs if s.path.endswith("kernel"))
 
 
@@ -129,7 +129,7 @@ def autocast_peak(shape: Sequence[int] = (16384, 1024), device: str = "CPU:0") -
     (A whole ``Dense`` call on a CPU peaks higher: CPU float16 matmuls add a
     float32 workspace that a GPU does not need, so it is left out here.)
 
-    Needs the capped CPU allocator (``snippets.devices.configure`` in CPU
+    Needs the capped CPU allocator (``snippets.lib.devices.configure`` in CPU
     mode) or a GPU, for ``tf.config.experimental.get_memory_info``.
 
     Returns:
@@ -138,7 +138,7 @@ def autocast_peak(shape: Sequence[int] = (16384, 1024), device: str = "CPU:0") -
     import keras
     import tensorflow as tf
 
-    dense = keras.layers.Dense(memory.check_shape(shape)[-1], dtype="mixed_float16")
+    dense = keras.layers.Dense(units.check_shape(shape)[-1], dtype="mixed_float16")
     dense.build((None, shape[0]))
     cast = tf.function(lambda: tf.cast(dense.kernel.value, dense.compute_dtype))
     cast()  # trace once, so tracing's own allocations are not counted
@@ -177,8 +177,8 @@ def reserve(tensors: Sequence[tuple[str, Sequence[int], str]], device: str = "CP
     held, rows = [], []
     try:
         for name, shape, dtype in tensors:
-            dims = memory.check_shape(shape)
-            nbytes = memory.tensor_bytes(dims, dtype)
+            dims = units.check_shape(shape)
+            nbytes = units.tensor_bytes(dims, dtype)
             try:
                 with tf.device(device):
                     held.append(tf.raw_ops.Empty(shape=dims, dtype=dtype, init=False))
@@ -198,7 +198,7 @@ def training_tensors(shape: Sequence[int], dtype: str, slots: int = 1) -> list[t
     for RMSprop on a float16 variable: its velocity is float16). RMSprop
     keeps 1 slot (field case F19).
     """
-    dims = memory.check_shape(shape)
+    dims = units.check_shape(shape)
     return [("weight", dims, dtype), ("gradient", dims, dtype)] + [
         (f"slot {i + 1}", dims, dtype) for i in range(slots)
     ]
@@ -453,9 +453,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # our table, not TF's start-up lines
     try:
-        memory.check_shape(args.shape)
-        memory.check_optimizer(args.optimizer)
-        memory.local_shape(args.shape, "column", args.devices)
+        units.check_shape(args.shape)
+        optimizers.check_optimizer(args.optimizer)
+        placements.local_shape(args.shape, "column", args.devices)
     except ValueError as error:
         parser.error(str(error))
 
@@ -464,19 +464,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for policy in args.policy or POLICIES:
         spec = seed_kernel(policy, *args.shape)
-        budget_policy = policy if policy in memory.POLICIES else None
-        mirrored = memory.per_device(args.shape, spec.dtype, args.optimizer, "mirrored", args.devices,
+        budget_policy = policy if policy in units.POLICIES else None
+        mirrored = planner.per_device(args.shape, spec.dtype, args.optimizer, "mirrored", args.devices,
                                      budget_policy, reserve=0)[0]
-        column = [memory.per_device(args.shape, spec.dtype, args.optimizer, "column", args.devices,
+        column = [planner.per_device(args.shape, spec.dtype, args.optimizer, "column", args.devices,
                                     budget_policy, xla=xla)[0] for xla in ("on", "off")]
-        rows.append((policy, spec.dtype, memory.human_bytes(spec.nbytes),
-                     memory.human_bytes(mirrored.total),
-                     *(memory.human_bytes(b.total) for b in column)))
+        rows.append((policy, spec.dtype, units.human_bytes(spec.nbytes),
+                     units.human_bytes(mirrored.total),
+                     *(units.human_bytes(b.total) for b in column)))
     print(tabulate(rows, headers=["policy", "kernel dtype", "kernel",
                                   f"mirrored, {args.optimizer}",
                                   f"column / {args.devices}, XLA", "no XLA"]))
     print(f"\nPeaks per device of one step at batch 64 (or of initialisation, if larger). "
-          f"One V100-SXM2-32GB's allocator: {memory.format_bytes(memory.V100_CAPACITY)}")
+          f"One V100-SXM2-32GB's allocator: {units.format_bytes(hardware.V100_CAPACITY)}")
     return 0
 
 

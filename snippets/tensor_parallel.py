@@ -40,38 +40,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory
+from snippets.lib import devices, placements, planner, splits, units
 
-#: The seed layer: kernel W[131072, 65536] float32 (see snippets.reproduce_oom).
+#: The seed layer: kernel W[131072, 65536] float32 (see snippets.reproduce).
 SEED_SHAPE = (131072, 65536)
 
 
 # --- checks ------------------------------------------------------------------
-
-
-def check_split(name: str, size: int, count: int) -> int:
-    """Size of one of ``count`` equal shards of a dimension called ``name`` of ``size``.
-
-    >>> check_split("units", 65536, 4)
-    16384
-    >>> check_split("units", 10, 4)
-    Traceback (most recent call last):
-    ...
-    ValueError: cannot split units (size 10) into 4 equal shards: 4 does not divide 10; use a shard count that divides 10, or pad units to 12
-
-    Raises:
-        ValueError: if ``count`` is not a positive int or does not divide
-            ``size``; the message names the dimension, its size and the count.
-    """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"shard count must be a positive integer, not {count!r}")
-    if size % count:
-        padded = math.ceil(size / count) * count
-        raise ValueError(
-            f"cannot split {name} (size {size}) into {count} equal shards: {count} does not "
-            f"divide {size}; use a shard count that divides {size}, or pad {name} to {padded}"
-        )
-    return size // count
 
 
 # --- the command line, checked before Keras (and so TensorFlow) is imported -------------
@@ -100,16 +75,16 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.ArgumentPars
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        memory.check_count(args.devices)
+        splits.check_count(args.devices)
         if args.full_shape:
             # --full-shape splits the seed kernel, so name its dimensions, not the CI-scale ones.
             seed = f"the seed kernel W{list(SEED_SHAPE)}"
-            check_split(f"the units of {seed}", SEED_SHAPE[1], args.devices)
-            check_split(f"the input width of {seed}", SEED_SHAPE[0], args.devices)
+            splits.check_split(f"the units of {seed}", SEED_SHAPE[1], args.devices)
+            splits.check_split(f"the input width of {seed}", SEED_SHAPE[0], args.devices)
         else:
-            memory.check_shape([args.in_dim, args.units])
-            check_split("units", args.units, args.devices)
-            check_split("input width", args.in_dim, args.devices)
+            units.check_shape([args.in_dim, args.units])
+            splits.check_split("units", args.units, args.devices)
+            splits.check_split("input width", args.in_dim, args.devices)
     except ValueError as error:
         parser.error(str(error))
     return parser, args
@@ -395,7 +370,7 @@ class ColumnParallelDense(_ShardedDense):
 
     def build(self, input_shape):
         in_dim = int(input_shape[-1])
-        width = check_split("units", self.units, self.count)
+        width = splits.check_split("units", self.units, self.count)
         full = (in_dim, self.units)
         for i in range(self.count):
             self.kernel_shards.append(self._add_kernel_shard(i, full, (in_dim, width)))
@@ -473,7 +448,7 @@ class RowParallelDense(_ShardedDense):
             in_dim = sum(int(s[-1]) for s in shapes)
         else:
             in_dim = int(input_shape[-1])
-        height = check_split("input width", in_dim, self.count)
+        height = splits.check_split("input width", in_dim, self.count)
         full = (in_dim, self.units)
         for i in range(self.count):
             self.kernel_shards.append(self._add_kernel_shard(i, full, (height, self.units)))
@@ -549,17 +524,17 @@ def colocate_updates(optimizer, jit_compile: bool | str = "auto"):
     on for it on a GPU machine. So compile the model with
     ``jit_compile=False`` (:func:`compile_sharded` does) and let this patch
     compile each shard's update alone, on its device: with ``jit_compile``
-    True (what ``"auto"`` means here, :func:`snippets.memory.resolve_xla`)
+    True (what ``"auto"`` means here, :func:`snippets.lib.planner.resolve_xla`)
     each ``update_step`` is a ``tf.function(jit_compile=True)`` per variable,
     which fuses RMSprop's temporaries away (the step's transient drops from
-    4 to 1 variable, :mod:`snippets.step_probe`).
+    4 to 1 variable, :mod:`snippets.lib.step_probe`).
 
     Returns:
         The same optimizer, for ``model.compile(optimizer=colocate_updates(...))``.
     """
     import tensorflow as tf
 
-    jit = memory.resolve_xla(jit_compile, "column")
+    jit = planner.resolve_xla(jit_compile, "column")
     update_step = optimizer.update_step
     all_reduce = optimizer._all_reduce_sum_gradients
     add_slot = optimizer.add_variable_from_reference
@@ -629,7 +604,7 @@ def shards(layer) -> list[Shard]:
         shape = tuple(int(d) for d in variable.shape)
         dtype = str(variable.dtype)
         result.append(Shard(variable.path, short_device(variable.value.device), shape, dtype,
-                            memory.tensor_bytes(shape, dtype)))
+                            units.tensor_bytes(shape, dtype)))
     return result
 
 
@@ -744,7 +719,7 @@ def _sized(transfer: Transfer, graph) -> Transfer:
     if not tensor.shape.is_fully_defined():
         return transfer
     shape = tuple(int(d) for d in tensor.shape)
-    nbytes = memory.tensor_bytes(shape, tensor.dtype.name) if shape else memory.dtype_bytes(tensor.dtype.name)
+    nbytes = units.tensor_bytes(shape, tensor.dtype.name) if shape else units.dtype_bytes(tensor.dtype.name)
     return Transfer(transfer.tensor, transfer.source, transfer.destination, shape, nbytes)
 
 
@@ -771,7 +746,7 @@ def column_by_hand(x, kernel, devices_: Sequence[str]):
     """
     import tensorflow as tf
 
-    width = check_split("kernel columns", int(kernel.shape[1]), len(devices_))
+    width = splits.check_split("kernel columns", int(kernel.shape[1]), len(devices_))
     pieces, outputs = [], []
     for i, device in enumerate(devices_):
         with tf.device(device):
@@ -792,7 +767,7 @@ def row_by_hand(x, kernel, devices_: Sequence[str]):
     """
     import tensorflow as tf
 
-    height = check_split("kernel rows", int(kernel.shape[0]), len(devices_))
+    height = splits.check_split("kernel rows", int(kernel.shape[0]), len(devices_))
     pieces, partials = [], []
     for i, device in enumerate(devices_):
         rows = slice(height * i, height * (i + 1))
@@ -903,21 +878,21 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
     Builds ``ColumnParallelDense`` with kernel ``W[shape]`` (no bias) over
     ``setup.devices``, runs one training step with a colocated RMSprop, and
     reads per device the kernel shard, its gradient and its RMSprop velocity
-    with :mod:`snippets.ledger` (the same reader the DTensor and parameter
+    with :mod:`snippets.lib.ledger` (the same reader the DTensor and parameter
     server summaries use).
 
     Returns:
         ``{"method": "tf.device layers", "where": [device per shard],
         "local_shape": (D, F/N), "kernel_bytes": [per device], "measured":
         [weights + gradients + slots per device, read], "ledger": [the same
-        from snippets.memory.per_device for strategy "column", no reserve]}``.
+        from snippets.lib.planner.per_device for strategy "column", no reserve]}``.
     """
     import numpy as np
     import tensorflow as tf
 
-    from snippets import ledger
+    from snippets.lib import ledger
 
-    d, f = memory.check_shape(shape)
+    d, f = units.check_shape(shape)
     layer = ColumnParallelDense(f, setup.devices, use_bias=False)
     layer.build((None, d))
     optimizer = colocate_updates(keras.optimizers.RMSprop())
@@ -931,7 +906,7 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
             + ledger.holdings(gradients, "gradients")
             + ledger.holdings(ledger.slot_variables(optimizer), "slots"))
     measured = ledger.by_device(held, setup.devices)
-    planned = memory.per_device((d, f), "float32", "rmsprop", "column", len(setup.devices),
+    planned = planner.per_device((d, f), "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
     built = shards(layer)
     return ledger.comparison_row("tf.device layers", built, measured, planned)
@@ -948,7 +923,7 @@ class FullShapeReport:
         strategy: "column" or "row".
         shards: the reserved kernel shards (device, shape, bytes), read from
             the layer's variables after building it with :class:`Uninitialized`.
-        budgets: ``snippets.memory.per_device`` for the same split, RMSprop,
+        budgets: ``snippets.lib.planner.per_device`` for the same split, RMSprop,
             batch 64, each shard's update XLA-compiled on its device (what
             :func:`colocate_updates` does under ``jit_compile="auto"``).
         unfused: the same without XLA (the update's temporaries not fused).
@@ -970,23 +945,23 @@ class FullShapeReport:
 
     def verdict(self, nbytes: int) -> str:
         """"fits in 30976 MiB, 6.17 GiB to spare" or "does NOT fit in 30976 MiB, short by ..."."""
-        cap = f"{self.device_bytes // memory.MiB} MiB"
+        cap = f"{self.device_bytes // units.MiB} MiB"
         spare = self.device_bytes - nbytes
         if spare >= 0:
-            return f"fits in {cap}, {memory.human_bytes(spare)} to spare"
-        return f"does NOT fit in {cap}, short by {memory.human_bytes(-spare)}"
+            return f"fits in {cap}, {units.human_bytes(spare)} to spare"
+        return f"does NOT fit in {cap}, short by {units.human_bytes(-spare)}"
 
     def lines(self) -> list[str]:
         out = [f"{self.strategy}-parallel kernel {list(SEED_SHAPE)} float32 over {len(self.shards)} devices, "
                "RMSprop, batch 64:"]
         for shard, budget in zip(self.shards, self.budgets):
             out.append(f"  {short_device(shard.device)}: shard {list(shard.shape)}, step peak "
-                       f"{memory.human_bytes(budget.total)} with XLA updates: {self.verdict(budget.total)}")
-        out.append(f"  without XLA: step peak {memory.human_bytes(self.unfused.total)} "
+                       f"{units.human_bytes(budget.total)} with XLA updates: {self.verdict(budget.total)}")
+        out.append(f"  without XLA: step peak {units.human_bytes(self.unfused.total)} "
                    f"({self.unfused.peak_phase}): {self.verdict(self.unfused.total)}")
-        out.append(f"  reserved {memory.human_bytes(self.allocated)} for the shards, pages untouched: "
-                   f"process RSS {memory.human_bytes(self.rss)}")
-        out.append(f"  MirroredStrategy instead: step peak {memory.human_bytes(self.mirrored.total)} per device "
+        out.append(f"  reserved {units.human_bytes(self.allocated)} for the shards, pages untouched: "
+                   f"process RSS {units.human_bytes(self.rss)}")
+        out.append(f"  MirroredStrategy instead: step peak {units.human_bytes(self.mirrored.total)} per device "
                    f"({self.mirrored.peak_phase}): {self.verdict(self.mirrored.total)}")
         return out
 
@@ -998,25 +973,25 @@ def full_shape(setup: devices.DeviceSetup, strategy: str = "column",
     The N kernel shards go through the allocator (in CPU mode, the capped
     BFC pool, which must hold N shards: ``devices.configure(N, cpu_pool=...)``)
     but no page is written. Each device's step peak comes from
-    ``snippets.memory.per_device`` with the same split, checked against the
+    ``snippets.lib.planner.per_device`` with the same split, checked against the
     shards actually built (their shapes must match its local shape).
 
     Raises:
         ValueError: for an uneven split.
         tf.errors.ResourceExhaustedError: if the pool cannot hold the shards.
     """
-    d, f = memory.check_shape(shape)
+    d, f = units.check_shape(shape)
     kind = "column" if strategy == "column" else "row"
     layer = make_layer(kind, f, setup.devices, use_bias=False, kernel_initializer=Uninitialized())
     measured = init_peak(setup, lambda: layer.build((None, d)))
     built = tuple(shards(layer))
     n = len(setup.devices)
-    budgets = memory.per_device((d, f), "float32", "rmsprop", kind, n, initializer="glorot_uniform")
-    expected = memory.local_shape((d, f), kind, n)
+    budgets = planner.per_device((d, f), "float32", "rmsprop", kind, n, initializer="glorot_uniform")
+    expected = placements.local_shape((d, f), kind, n)
     if any(s.shape != expected for s in built):
         raise AssertionError(f"built shards {[s.shape for s in built]} differ from the plan {expected}")
-    unfused = memory.per_device((d, f), "float32", "rmsprop", kind, n, xla="off")[0]
-    mirrored = memory.per_device((d, f), "float32", "rmsprop", "mirrored", n)[0]
+    unfused = planner.per_device((d, f), "float32", "rmsprop", kind, n, xla="off")[0]
+    mirrored = planner.per_device((d, f), "float32", "rmsprop", "mirrored", n)[0]
     return FullShapeReport(kind, built, tuple(budgets), unfused, mirrored, setup.device_bytes,
                            measured["current"], _rss())
 
@@ -1057,8 +1032,8 @@ def seed_layer(setup: devices.DeviceSetup, batch: int = 8) -> list[str]:
     for name, shard, gradient in zip(names, kernels, gradients):
         info = tf.config.experimental.get_memory_info(name)
         lines.append(f"{name}: {shard.name} {list(shard.shape)} = {shard.nbytes} B, gradient on "
-                     f"{short_device(gradient.device)}; allocator now {memory.format_bytes(info['current'])}, "
-                     f"peak {memory.format_bytes(info['peak'])}")
+                     f"{short_device(gradient.device)}; allocator now {units.format_bytes(info['current'])}, "
+                     f"peak {units.format_bytes(info['peak'])}")
     return lines
 
 
@@ -1071,7 +1046,7 @@ def full_shape_pool(shape: Sequence[int] = SEED_SHAPE) -> str:
     >>> full_shape_pool()
     '35433480192B'
     """
-    return f"{memory.tensor_bytes(shape, 'float32') + memory.GiB}B"
+    return f"{units.tensor_bytes(shape, 'float32') + units.GiB}B"
 
 
 # --- command line ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ Run one (each needs a fresh process; ``--list`` shows which process each needs):
 Two kinds of process:
 
 ``emulated``
-    :func:`snippets.devices.configure` made 4 logical CPUs sharing a
+    :func:`snippets.lib.devices.configure` made 4 logical CPUs sharing a
     30976 MiB BFC cap (one V100-SXM2-32GB): the seed's OOM, and what goes
     wrong once devices are configured.
 ``plain``
@@ -38,7 +38,7 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 
-from snippets import devices, memory
+from snippets.lib import devices, planner, splits
 
 #: The emulated process: 4 devices of one V100-SXM2-32GB each, CPU mode.
 EMULATED = (4, "30976MiB")
@@ -84,11 +84,11 @@ def oom() -> None:
     """
     import tensorflow as tf
 
-    from snippets import reproduce_oom
+    from snippets import reproduce
 
     setup = _emulated()
     with tf.distribute.MirroredStrategy(setup.devices).scope():
-        reproduce_oom.build_seed_model()
+        reproduce.build_seed_model()
 
 
 def virtual_devices() -> None:
@@ -163,7 +163,7 @@ def uneven_planner() -> None:
     Raises:
         ValueError: "cannot split dimension 1 of shape [131072, 65537] (size 65537) evenly over 4 devices ...".
     """
-    memory.per_device([131072, 65537], "float32", None, "column", 4)
+    planner.per_device([131072, 65537], "float32", None, "column", 4)
 
 
 def uneven_tensor_parallel() -> None:
@@ -174,7 +174,7 @@ def uneven_tensor_parallel() -> None:
     """
     from snippets import tensor_parallel
 
-    tensor_parallel.check_split("units", 30, 4)
+    splits.check_split("units", 30, 4)
 
 
 def uneven_layout() -> None:
@@ -183,14 +183,14 @@ def uneven_layout() -> None:
     Raises:
         ValueError: "cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis 'model' ...".
     """
-    memory.layout_local_shape([1024, 510], [None, "model"], {"model": 4})
+    splits.layout_local_shape([1024, 510], [None, "model"], {"model": 4})
 
 
 def per_worker_dataset() -> None:
     """Keras 3 ``Model.fit`` on NumPy arrays under a ParameterServerStrategy.
 
     Starts an in-process localhost cluster (1 worker, 2 parameter servers;
-    :func:`snippets.probes.local_cluster`), so run it last in a process.
+    :func:`snippets.api_matrix.local_cluster`), so run it last in a process.
 
     Raises:
         ValueError: "To use this dataset, you need to pass this dataset to
@@ -198,15 +198,15 @@ def per_worker_dataset() -> None:
     """
     import numpy as np
 
-    from snippets import probes
+    from snippets import api_matrix
 
     _emulated()
-    strategy = probes.ps_strategy()
-    model = probes.ps_model(strategy)
+    strategy = api_matrix.ps_strategy()
+    model = api_matrix.ps_model(strategy)
     with strategy.scope():
         model.compile(optimizer="sgd", loss="mean_squared_error")
-    x = np.ones((8, probes.PROBE_SHAPE[0]), "float32")
-    y = np.ones((8, probes.PROBE_SHAPE[1]), "float32")
+    x = np.ones((8, api_matrix.PROBE_SHAPE[0]), "float32")
+    y = np.ones((8, api_matrix.PROBE_SHAPE[1]), "float32")
     model.fit(x, y, steps_per_epoch=1, epochs=1, verbose=0)
 
 
@@ -220,16 +220,16 @@ def per_worker_fit() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from snippets import probes
+    from snippets import api_matrix
 
     _emulated()
-    strategy = probes.ps_strategy()
-    model = probes.ps_model(strategy)
+    strategy = api_matrix.ps_strategy()
+    model = api_matrix.ps_model(strategy)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         model.compile(optimizer="sgd", loss="mean_squared_error")
-    x = np.ones((8, probes.PROBE_SHAPE[0]), "float32")
-    y = np.ones((8, probes.PROBE_SHAPE[1]), "float32")
+    x = np.ones((8, api_matrix.PROBE_SHAPE[0]), "float32")
+    y = np.ones((8, api_matrix.PROBE_SHAPE[1]), "float32")
     per_worker = coordinator.create_per_worker_dataset(
         lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(4)
     )
@@ -249,11 +249,11 @@ def keras_optimizer_on_shards() -> None:
     import keras
     import tensorflow as tf
 
-    from snippets import parameter_server, probes
+    from snippets import api_matrix, parameter_server
 
     _emulated()
-    strategy = probes.ps_strategy()
-    model = probes.ps_model(strategy)
+    strategy = api_matrix.ps_strategy()
+    model = api_matrix.ps_model(strategy)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         optimizer = keras.optimizers.RMSprop()
@@ -270,7 +270,7 @@ def keras_optimizer_on_shards() -> None:
 
         return strategy.run(replica_step, args=(x, y))
 
-    coordinator.schedule(step, args=(tf.ones((8, probes.PROBE_SHAPE[0])), tf.ones((8, probes.PROBE_SHAPE[1]))))
+    coordinator.schedule(step, args=(tf.ones((8, api_matrix.PROBE_SHAPE[0])), tf.ones((8, api_matrix.PROBE_SHAPE[1]))))
     coordinator.join()
 
 
@@ -282,7 +282,7 @@ def allocator_stats() -> None:
 
     Raises:
         ValueError: "Allocator stats not available for device 'CPU:0'"; the
-            BFC variables that :mod:`snippets.devices` sets make it work.
+            BFC variables that :mod:`snippets.lib.devices` sets make it work.
     """
     _plain().config.experimental.get_memory_info("CPU:0")
 
@@ -335,7 +335,7 @@ def unknown_device() -> None:
 
 
 def configure_too_late() -> None:
-    """``snippets.devices.configure`` after an op ran.
+    """``snippets.lib.devices.configure`` after an op ran.
 
     Raises:
         devices.DeviceConfigError: "TensorFlow's runtime already started in this process ...".

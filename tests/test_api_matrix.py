@@ -1,6 +1,6 @@
 """The API matrix page is what the probes observe on the installed TensorFlow / Keras.
 
-One kernel (4 logical CPUs, 256 MiB cap) runs every probe of snippets.probes, the
+One kernel (4 logical CPUs, 256 MiB cap) runs every probe of snippets.api_matrix, the
 parameter-server ones last (they start an in-process cluster). The table rendered from those
 observations must equal the table committed in docs/api-matrix.md, so an upgrade that changes a
 cell fails here; the facts the site's argument rests on are also asserted one by one, so a
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from snippets import memory, probes
-from snippets.probes import Observation, Piece
+from snippets.lib import units
+from snippets import api_matrix
+from snippets.api_matrix import Observation, Piece
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "api-matrix.md"
 
@@ -24,7 +25,7 @@ def observed() -> dict[str, Observation]:
     from tests.harness import Kernel
 
     with Kernel() as kernel:
-        observations = kernel.call("snippets.probes:observe_all")
+        observations = kernel.call("snippets.api_matrix:observe_all")
     return {o.api: o for o in observations}
 
 
@@ -34,11 +35,11 @@ def by_start(observed: dict[str, Observation], start: str) -> Observation:
 
 
 def test_committed_table_matches_what_the_probes_observe(observed):
-    committed = probes.committed_matrix(PAGE.read_text(encoding="utf-8"))
-    fresh = probes.matrix(list(observed.values()))
+    committed = api_matrix.committed_matrix(PAGE.read_text(encoding="utf-8"))
+    fresh = api_matrix.matrix(list(observed.values()))
     assert committed == fresh, (
         "docs/api-matrix.md differs from what TensorFlow/Keras do now; review, then run "
-        "python -m snippets.probes --write docs/api-matrix.md"
+        "python -m snippets.api_matrix --write docs/api-matrix.md"
     )
 
 
@@ -46,7 +47,7 @@ def test_mirrored_strategy_copies_and_never_shards(observed):
     obs = by_start(observed, "`tf.distribute.MirroredStrategy`")
     assert obs.made == "MirroredVariable"
     assert obs.pieces == tuple(Piece(f"CPU:{i}", (1024, 512)) for i in range(1, 5))
-    assert probes.seed_piece_bytes(obs) == 34359738368
+    assert api_matrix.seed_piece_bytes(obs) == 34359738368
 
 
 def test_keras_distribution_does_not_shard_on_tensorflow(observed):
@@ -59,7 +60,7 @@ def test_dtensor_and_tf_device_blocks_shard_four_ways(observed):
     for start in ("`tf.experimental.dtensor`", "`tf.device`, one column block"):
         obs = by_start(observed, start)
         assert obs.pieces == tuple(Piece(f"CPU:{i}", (1024, 128)) for i in range(1, 5)), start
-        assert probes.seed_piece_bytes(obs) == 8589934592
+        assert api_matrix.seed_piece_bytes(obs) == 8589934592
 
 
 def test_tf_device_places_a_plain_variable_whole(observed):
@@ -94,15 +95,15 @@ def test_parameter_server_shards_trains_in_a_loop_and_fit_refuses(observed):
 def test_sharding_and_seed_scaling():
     full = Observation("a", True, "V", (Piece("CPU:0", (1024, 512)),) * 2)
     rows = Observation("b", True, "V", (Piece("ps:0/CPU:0", (512, 512)), Piece("ps:1/CPU:0", (512, 512))))
-    assert probes.sharding(full) == "no: a full copy on each device"
-    assert probes.sharding(rows) == "yes, 2 ways"
-    assert probes.seed_piece_bytes(rows) == memory.tensor_bytes([65536, 65536]) == 17179869184
-    assert probes.seed_piece_bytes(Observation("c", False)) is None
+    assert api_matrix.sharding(full) == "no: a full copy on each device"
+    assert api_matrix.sharding(rows) == "yes, 2 ways"
+    assert api_matrix.seed_piece_bytes(rows) == units.tensor_bytes([65536, 65536]) == 17179869184
+    assert api_matrix.seed_piece_bytes(Observation("c", False)) is None
 
 
 def test_replace_matrix_round_trips_and_needs_markers():
-    page = f"intro\n{probes.BEGIN}\nold\n{probes.END}\nrest\n"
-    new = probes.replace_matrix(page, "| new |")
-    assert probes.committed_matrix(new) == "| new |" and new.endswith(f"{probes.END}\nrest\n")
+    page = f"intro\n{api_matrix.BEGIN}\nold\n{api_matrix.END}\nrest\n"
+    new = api_matrix.replace_matrix(page, "| new |")
+    assert api_matrix.committed_matrix(new) == "| new |" and new.endswith(f"{api_matrix.END}\nrest\n")
     with pytest.raises(ValueError, match="no generated block"):
-        probes.committed_matrix("no markers here")
+        api_matrix.committed_matrix("no markers here")

@@ -1,11 +1,11 @@
-"""GPU decisions of snippets.devices, tested by faking what tf.config reports."""
+"""GPU decisions of snippets.lib.devices, tested by faking what tf.config reports."""
 
 import pytest
 
-from snippets import devices
-from snippets.devices import DeviceConfigError, GpuInfo, plan_devices
+from snippets.lib import devices
+from snippets.lib.devices import DeviceConfigError, GpuInfo, plan_devices
 
-V100 = 30976  # what a V100-SXM2-32GB's allocator gets (snippets.hardware)
+V100 = 30976  # what a V100-SXM2-32GB's allocator gets (snippets.lib.hardware)
 A100_80 = GpuInfo("NVIDIA A100-SXM4-80GB", 81920)
 H200 = GpuInfo("NVIDIA H200", 143771)
 V100_16 = GpuInfo("Tesla V100-SXM2-16GB", 16160)
@@ -94,7 +94,7 @@ def fake_tf(config):
 
 
 def test_gpu_plan_is_applied_as_memory_limits_on_the_first_gpus():
-    from snippets.devices import _apply_gpu
+    from snippets.lib.devices import _apply_gpu
 
     config = FakeConfig(gpus=8)
     setup = _apply_gpu(fake_tf(config), plan_devices(4, V100, [A100_80] * 8))
@@ -104,7 +104,7 @@ def test_gpu_plan_is_applied_as_memory_limits_on_the_first_gpus():
 
 
 def test_split_gpu_plan_makes_four_limited_devices_on_one_gpu():
-    from snippets.devices import _apply_gpu
+    from snippets.lib.devices import _apply_gpu
 
     config = FakeConfig(gpus=1)
     setup = _apply_gpu(fake_tf(config), plan_devices(4, V100, [H200]))
@@ -113,7 +113,7 @@ def test_split_gpu_plan_makes_four_limited_devices_on_one_gpu():
 
 
 def test_memory_growth_set_before_a_split_is_refused_not_dropped():
-    from snippets.devices import _apply_gpu
+    from snippets.lib.devices import _apply_gpu
 
     config = FakeConfig(gpus=1, growth=["/physical_device:GPU:0"])
     with pytest.raises(DeviceConfigError, match="memory growth is on for /physical_device:GPU:0"):
@@ -122,7 +122,7 @@ def test_memory_growth_set_before_a_split_is_refused_not_dropped():
 
 
 def test_requests_are_checked_before_tensorflow_starts():
-    from snippets.devices import check_request
+    from snippets.lib.devices import check_request
 
     with pytest.raises(DeviceConfigError, match="more than 64"):
         check_request(100000, V100)
@@ -149,7 +149,7 @@ def test_cpu_mode_has_a_host_and_runs_unplaced_ops_on_the_first_gpu():
     from tests.harness import Kernel
 
     with Kernel() as kernel:
-        setup = kernel.call("snippets.devices:configure", 2, "256MiB")
+        setup = kernel.call("snippets.lib.devices:configure", 2, "256MiB")
         placed = kernel.call("tests.test_devices:_where_things_run")
     assert setup.host.endswith("device:CPU:0")
     assert [name[-5:] for name in setup.devices] == ["CPU:1", "CPU:2"]

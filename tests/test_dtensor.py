@@ -1,4 +1,4 @@
-"""DTensor sharding (snippets.dtensor_sharding) and field case F14, in fresh kernels.
+"""DTensor sharding (snippets.dtensor) and field case F14, in fresh kernels.
 
 One kernel with 4 logical CPUs under a 200 MiB cap serves every test but
 F14's first half, which needs a process where no devices were configured.
@@ -7,7 +7,7 @@ F14's first half, which needs a process where no devices were configured.
 
 import pytest
 
-from snippets import memory
+from snippets.lib import hardware, splits, units
 from tests.harness import Kernel
 
 REMOTE = "tests.remote.dtensor_cases"
@@ -63,7 +63,7 @@ def test_batch_by_model_mesh_combines_data_and_model_parallelism(four_cpus):
     # the batch split in two along B.
     assert [shape for _, shape, _ in result["kernel"]] == [(1024, 256)] * 4
     assert [shape for _, shape in result["x"]] == [(8, 1024)] * 4
-    assert memory.layout_copies([None, "model"], result["mesh"]) == 2
+    assert splits.layout_copies([None, "model"], result["mesh"]) == 2
 
 
 def test_batch_by_model_mesh_without_gradient_relayout_drifts(four_cpus):
@@ -96,7 +96,7 @@ def test_bad_input_is_one_clear_line(four_cpus, case, expected):
 def test_reserve_training_state_goes_through_the_capped_allocator(four_cpus):
     # 3 x [8192, 1024] float32 = 96 MiB in 12 pieces of 8 MiB: fits the 200 MiB cap.
     status, rows = four_cpus.call(f"{REMOTE}:reserve", (8192, 1024))
-    piece = memory.tensor_bytes((8192, 256))
+    piece = units.tensor_bytes((8192, 256))
     assert status == "ok"
     assert [(r["shape"], r["kernel"], r["gradient"], r["velocity"], r["total"]) for r in rows] == [
         ((8192, 256), piece, piece, piece, 3 * piece)] * 4
@@ -106,12 +106,12 @@ def test_reserve_training_state_goes_through_the_capped_allocator(four_cpus):
 
 
 def test_seed_figures_per_device():
-    # The full-shape run (python -m snippets.dtensor_sharding --full-shape)
+    # The full-shape run (python -m snippets.dtensor --full-shape)
     # reserves exactly these pieces; the arithmetic is checked here.
-    local = memory.layout_local_shape((131072, 65536), [None, "model"], {"model": 4})
+    local = splits.layout_local_shape((131072, 65536), [None, "model"], {"model": 4})
     assert local == (131072, 16384)
-    assert memory.tensor_bytes(local) == 8589934592
-    assert 3 * memory.tensor_bytes(local) == 24 * memory.GiB < memory.V100_CAPACITY
+    assert units.tensor_bytes(local) == 8589934592
+    assert 3 * units.tensor_bytes(local) == 24 * units.GiB < hardware.V100_CAPACITY
 
 
 def test_shard_summary_for_the_overview(four_cpus):
@@ -124,10 +124,10 @@ def test_shard_summary_for_the_overview(four_cpus):
 
 
 def test_cli_rejects_a_mesh_that_does_not_match(capsys):
-    from snippets import dtensor_sharding
+    from snippets import dtensor
 
     with pytest.raises(SystemExit) as exit_info:
-        dtensor_sharding.main(["--mesh", "batch=two"])
+        dtensor.main(["--mesh", "batch=two"])
     assert exit_info.value.code == 2
     assert "mesh 'batch=two' is not a list of axis=size" in capsys.readouterr().err
 
@@ -145,10 +145,10 @@ def test_cli_rejects_a_mesh_that_does_not_match(capsys):
      "of 2 devices"),
 ])
 def test_cli_bad_shapes_are_one_clear_line(capsys, argv, expected):
-    from snippets import dtensor_sharding
+    from snippets import dtensor
 
     with pytest.raises(SystemExit) as exit_info:
-        dtensor_sharding.main(argv)
+        dtensor.main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
     assert expected in err.strip().splitlines()[-1]

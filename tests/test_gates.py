@@ -177,7 +177,7 @@ def modules_used(source: str) -> set[str]:
     """Dotted ``snippets.*`` names that Python ``source`` imports or names in a string.
 
     Strings count so that runs count: ``subprocess.run([sys.executable, "-m",
-    "snippets.reproduce_oom"])``, ``runpy.run_module("snippets.x")`` and
+    "snippets.reproduce"])``, ``runpy.run_module("snippets.x")`` and
     ``Kernel().call("snippets.x:f")`` all use ``snippets.x``.
     """
     try:
@@ -277,7 +277,7 @@ import tensorflow as tf
 <!-- skip: end -->
 
 ```bash
-python -m snippets.reproduce_oom
+python -m snippets.reproduce
 ```
 '''
 
@@ -313,14 +313,14 @@ def test_audit_flags_unrun_and_unexplained_blocks(tmp_path, text, expected):
 def test_modules_used_counts_imports_and_runs():
     source = (
         "import subprocess, sys\n"
-        "from snippets import devices, memory as m\n"
+        "from snippets.lib import devices, planner as p\n"
         "import snippets.placement\n"
-        "from snippets.plan import plan\n"
-        'subprocess.run([sys.executable, "-m", "snippets.reproduce_oom"])\n'
+        "from snippets.decide import main\n"
+        'subprocess.run([sys.executable, "-m", "snippets.reproduce"])\n'
         'k.call("snippets.sharding:shard_bytes")\n'
     )
-    assert {"snippets.devices", "snippets.memory", "snippets.placement", "snippets.plan",
-            "snippets.reproduce_oom", "snippets.sharding"} <= modules_used(source)
+    assert {"snippets.lib.devices", "snippets.lib.planner", "snippets.placement", "snippets.decide",
+            "snippets.reproduce", "snippets.sharding"} <= modules_used(source)
     assert modules_used("import numpy\nprint('snippet')\n") == set()
 
 

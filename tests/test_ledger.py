@@ -19,11 +19,11 @@ MiB = 2**20
 @pytest.fixture(scope="module")
 def four():
     with Kernel() as k:
-        setup = k.call("snippets.devices:configure", 4, "1024MiB")
+        setup = k.call("snippets.lib.devices:configure", 4, "1024MiB")
         assert setup.mode == "cpu"
         # The allocator check goes first, while the allocator has no holes
-        # (see snippets.ledger.allocator_check_fresh for why that matters).
-        rows = k.call("snippets.ledger:allocator_check", (16384, 1024))
+        # (see snippets.lib.ledger.allocator_check_fresh for why that matters).
+        rows = k.call("snippets.lib.ledger:allocator_check", (16384, 1024))
         yield k, setup, rows
 
 
@@ -46,7 +46,7 @@ PLACEMENTS = [
 @pytest.mark.parametrize("strategy, optimizer, dtype, policy", PLACEMENTS)
 def test_planner_equals_ledger(four, strategy, optimizer, dtype, policy):
     kernel, setup, _ = four
-    planned, ledger = kernel.call("snippets.ledger:compare", setup, SHAPE, dtype or "float32",
+    planned, ledger = kernel.call("snippets.lib.ledger:compare", setup, SHAPE, dtype or "float32",
                                   optimizer, strategy, policy)
     assert len(ledger) == 4
     assert planned == ledger
@@ -61,11 +61,11 @@ def test_planner_equals_ledger(four, strategy, optimizer, dtype, policy):
 def test_offload_planner_equals_ledger_and_host(four, optimizer):
     # CPU:0 plays the host; the four emulated GPUs compute.
     kernel, setup, _ = four
-    planned, ledger = kernel.call("snippets.ledger:compare", setup, SHAPE, "float32", optimizer, "offload")
+    planned, ledger = kernel.call("snippets.lib.ledger:compare", setup, SHAPE, "float32", optimizer, "offload")
     assert len(ledger) == 4 and planned == ledger
     assert {b.weights + b.slots for b in ledger} == {0}
     assert {b.gradients for b in ledger} == {(1024 * 256 + 256) * 4 if optimizer else 0}
-    planned_host, held_host = kernel.call("snippets.ledger:host_holdings", setup, SHAPE, "float32", optimizer)
+    planned_host, held_host = kernel.call("snippets.lib.ledger:host_holdings", setup, SHAPE, "float32", optimizer)
     slot_count = {None: 0, "rmsprop": 1, "adam": 2}[optimizer]
     assert planned_host == held_host == (1 + slot_count) * (1024 * 256 + 256) * 4
 
@@ -80,7 +80,7 @@ def test_compiled_seed_model_under_mirrored_strategy(four):
 
 def test_mirrored_ledger_is_a_full_copy_per_replica(four):
     kernel, setup, _ = four
-    held = kernel.call("snippets.ledger:build", setup, SHAPE, "float32", "rmsprop", "mirrored")
+    held = kernel.call("snippets.lib.ledger:build", setup, SHAPE, "float32", "rmsprop", "mirrored")
     kernels = [h for h in held if h.kind == "weights" and h.shape == SHAPE]
     assert sorted(h.device[-5:] for h in kernels) == ["CPU:1", "CPU:2", "CPU:3", "CPU:4"]
     assert {h.nbytes for h in held if h.shape == SHAPE} == {1024 * 256 * 4}
@@ -92,7 +92,7 @@ def test_adafactor_factored_slots_are_not_colocated_with_slices(four):
     # Adafactor makes its factored rows/columns with add_variable (no
     # colocation), so under tf.device slices they land on the default device.
     kernel, setup, _ = four
-    planned, ledger = kernel.call("snippets.ledger:compare", setup, SHAPE, "float32", "adafactor", "column")
+    planned, ledger = kernel.call("snippets.lib.ledger:compare", setup, SHAPE, "float32", "adafactor", "column")
     assert [b.weights for b in planned] == [b.weights for b in ledger]
     assert sum(b.slots for b in planned) == sum(b.slots for b in ledger)
     assert ledger[0].slots > planned[0].slots and ledger[1].slots < planned[1].slots
@@ -127,7 +127,8 @@ def test_F18_initialisation_peaks(allocator_rows):
 
 
 def test_F18_full_size_kernel_can_peak_near_96_GiB_while_initialising():
-    from snippets.memory import GiB, per_device
+    from snippets.lib.units import GiB
+    from snippets.lib.planner import per_device
 
     first = per_device((131072, 65536), "float32", None, "mirrored", 4, reserve=0)[0]
     assert first.init_peak == 96 * GiB
@@ -135,13 +136,13 @@ def test_F18_full_size_kernel_can_peak_near_96_GiB_while_initialising():
 
 def test_parameter_server_shards_and_slots_on_the_coordinator():
     with Kernel() as kernel:
-        setup = kernel.call("snippets.devices:configure", 4, "1024MiB")
-        planned, ledger = kernel.call("snippets.ledger:compare", setup, SHAPE, "float32", "rmsprop",
+        setup = kernel.call("snippets.lib.devices:configure", 4, "1024MiB")
+        planned, ledger = kernel.call("snippets.lib.ledger:compare", setup, SHAPE, "float32", "rmsprop",
                                       "parameter_server")
         assert planned == ledger
         assert [b.weights for b in ledger] == [(256 * 256 + 64) * 4] * 4
-        held = kernel.call("snippets.ledger:build", setup, SHAPE, "float32", "rmsprop", "parameter_server")
-        host = kernel.call("snippets.memory:host_bytes", [SHAPE, (256,)], "rmsprop", "parameter_server", 4)
+        held = kernel.call("snippets.lib.ledger:build", setup, SHAPE, "float32", "rmsprop", "parameter_server")
+        host = kernel.call("snippets.lib.planner:host_bytes", [SHAPE, (256,)], "rmsprop", "parameter_server", 4)
     off_ps = [h for h in held if not h.device.startswith("/job:ps/")]
     assert {(h.kind, h.shape) for h in off_ps} == {("slots", SHAPE), ("slots", (256,))}
     assert host == sum(h.nbytes for h in off_ps)

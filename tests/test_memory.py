@@ -1,9 +1,10 @@
-"""The planner's arithmetic (snippets.memory); slot counts run in a kernel (Keras)."""
+"""The planner's arithmetic (snippets.lib.planner); slot counts run in a kernel (Keras)."""
 
 import pytest
 
-from snippets import memory
-from snippets.memory import GiB, MiB, per_device, plan
+from snippets.lib import hardware, placements, planner
+from snippets.lib.units import GiB, MiB
+from snippets.lib.planner import per_device, plan
 from tests.harness import Kernel
 
 SEED = (131072, 65536)
@@ -32,14 +33,14 @@ def test_single_keeps_everything_on_device_0():
 
 @pytest.mark.parametrize("strategy, piece", [("column", (131072, 16384)), ("row", (32768, 65536))])
 def test_sharded_strategies_hold_a_quarter(strategy, piece):
-    assert memory.local_shape(SEED, strategy, 4) == piece
+    assert placements.local_shape(SEED, strategy, 4) == piece
     budgets = per_device(SEED, "float32", None, strategy, 4, initializer="zeros")
     assert [b.weights for b in budgets] == [8 * GiB] * 4
 
 
 def test_rank_one_weights_row_replicated_column_sharded():
-    assert memory.local_shape((65536,), "row", 4) == (65536,)
-    assert memory.local_shape((65536,), "column", 4) == (16384,)
+    assert placements.local_shape((65536,), "row", 4) == (65536,)
+    assert placements.local_shape((65536,), "column", 4) == (16384,)
 
 
 @pytest.mark.parametrize("strategy", ["column", "row", "parameter_server"])
@@ -47,7 +48,7 @@ def test_uneven_split_names_dimension_size_and_count(strategy):
     with pytest.raises(ValueError) as error:
         per_device((1001, 999), "float32", None, strategy, 4)
     axis, size = (1, 999) if strategy == "column" else (0, 1001)
-    assert f"dimension {axis} of shape [1001, 999] (size {size}) evenly over 4 devices" in str(error.value)
+    assert f"cannot split dimension {axis} of shape [1001, 999] (size {size}) into 4 equal shards" in str(error.value)
 
 
 @pytest.mark.parametrize("dtype, nbytes", [("float32", 32 * GiB), ("float16", 16 * GiB), ("bfloat16", 16 * GiB)])
@@ -80,7 +81,7 @@ def test_offload_moves_variables_to_the_host_but_the_device_reads_a_copy():
     # Nothing on the device while the host initialises; a full read copy while the layer runs.
     assert {b.init_peak for b in budgets} == {0}
     assert {b.weights for b in budgets} == {32 * GiB}
-    assert memory.host_bytes([SEED], None, "offload", 4) == 32 * GiB
+    assert planner.host_bytes([SEED], None, "offload", 4) == 32 * GiB
     trained = per_device(SEED, "float32", "rmsprop", "offload", 4)[0]
     # On a GPU host the update's arithmetic runs on the default device, GPU:0: slot copies and temporaries there.
     assert trained.slots == 32 * GiB and trained.peak_phase == "update"
@@ -93,16 +94,16 @@ def test_step_peak_follows_the_measured_update_temporaries():
     assert mirrored.step_peak == 6 * 32 * GiB + mirrored.activations
     assert mirrored.phases["aggregation"] == 4 * 32 * GiB + mirrored.activations
     column = per_device(SEED, "float32", "rmsprop", "column", 4)[0]
-    assert column.update_temporaries == 0 and column.total < memory.V100_CAPACITY
-    assert per_device(SEED, "float32", "rmsprop", "column", 4, xla="off")[0].total > memory.V100_CAPACITY
+    assert column.update_temporaries == 0 and column.total < hardware.V100_CAPACITY
+    assert per_device(SEED, "float32", "rmsprop", "column", 4, xla="off")[0].total > hardware.V100_CAPACITY
     worker = per_device(SEED, "float32", "rmsprop", "parameter_server", 4)[0]
     assert (worker.weights, worker.gradients, worker.slots) == (32 * GiB, 32 * GiB, 0)
 
 
 def test_xla_resolves_as_on_a_gpu_host():
-    assert [memory.resolve_xla("auto", s) for s in memory.STRATEGIES] == [True, False, True, True, False, False]
+    assert [planner.resolve_xla("auto", s) for s in placements.STRATEGIES] == [True, False, True, True, False, False]
     with pytest.raises(ValueError, match="xla must be one of auto, on, off, not 'yes'"):
-        memory.resolve_xla("yes", "single")
+        planner.resolve_xla("yes", "single")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -120,8 +121,8 @@ def test_bad_input_raises_value_error_naming_it(kwargs, message):
 
 
 def test_plan_sums_weights_and_takes_the_largest_init_transient():
-    budget = plan([memory.Weight((1024, 256), "float32", "glorot_uniform"),
-                   memory.Weight((256,), "float32", "zeros")], None, "single", 1, reserve=0)[0]
+    budget = plan([planner.Weight((1024, 256), "float32", "glorot_uniform"),
+                   planner.Weight((256,), "float32", "zeros")], None, "single", 1, reserve=0)[0]
     assert budget.weights == 1024 * 256 * 4 + 256 * 4
     assert budget.init_transient == 2 * 1024 * 256 * 4
     assert budget.total == budget.init_peak
@@ -134,25 +135,25 @@ def kernel():
 
 
 def test_F19_optimizer_slots_counted_by_keras(kernel):
-    counts = {name: kernel.call("snippets.slots:full_size_slots", name) for name in [
+    counts = {name: kernel.call("snippets.lib.optimizers:full_size_slots", name) for name in [
         "sgd", "sgd_momentum", "rmsprop", "rmsprop_momentum", "rmsprop_centered", "adam", "adam_amsgrad"]}
     assert counts == {"sgd": 0, "sgd_momentum": 1, "rmsprop": 1, "rmsprop_momentum": 2,
                       "rmsprop_centered": 2, "adam": 2, "adam_amsgrad": 3}
     # Adafactor: a full-size velocity plus factored rows [1000] and columns [10].
-    assert kernel.call("snippets.slots:full_size_slots", "adafactor") == 1
-    assert kernel.call("snippets.slots:slot_elements", "adafactor", (1000, 10)) == 10000 + 1000 + 10
-    seed = kernel.call("snippets.memory:per_device", SEED, "float32", "rmsprop", "mirrored", 4)
+    assert kernel.call("snippets.lib.optimizers:full_size_slots", "adafactor") == 1
+    assert kernel.call("snippets.lib.optimizers:slot_elements", "adafactor", (1000, 10)) == 10000 + 1000 + 10
+    seed = kernel.call("snippets.lib.planner:per_device", SEED, "float32", "rmsprop", "mirrored", 4)
     assert len(seed) == 4
     for budget in seed:
         assert (budget.weights, budget.gradients, budget.slots) == (32 * GiB, 32 * GiB, 32 * GiB)
         assert resident(budget) == 96 * GiB
-    column = kernel.call("snippets.memory:per_device", SEED, "float32", "rmsprop", "column", 4)
+    column = kernel.call("snippets.lib.planner:per_device", SEED, "float32", "rmsprop", "column", 4)
     assert [resident(b) for b in column] == [24 * GiB] * 4
 
 
 def test_slot_dtype_follows_the_variable_and_counting_starts_no_runtime(kernel):
-    assert kernel.call("snippets.slots:slot_bytes", "adam", (1000, 10), "float16") == 2 * 10000 * 2
-    assert kernel.call("snippets.slots:slots_per_weight", "adam_amsgrad") == 3
+    assert kernel.call("snippets.lib.optimizers:slot_bytes", "adam", (1000, 10), "float16") == 2 * 10000 * 2
+    assert kernel.call("snippets.lib.optimizers:slots_per_weight", "adam_amsgrad") == 3
     # Probing happened in a graph: devices can still be configured afterwards.
-    setup = kernel.call("snippets.devices:configure", 2, "256MiB")
+    setup = kernel.call("snippets.lib.devices:configure", 2, "256MiB")
     assert setup.mode == "cpu" and len(setup.devices) == 2

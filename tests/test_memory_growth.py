@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from snippets import memory, memory_growth
+from snippets.lib import units
+from snippets import memory_growth
 from snippets.memory_growth import MemoryGrowthError
 from tests.harness import Kernel
 
@@ -165,7 +166,7 @@ def test_growing_allocator_takes_what_tensors_need(kernel):
 
 
 def test_F09_growth_does_not_make_room_for_one_tensor(kernel):
-    assert memory.tensor_bytes([131072, 1024], "float32") == 536870912
+    assert units.tensor_bytes([131072, 1024], "float32") == 536870912
     line = kernel.call(f"{REMOTE}:f09_one_tensor", (131072, 1024))
     assert line.startswith("ResourceExhaustedError: OOM when allocating tensor with shape[131072,1024]")
     assert "type float" in line and "bfc_cpu_allocator_for_gpu" in line

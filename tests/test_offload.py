@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from snippets import devices, memory, offload
+from snippets.lib import devices, hardware
+from snippets import offload
 from tests.harness import Kernel
 
 REMOTE = "tests.remote.offload_cases"
@@ -102,17 +103,17 @@ def test_copy_seconds_runs_the_copy_and_rejects_a_tiny_size(ci):
 
 
 def test_pcie3_x16_bandwidth_is_8GTs_times_16_lanes_times_128_130_over_8():
-    assert memory.PCIE3_X16_BYTES_PER_S == pytest.approx(15753846153.846, rel=1e-12)
+    assert hardware.PCIE3_X16_BYTES_PER_S == pytest.approx(15753846153.846, rel=1e-12)
 
 
 def test_seed_kernel_on_the_gpu_costs_2W_over_PCIe_per_step():
     cost = offload.step_cost([131072, 65536], batch=64, compute="device")
     assert (cost.host_to_device, cost.device_to_host) == (SEED_W, SEED_W)
-    assert cost.seconds == pytest.approx(2 * SEED_W / memory.PCIE3_X16_BYTES_PER_S)
+    assert cost.seconds == pytest.approx(2 * SEED_W / hardware.PCIE3_X16_BYTES_PER_S)
     assert round(cost.seconds, 3) == 4.362
     # A first layer computes no dx: 2BDF forward + 2BDF for dW.
     assert cost.layer_seconds == pytest.approx(4 * 64 * 131072 * 65536 / 15.7e12)
-    shared = offload.step_cost(bytes_per_s=memory.PCIE3_X16_BYTES_PER_S / 2)
+    shared = offload.step_cost(bytes_per_s=hardware.PCIE3_X16_BYTES_PER_S / 2)
     assert shared.seconds == pytest.approx(2 * cost.seconds)
 
 

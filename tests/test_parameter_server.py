@@ -9,7 +9,7 @@ leave none behind, whether the chief succeeds or time runs out.
 import psutil
 import pytest
 
-from snippets import memory
+from snippets.lib import hardware, planner, units
 from snippets import parameter_server as ps
 from tests.harness import Kernel
 
@@ -80,13 +80,13 @@ def test_shard_summary_for_the_overview(cluster):
     assert summary["kernel_bytes"] == [1048576, 1048576]
     assert summary["measured"] == [2 * 1048576] * 2   # shard + colocated velocity
     assert summary["ledger"] == [1048576] * 2         # planner: weight shards only
-    assert summary["worker_kernel_bytes"] == memory.tensor_bytes((1024, 512))
+    assert summary["worker_kernel_bytes"] == units.tensor_bytes((1024, 512))
 
 
 def test_reserve_ps_state_goes_through_the_capped_allocator(cluster):
     # [8192, 1024] in 2 shards + 2 velocities: 4 pieces of 16 MiB under the 200 MiB cap.
     status, rows = cluster.call(f"{REMOTE}:reserve", (8192, 1024))
-    piece = memory.tensor_bytes((4096, 1024))
+    piece = units.tensor_bytes((4096, 1024))
     assert status == "ok"
     assert [(r["device"], r["velocity_device"], r["shape"], r["kernel"], r["velocity"]) for r in rows] == [
         (PS.format(i), PS.format(i), (4096, 1024), piece, piece) for i in range(2)]
@@ -99,12 +99,12 @@ def test_reserve_ps_state_goes_through_the_capped_allocator(cluster):
 def test_seed_figures_per_ps_task_and_per_worker():
     # What --full-shape --ps 4 reserves and prints, checked as arithmetic here.
     shard = ps.check_even_shards((131072, 65536), 4)
-    assert shard == (32768, 65536) and memory.tensor_bytes(shard) == 8589934592
+    assert shard == (32768, 65536) and units.tensor_bytes(shard) == 8589934592
     # The planner's parameter_server budget is the worker's GPU: the whole kernel and its gradient.
-    worker = memory.per_device((131072, 65536), "float32", "rmsprop", "parameter_server", 4)[0]
-    assert (worker.weights, worker.gradients, worker.slots) == (32 * memory.GiB, 32 * memory.GiB, 0)
-    assert 2 * memory.tensor_bytes((131072, 65536)) == 64 * memory.GiB > memory.V100_CAPACITY
-    assert [name for name, peak in worker.phases.items() if peak > memory.V100_CAPACITY][0] == "forward"
+    worker = planner.per_device((131072, 65536), "float32", "rmsprop", "parameter_server", 4)[0]
+    assert (worker.weights, worker.gradients, worker.slots) == (32 * units.GiB, 32 * units.GiB, 0)
+    assert 2 * units.tensor_bytes((131072, 65536)) == 64 * units.GiB > hardware.V100_CAPACITY
+    assert [name for name, peak in worker.phases.items() if peak > hardware.V100_CAPACITY][0] == "forward"
 
 
 @pytest.mark.parametrize("argv, expected", [

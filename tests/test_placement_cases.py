@@ -2,7 +2,7 @@
 
 import pytest
 
-from snippets import memory
+from snippets.lib import units
 from tests.harness import Kernel, RemoteError
 
 REMOTE = "tests.remote.foundation"
@@ -20,8 +20,8 @@ def test_F01_mirrored_variable_has_a_full_copy_per_replica(four_cpus):
     assert kind == "MirroredVariable"
     assert components == [(f"CPU:{i}", (1024, 256), 1024 * 256 * 4) for i in range(1, 5)]
     # At full shape the same rule costs 32 GiB on every replica, 128 GiB in all.
-    assert memory.tensor_bytes([131072, 65536], "float32") == 34359738368
-    assert 4 * memory.tensor_bytes([131072, 65536], "float32") == 137438953472
+    assert units.tensor_bytes([131072, 65536], "float32") == 34359738368
+    assert 4 * units.tensor_bytes([131072, 65536], "float32") == 137438953472
 
 
 def test_F02_mirrored_variable_fails_at_first_write():
@@ -77,7 +77,7 @@ def test_configure_after_an_op_names_the_fix():
     with Kernel() as kernel, pytest.raises(RemoteError) as raised:
         kernel.call(f"{REMOTE}:configure_after_first_op")
     assert raised.value.type_name == "DeviceConfigError"
-    assert "call snippets.devices.configure() first thing" in raised.value.message
+    assert "call snippets.lib.devices.configure() first thing" in raised.value.message
 
 
 def test_configure_again_same_request_is_idempotent_other_request_raises():

@@ -1,4 +1,4 @@
-"""The CLI ``python -m snippets.plan``: table, verdict, remedies, model inputs, bad input."""
+"""The CLI ``python -m snippets.decide``: table, verdict, remedies, model inputs, bad input."""
 
 import subprocess
 import sys
@@ -14,7 +14,7 @@ GiB = 2**30
 
 def run(*argv):
     """The CLI in a subprocess (it may import TensorFlow; the pytest process must not)."""
-    done = subprocess.run([sys.executable, "-m", "snippets.plan", *argv], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "snippets.decide", *argv], cwd=ROOT,
                           capture_output=True, text=True, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": ""})
     return done.returncode, done.stdout, done.stderr
 
@@ -98,7 +98,7 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     by_shapes = kernel.call("tests.remote.budget:run_cli", [
         "--shape", "131072", "65536", "--shape", "65536", "--optimizer", "adam", "--strategy", "column"])
     by_model = kernel.call("tests.remote.budget:run_cli", [
-        "--model", "snippets.reproduce_oom:seed_model", "--optimizer", "adam", "--strategy", "column"])
+        "--model", "snippets.reproduce:seed_model", "--optimizer", "adam", "--strategy", "column"])
     path = tmp_path / "seed.json"
     path.write_text(kernel.call("tests.remote.budget:seed_json"))
     by_json = kernel.call("tests.remote.budget:run_cli", [
@@ -118,7 +118,7 @@ def test_model_is_read_without_allocating(kernel):
 
 
 def test_benchmark_returns_figures(kernel):
-    figures = kernel.call("snippets.plan:benchmark", 3)
+    figures = kernel.call("snippets.decide:benchmark", 3)
     print(f"planner on the full seed model: first {figures['first_s']:.3f} s, best {figures['best_s']:.3f} s")
     assert figures["repeats"] == 3 and 0 < figures["best_s"] <= figures["first_s"]
 
@@ -147,6 +147,6 @@ def test_bad_input_exits_2_with_one_line(argv, message):
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert "Traceback" not in err
-    assert lines[0].startswith("usage: python -m snippets.plan")
-    assert lines[-1].startswith("python -m snippets.plan: error: ") and message in lines[-1]
+    assert lines[0].startswith("usage: python -m snippets.decide")
+    assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1]
     assert len([line for line in lines if "error:" in line]) == 1

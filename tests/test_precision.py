@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from snippets import memory, precision
+from snippets.lib import hardware, planner, units
+from snippets import precision
 from tests.harness import Kernel, RemoteError
 
 REMOTE = "tests.remote.precision_cases"
@@ -143,7 +144,7 @@ def test_F11_mirrored_strategy_still_copies_float16_to_every_replica(kernel):
     kind, components = kernel.call(f"{REMOTE}:mirrored_float16", (1024, 256))
     assert kind == "MirroredVariable"
     assert components == [(f"CPU:{i}", (1024, 256), "float16", 524288) for i in range(1, 5)]
-    budgets = memory.per_device(SEED, "float16", None, "mirrored", 4)
+    budgets = planner.per_device(SEED, "float16", None, "mirrored", 4)
     assert [b.weights for b in budgets] == [17179869184] * 4
 
 
@@ -158,17 +159,17 @@ def test_float16_alone_does_not_fit_a_v100_but_a_quarter_shard_does(kernel):
 def test_float16_budget_per_replica_and_sharded(kernel):
     # float16 alone: 48 GiB of state per replica with RMSprop, and a step of twice that;
     # float16 + 4-way column sharding: 12 GiB of state, and a step that fits a V100.
-    v100 = memory.V100_CAPACITY
+    v100 = hardware.V100_CAPACITY
     state = lambda b: sum(b[:3])  # noqa: E731
     mirrored = kernel.call(f"{REMOTE}:budgets", SEED, "float16", "rmsprop", "mirrored", 4)
-    assert [b[:3] for b in mirrored] == [(16 * memory.GiB,) * 3] * 4
-    assert all(state(b) == 48 * memory.GiB and b[3] >= 96 * memory.GiB and b[4] > v100 for b in mirrored)
+    assert [b[:3] for b in mirrored] == [(16 * units.GiB,) * 3] * 4
+    assert all(state(b) == 48 * units.GiB and b[3] >= 96 * units.GiB and b[4] > v100 for b in mirrored)
     column = kernel.call(f"{REMOTE}:budgets", SEED, "float16", "rmsprop", "column", 4)
-    assert all(state(b) == 12 * memory.GiB and b[4] <= v100 for b in column)
+    assert all(state(b) == 12 * units.GiB and b[4] <= v100 for b in column)
     # mixed_float16 is no smaller than float32: the same float32 state, and a step at least as large.
     f32 = kernel.call(f"{REMOTE}:budgets", SEED, "float32", "rmsprop", "mirrored", 4)[0]
     mixed = kernel.call(f"{REMOTE}:budgets", SEED, "float32", "rmsprop", "mirrored", 4, "mixed_float16")[0]
-    assert state(f32) == 96 * memory.GiB
+    assert state(f32) == 96 * units.GiB
     assert mixed[:3] == f32[:3] and mixed[3] >= f32[3]
 
 

@@ -1,4 +1,4 @@
-"""`python -m snippets.reproduce_oom`: the seed OOM at full shape, on this CPU-only machine."""
+"""`python -m snippets.reproduce`: the seed OOM at full shape, on this CPU-only machine."""
 
 import subprocess
 import sys
@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from snippets import memory
-from snippets.reproduce_oom import parse_oom
+from snippets.lib import units
+from snippets.reproduce import parse_oom
 from tests.harness import ROOT
 
 SEED_LINE = (
@@ -19,7 +19,7 @@ SEED_LINE = (
 # Runs the snippet as a child of a small parent that reports the child's peak RSS (KiB on Linux).
 MEASURE = textwrap.dedent("""
     import resource, subprocess, sys
-    done = subprocess.run([sys.executable, "-m", "snippets.reproduce_oom", *sys.argv[1:]],
+    done = subprocess.run([sys.executable, "-m", "snippets.reproduce", *sys.argv[1:]],
                           capture_output=True, text=True)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
@@ -36,13 +36,13 @@ def run(*args):
 
 
 def test_full_shape_oom_reproduces_on_cpu_within_2_gib():
-    # "32GB" (10^9 B units) is parsed by snippets.memory.parse_size, tested in its docstring.
+    # "32GB" (10^9 B units) is parsed by snippets.lib.units.parse_size, tested in its docstring.
     code, out, _, rss = run("--device-memory", "30976MiB")
     assert code == 0
     assert SEED_LINE in out.splitlines()
     assert "largest variable: sequential/dense/kernel [131072, 65536] float32 = 34359738368 B (32 GiB)" in out
     assert "replicas: 4" in out
-    assert rss < 2 * memory.GiB
+    assert rss < 2 * units.GiB
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,13 +1,13 @@
 """Every verdict the site states, run as a 1/16 scale model of the seed on 4 x V100-SXM2-32GB.
 
 Each run is one device's program alone in a fresh kernel under 1/16 of a V100's allocator
-(snippets.step_ledger explains why). Kernels run side by side: an OOM costs the BFC
+(snippets.lib.step_ledger explains why). Kernels run side by side: an OOM costs the BFC
 allocator's 10 s of retries, mostly waiting.
 """
 
 import pytest
 
-from snippets import memory, step_ledger
+from snippets.lib import hardware, planner, step_ledger
 from tests.step_runs import run_all
 
 #: (placement, precision, xla) the site discusses, each trained with RMSprop and with Adam.
@@ -64,7 +64,7 @@ def test_every_scale_model_completes_or_fails_where_the_planner_says(scale_runs)
         assert result["completed"] == verdict["fits"], (case.label(), verdict, result)
         if not verdict["fits"]:
             expected = {verdict["failed_phase"]} | ({"forward"} if where in EARLIER_ON_CPU else set())
-            if verdict["failed_phase"] == "update" and not memory.resolve_xla(case.xla, case.placement):
+            if verdict["failed_phase"] == "update" and not planner.resolve_xla(case.xla, case.placement):
                 # Without XLA the step is a dataflow graph: the update's ops that need no gradient
                 # (rho * v) may run, and allocate, while the backward pass is still computing it.
                 expected.add("backward")
@@ -82,7 +82,7 @@ def test_the_seed_trains_on_4_v100_32gb_in_float32_with_rmsprop(scale_runs):
     # under a V100's allocator.
     (case, _, _), _, run = next(item for item in scale_runs if item[2] is column[0])
     assert abs(run["step_peak"] - step_ledger.planned(case).step_peak) < 0.01 * run["step_peak"]
-    assert run["step_peak"] * K < memory.V100_CAPACITY
+    assert run["step_peak"] * K < hardware.V100_CAPACITY
     # Without XLA the same shard runs out in the update: the verdict depends on the step, not the state.
     no_xla = step_ledger.scale_verdict(step_ledger.scale_case("column", "rmsprop", xla="off", k=K)[0], K)
     assert no_xla == {"fits": False, "failed_phase": "update"}

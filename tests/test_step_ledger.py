@@ -1,12 +1,12 @@
 """Planner against each device's measured step peak (tests/test_scale_models.py runs the verdicts).
 
 Each figure comes from one device's program run alone in a fresh kernel under
-its own cap (snippets.step_ledger explains why).
+its own cap (snippets.lib.step_ledger explains why).
 """
 
 import pytest
 
-from snippets import step_ledger
+from snippets.lib import step_ledger
 from tests.step_runs import run_all
 
 

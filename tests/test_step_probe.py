@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from snippets import hardware, memory, step_probe
+from snippets.lib import hardware, optimizers, step_probe
 from tests.harness import Kernel
 
 CACHE = json.loads(step_probe.CACHE.read_text())
 
 
 def test_cache_covers_every_optimizer_precision_and_xla():
-    expected = {step_probe.key(o, p, x) for o in memory.OPTIMIZERS for p in step_probe.PRECISIONS
+    expected = {step_probe.key(o, p, x) for o in optimizers.OPTIMIZERS for p in step_probe.PRECISIONS
                 for x in step_probe.XLA_MODES}
     assert set(CACHE["transient_units"]) == expected
     # The gradient alone is one variable: every training step needs at least that.
@@ -32,15 +32,15 @@ SAMPLE = [("rmsprop", "float32", "no-xla"), ("rmsprop", "float32", "xla-update")
 @pytest.mark.parametrize("optimizer, precision, jit", SAMPLE)
 def test_sampled_probe_matches_the_cache(optimizer, precision, jit):
     with Kernel() as kernel:
-        kernel.call("snippets.devices:configure", 1, "4096MiB", "cpu")
-        row = kernel.call("snippets.step_probe:measure_step", optimizer, precision, jit)
+        kernel.call("snippets.lib.devices:configure", 1, "4096MiB", "cpu")
+        row = kernel.call("snippets.lib.step_probe:measure_step", optimizer, precision, jit)
     cached = step_probe.transient_units(optimizer, precision, jit)
     assert abs(row["units"] - cached) <= 0.0625, (row, cached)
 
 
 def test_slot_layouts_in_the_cache_are_what_keras_builds():
     with Kernel() as kernel:
-        live = kernel.call("snippets.step_probe:slot_layouts_live")
+        live = kernel.call("snippets.lib.step_probe:slot_layouts_live")
     assert live == CACHE["slots"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snippets import memory
+from snippets.lib import communication, hardware, units
 from tests.harness import Kernel
 
 REMOTE = "tests.remote.tensor_parallel"
@@ -53,16 +53,16 @@ def test_F13_seed_kernel_split_4_ways_is_8589934592_B_per_device(full, strategy,
     result = full.call(f"{REMOTE}:full_shape", strategy)
     assert result["shards"] == [(d, shape, SEED_SHARD) for d in DEVICES]
     # The 4 shards really went through the capped allocator...
-    assert 4 * SEED_SHARD <= result["allocated"] < 4 * SEED_SHARD + memory.MiB
+    assert 4 * SEED_SHARD <= result["allocated"] < 4 * SEED_SHARD + units.MiB
     # ...without touching their pages (32 GiB reserved; the process stays far below).
-    assert result["rss"] < 4 * memory.GiB
+    assert result["rss"] < 4 * units.GiB
     # Weights + gradients + RMSprop velocity: 24 GiB per device; a step with each shard's update
     # compiled by XLA adds only the batch and fits 30976 MiB; without XLA, or mirrored, it does not.
-    assert result["state"] == [3 * SEED_SHARD] * 4 == [24 * memory.GiB] * 4
-    assert result["device_bytes"] == 30976 * memory.MiB
-    assert all(24 * memory.GiB < step < 24.1 * memory.GiB for step in result["step"])
+    assert result["state"] == [3 * SEED_SHARD] * 4 == [24 * units.GiB] * 4
+    assert result["device_bytes"] == 30976 * units.MiB
+    assert all(24 * units.GiB < step < 24.1 * units.GiB for step in result["step"])
     assert result["step"][0] < result["device_bytes"] < result["unfused"] < result["mirrored"]
-    assert result["unfused"] > 48 * memory.GiB and result["mirrored"] > 192 * memory.GiB
+    assert result["unfused"] > 48 * units.GiB and result["mirrored"] > 192 * units.GiB
 
 
 # --- the layers ---------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_column_then_row_never_gathers_the_hidden_activation(ci):
     assert {sizes[name] for name, _, _ in moved if "unstack" in name or "MatMul" in name} == {16 * 32 * 4}
     assert {sizes[name] for name, *_ in scalars} == {4}
     # Partial products in + output gradient out = a ring all-reduce of y[16, 32] over 4 devices.
-    ring = memory.step_communication([64, 128], 16, "column_row", 4, out_width=32)["all_reduce"]
+    ring = communication.step_communication([64, 128], 16, "column_row", 4, out_width=32)["all_reduce"]
     measured = sum(sizes[name] for name, _, _ in moved if "unstack" in name or "MatMul" in name)
     assert measured == 4 * ring == 12288
 
@@ -165,9 +165,9 @@ def test_initialisation_has_no_full_size_temporary(ci):
     assert dense_peak >= 3 * kernel
     for kind in ("column", "row"):
         peak, now = result[kind]
-        assert kernel <= now < kernel + memory.MiB  # all four shards (+ bias) are resident
+        assert kernel <= now < kernel + units.MiB  # all four shards (+ bias) are resident
         # The temporaries are at most two shards, never a full-size tensor.
-        assert peak - now <= 2 * shard + memory.MiB, (kind, peak, now)
+        assert peak - now <= 2 * shard + units.MiB, (kind, peak, now)
         assert peak < 2 * kernel
 
 
@@ -260,39 +260,39 @@ def test_cli_full_shape_prints_per_device_figures():
     assert sum("reserved 32 GiB for the shards, pages untouched" in line for line in lines) == 2
 
 
-# --- the communication arithmetic (snippets.memory, no TensorFlow) ----------------------------
+# --- the communication arithmetic (snippets.lib.communication, no TensorFlow) ----------------------------
 
 
 def test_ring_collectives_send_the_nccl_bus_factors():
-    assert memory.ring_bytes("all_reduce", 4096, 4) == 6144  # 2 (N-1)/N
-    assert memory.ring_bytes("all_gather", 4096, 4) == 3072  # (N-1)/N
-    assert memory.ring_bytes("reduce_scatter", 4096, 4) == 3072
-    assert memory.ring_bytes("all_reduce", 4096, 1) == 0  # one device sends nothing
+    assert communication.ring_bytes("all_reduce", 4096, 4) == 6144  # 2 (N-1)/N
+    assert communication.ring_bytes("all_gather", 4096, 4) == 3072  # (N-1)/N
+    assert communication.ring_bytes("reduce_scatter", 4096, 4) == 3072
+    assert communication.ring_bytes("all_reduce", 4096, 1) == 0  # one device sends nothing
     with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
-        memory.ring_bytes("broadcast", 4096, 4)
+        communication.ring_bytes("broadcast", 4096, 4)
 
 
 def test_step_communication_per_layout():
     seed = (131072, 65536)
     y = 64 * 65536 * 4  # y[64, 65536] float32
     x = 64 * 131072 * 4
-    assert memory.step_communication(seed, 64, "row") == {"all_reduce": 3 * y // 2, "total": 3 * y // 2}
-    with_dx = memory.step_communication(seed, 64, "column", input_grad=True)
+    assert communication.step_communication(seed, 64, "row") == {"all_reduce": 3 * y // 2, "total": 3 * y // 2}
+    with_dx = communication.step_communication(seed, 64, "column", input_grad=True)
     # The column layout also gathers the whole input x[B, D] onto every device.
     assert with_dx == {"all_gather": 3 * y // 4 + 3 * x // 4, "all_reduce": 3 * x // 2,
                        "total": 3 * y // 4 + 3 * x // 4 + 3 * x // 2}
-    pair = memory.step_communication((4096, 16384), 8, "column_row", out_width=4096)
+    pair = communication.step_communication((4096, 16384), 8, "column_row", out_width=4096)
     assert pair["total"] == 3 * (8 * 4096 * 4) // 2
     # Data parallelism does not depend on the batch; sharding does.
-    assert (memory.step_communication(seed, 1, "mirrored")
-            == memory.step_communication(seed, 4096, "mirrored"))
+    assert (communication.step_communication(seed, 1, "mirrored")
+            == communication.step_communication(seed, 4096, "mirrored"))
     with pytest.raises(ValueError, match="unknown strategy 'pipeline'"):
-        memory.step_communication(seed, 64, "pipeline")
+        communication.step_communication(seed, 64, "pipeline")
 
 
 def test_step_seconds_on_v100_nvlink():
-    assert memory.V100_NVLINK_BYTES_PER_S == 150e9
-    assert memory.step_seconds(150 * 10**9) == 1.0
+    assert hardware.V100_NVLINK_BYTES_PER_S == 150e9
+    assert communication.step_seconds(150 * 10**9) == 1.0
 
 
 def test_xla_auto_compiles_each_shards_update_and_never_the_whole_model():

@@ -3,7 +3,7 @@
 Importing TensorFlow and Keras takes 6-10 s of CPU, and the suite starts
 dozens of kernels. Importing does not start TensorFlow's runtime: devices and
 the CPU allocator's ``TF_CPU_*`` variables are read when the first op runs
-(measured on TF 2.21, see ``snippets/devices.py``). So this process imports
+(measured on TF 2.21, see ``snippets/lib/devices.py``). So this process imports
 both once, then forks one child per kernel; each child sets its own
 environment, configures its own devices and is as fresh as a new process
 for everything the chapters do. Import leaves TensorFlow with no threads of

@@ -4,7 +4,8 @@ Each function runs in a kernel, configures devices first (or, for F14's
 first half, deliberately does not), and returns plain data.
 """
 
-from snippets import devices, dtensor_sharding
+from snippets.lib import devices
+from snippets import dtensor
 
 
 def setup4(device_memory="200MiB"):
@@ -17,7 +18,7 @@ def f14_mesh_without_devices():
 
     Returns what ``create_mesh`` did, what the first ``pack`` and the first
     ``call_with_layout`` on the mesh raised, and what
-    :func:`snippets.dtensor_sharding.make_mesh` says instead.
+    :func:`snippets.dtensor.make_mesh` says instead.
     """
     import tensorflow as tf
     from tensorflow.experimental import dtensor
@@ -33,9 +34,9 @@ def f14_mesh_without_devices():
         except tf.errors.OpError as error:
             errors[name] = (type(error).__name__, error.message)
     try:
-        dtensor_sharding.make_mesh(["CPU:0", "CPU:1"], {"x": 2})
+        dtensor.make_mesh(["CPU:0", "CPU:1"], {"x": 2})
         ours = None
-    except dtensor_sharding.MeshError as error:
+    except dtensor.MeshError as error:
         ours = str(error)
     return {"mesh_created": mesh.num_local_devices(), "errors": errors, "make_mesh": ours}
 
@@ -49,14 +50,14 @@ def f14_dvariable_pieces():
     mesh = dtensor.create_mesh([("model", 4)], devices=list(setup.devices))
     layout = dtensor.Layout([dtensor.UNSHARDED, "model"], mesh)
     variable = dtensor.DVariable(dtensor.call_with_layout(tf.zeros, layout, shape=(1024, 512)))
-    return type(variable).__name__, [(p.device, p.shape, p.nbytes) for p in dtensor_sharding.pieces(variable)]
+    return type(variable).__name__, [(p.device, p.shape, p.nbytes) for p in dtensor.pieces(variable)]
 
 
 def train(axes=None, steps=3, relayout_gradients=True, **kwargs):
-    """:func:`snippets.dtensor_sharding.train` on 4 devices, with the Keras reference for the same steps."""
+    """:func:`snippets.dtensor.train` on 4 devices, with the Keras reference for the same steps."""
     setup = setup4()
-    result = dtensor_sharding.train(setup, axes, steps=steps, relayout_gradients=relayout_gradients, **kwargs)
-    reference = dtensor_sharding.keras_reference(steps=steps, **kwargs)
+    result = dtensor.train(setup, axes, steps=steps, relayout_gradients=relayout_gradients, **kwargs)
+    reference = dtensor.keras_reference(steps=steps, **kwargs)
     return {
         "mesh": result["mesh"],
         "losses": result["losses"],
@@ -73,8 +74,8 @@ def random_init_pieces():
     import numpy as np
 
     setup = setup4()
-    mesh = dtensor_sharding.make_mesh(setup, {"batch": 2, "model": 2})
-    layer = dtensor_sharding.dense_on_mesh(mesh, 1024, 512, seed=3)
+    mesh = dtensor.make_mesh(setup, {"batch": 2, "model": 2})
+    layer = dtensor.dense_on_mesh(mesh, 1024, 512, seed=3)
     from tensorflow.experimental import dtensor
 
     parts = [p.numpy() for p in dtensor.unpack(layer.kernel.read_value())]
@@ -97,27 +98,27 @@ def error_line(call):
 
 
 def bad_mesh():
-    return error_line(lambda s: dtensor_sharding.make_mesh(s, {"batch": 2, "model": 3}))
+    return error_line(lambda s: dtensor.make_mesh(s, {"batch": 2, "model": 3}))
 
 
 def bad_units():
-    return error_line(lambda s: dtensor_sharding.train(s, None, units=510))
+    return error_line(lambda s: dtensor.train(s, None, units=510))
 
 
 def bad_batch():
-    return error_line(lambda s: dtensor_sharding.train(s, {"batch": 2, "model": 2}, batch=15))
+    return error_line(lambda s: dtensor.train(s, {"batch": 2, "model": 2}, batch=15))
 
 
 def reserve(shape):
-    """:func:`snippets.dtensor_sharding.reserve_training_state` at ``shape`` under the 200 MiB cap."""
+    """:func:`snippets.dtensor.reserve_training_state` at ``shape`` under the 200 MiB cap."""
     import tensorflow as tf
 
     setup = setup4()
     try:
-        return "ok", dtensor_sharding.reserve_training_state(setup, shape)
+        return "ok", dtensor.reserve_training_state(setup, shape)
     except tf.errors.ResourceExhaustedError as error:
         return type(error).__name__, error.message.splitlines()[0]
 
 
 def summary():
-    return dtensor_sharding.shard_summary(setup4())
+    return dtensor.shard_summary(setup4())

@@ -4,7 +4,8 @@ Each function runs in a fresh kernel, configures devices first, and returns
 plain data for the test process to assert on.
 """
 
-from snippets import devices, placement
+from snippets.lib import devices
+from snippets import placement
 
 
 def _components(variable):

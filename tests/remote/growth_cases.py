@@ -5,7 +5,8 @@ memory growth on the CPU before any device is configured. The others
 configure 4 logical CPUs capped at 256 MiB (idempotent), as the chapter does.
 """
 
-from snippets import devices, memory_growth
+from snippets.lib import devices
+from snippets import memory_growth
 
 COUNT, DEVICE_MEMORY = 4, "256MiB"
 

@@ -7,7 +7,8 @@ data for the test process to assert on.
 
 from __future__ import annotations
 
-from snippets import devices, offload
+from snippets.lib import devices
+from snippets import offload
 
 #: 4 logical CPUs sharing a 200 MiB pool: CPU:0 plays the host, CPU:1-3 the GPUs.
 CI = (4, "200MiB")

@@ -5,7 +5,8 @@ idempotent for the same arguments), so they can run in one kernel in any order:
 4 logical CPUs sharing one BFC allocator capped at 30976 MiB (one V100's worth).
 """
 
-from snippets import devices, placement, precision
+from snippets.lib import devices
+from snippets import placement, precision
 
 COUNT, DEVICE_MEMORY = 4, "30976MiB"
 
@@ -79,8 +80,8 @@ def global_policy():
 
 
 def budgets(shape, dtype, optimizer, strategy, count, policy=None):
-    """``memory.per_device`` in the kernel: counting slots builds a Keras optimizer (imports TF)."""
-    from snippets import memory
+    """``planner.per_device`` in the kernel: counting slots builds a Keras optimizer (imports TF)."""
+    from snippets.lib import planner
 
     return [(b.weights, b.gradients, b.slots, b.step_peak, b.total)
-            for b in memory.per_device(shape, dtype, optimizer, strategy, count, policy)]
+            for b in planner.per_device(shape, dtype, optimizer, strategy, count, policy)]

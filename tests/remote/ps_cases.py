@@ -14,7 +14,7 @@ def resolver():
     """The kernel's cluster; the in-process ps tasks share one allocator capped at 200 MiB."""
     global _resolver
     if _resolver is None:
-        from snippets import devices
+        from snippets.lib import devices
 
         devices.configure(1, "200MiB", mode="cpu")
         _resolver = ps.start_in_process_cluster(workers=1, ps=2)

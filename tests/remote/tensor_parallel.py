@@ -7,7 +7,7 @@ returns plain data for the test process to assert on.
 
 from __future__ import annotations
 
-from snippets import devices, memory
+from snippets.lib import devices, planner, units
 from snippets import tensor_parallel as tp
 
 #: CI scale: 4 logical CPUs sharing a 200 MiB capped pool.
@@ -149,7 +149,7 @@ def init_peaks(in_dim: int = 4096, units: int = 1024) -> dict:
             return layer
         return build
 
-    result = {"kernel": memory.tensor_bytes((in_dim, units))}
+    result = {"kernel": units.tensor_bytes((in_dim, units))}
     for name, build in (("dense", dense), ("column", sharded("column")), ("row", sharded("row"))):
         measured = tp.init_peak(setup, build)
         result[name] = (measured["peak"], measured["current"])
@@ -172,7 +172,7 @@ def full_shape(strategy: str) -> dict:
     report = tp.full_shape(setup, strategy)
     return {
         "shards": [(s.device, s.shape, s.nbytes) for s in report.shards],
-        "state": [memory.training_state(b) for b in report.budgets],
+        "state": [planner.training_state(b) for b in report.budgets],
         "step": [b.total for b in report.budgets],
         "unfused": report.unfused.total,
         "mirrored": report.mirrored.total,
@@ -264,7 +264,7 @@ def update_peaks(shape=(8192, 4096)) -> dict:
 
     d, f = shape
     x, y = np.ones((2, d), "float32"), np.ones((2, f), "float32")
-    kernel = memory.tensor_bytes(shape)
+    kernel = units.tensor_bytes(shape)
     result = {}
     for mode in ("auto", "off", "whole"):
         model = keras.Sequential([keras.Input((d,)), tp.ColumnParallelDense(f, setup.devices, use_bias=False,

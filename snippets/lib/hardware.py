@@ -138,3 +138,31 @@ def card(name: str) -> Card:
 def allocator_bytes(name: str = DEFAULT_CARD) -> int:
     """Bytes TensorFlow's allocator gets on one card ``name`` by default (no ``memory_limit``)."""
     return card(name).allocator_mib * MiB
+
+
+#: What TensorFlow's allocator really gets on one V100-SXM2-32GB: 30976 MiB
+#: (snippets.lib.hardware), the capacity every verdict on this site is held to.
+V100_CAPACITY = allocator_bytes("V100-SXM2-32GB")
+
+
+#: PCIe 3.0 x16, one direction, in bytes per second: 8 GT/s per lane
+#: (PCI Express Base Specification 3.0, PCI-SIG 2010), 128b/130b line code,
+#: 16 lanes, 8 bits per byte: 15753846153.8 B/s, about 15.75 GB/s. The
+#: "PCIe 32 GB/s" of NVIDIA's Tesla V100 datasheet is both directions
+#: rounded. A theoretical peak: real copies reach less, so times computed
+#: with it are lower bounds.
+PCIE3_X16_BYTES_PER_S = 8e9 * 16 * (128 / 130) / 8
+
+
+#: Peak float32 throughput of a V100-SXM2 in FLOP/s (NVIDIA Tesla V100
+#: datasheet: 15.7 TFLOPS single precision, SXM2 form factor).
+V100_FP32_FLOPS = 15.7e12
+
+
+#: NVLink 2.0 on a V100-SXM2, one direction, bytes per second: the sum of its
+#: 6 links x 25 GB/s (NVIDIA Tesla V100 datasheet: "NVLink 300 GB/s", both
+#: directions added). Reaching it assumes a topology where a collective can
+#: use all six links at once, as NCCL does with several rings on a DGX-1's
+#: hybrid cube-mesh; one ring over single links gets 25 GB/s. A peak: NCCL
+#: reaches less, so times computed with it are lower bounds.
+V100_NVLINK_BYTES_PER_S = 6 * 25e9

@@ -28,7 +28,7 @@ device. All logical CPUs, the host included, draw from one pool of M MiB (by
 default), so CPU mode reproduces "one tensor does not fit one device", but
 cannot show N devices each filling M MiB at once: per-device peaks are
 measured by running one device's program alone under its own cap
-(:mod:`snippets.step_ledger`). Nor does it have NCCL's buffers, CUDA
+(:mod:`snippets.lib.step_ledger`). Nor does it have NCCL's buffers, CUDA
 streams, or cuBLAS/cuDNN workspaces. XLA is the other difference: Keras
 resolves ``jit_compile="auto"`` to False on a CPU-only machine, True on a GPU
 machine without a strategy; :func:`jit_compile` answers as a GPU host would,
@@ -48,8 +48,9 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import hardware
-from snippets.memory import GiB, MiB, parse_size, resolve_xla
+from snippets.lib import hardware
+from snippets.lib.units import GiB, MiB, parse_size
+from snippets.lib.planner import resolve_xla
 
 MODES = ("auto", "gpu", "split-gpu", "cpu")
 
@@ -64,7 +65,7 @@ MODES = ("auto", "gpu", "split-gpu", "cpu")
 CPU_INTER_OP_THREADS = 2
 
 #: Default capacity per device: what TensorFlow's allocator gets on a real
-#: V100-SXM2-32GB (30976 MiB, snippets.hardware), not the box's 32 GB.
+#: V100-SXM2-32GB (30976 MiB, snippets.lib.hardware), not the box's 32 GB.
 DEFAULT_DEVICE_MEMORY = f"{hardware.card(hardware.DEFAULT_CARD).allocator_mib}MiB"
 
 #: Most logical devices this site configures. TensorFlow has no limit of its
@@ -281,7 +282,7 @@ def configure(
         count: number of devices N (the replicas of a MirroredStrategy).
         device_memory: capacity of each device, e.g. ``"30976MiB"`` (what
             TensorFlow's allocator gets on a V100-SXM2-32GB, the default),
-            ``"32GiB"`` or ``"32GB"``; see :func:`snippets.memory.parse_size`.
+            ``"32GiB"`` or ``"32GB"``; see :func:`snippets.lib.units.parse_size`.
         mode: ``"auto"`` (default: real GPUs, else a split GPU, else CPU),
             or force ``"gpu"``, ``"split-gpu"`` or ``"cpu"``.
         cpu_pool: CPU mode only: the process-wide BFC cap; default
@@ -319,7 +320,7 @@ def configure(
         raise DeviceConfigError(
             "TensorFlow's runtime already started in this process (an op ran or devices "
             "were listed), so devices can no longer be configured: call "
-            "snippets.devices.configure() first thing, or restart Python (or the notebook kernel)"
+            "snippets.lib.devices.configure() first thing, or restart Python (or the notebook kernel)"
         )
     plan = plan_devices(count, device_mib, physical_gpus(), mode)
     if plan.mode == "cpu":
@@ -426,7 +427,7 @@ def jit_compile(placement: str = "single") -> bool:
     (``_resolve_auto_jit_compile``, keras/src/trainers/trainer.py, Keras
     3.15): False on a CPU-only machine, so an emulation that left it to Keras
     would never see XLA. This answers as a GPU host would, from one place
-    (:func:`snippets.memory.resolve_xla`): True for a single device, False
+    (:func:`snippets.lib.planner.resolve_xla`): True for a single device, False
     under a ``tf.distribute`` strategy.
 
     >>> jit_compile("single"), jit_compile("mirrored")

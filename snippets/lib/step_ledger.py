@@ -1,6 +1,6 @@
 """Each device's own peak during real ``fit`` steps, and scale models of the seed on 4 x V100-32GB.
 
-The planner (:func:`snippets.memory.plan`) predicts each device's peak in a
+The planner (:func:`snippets.lib.planner.plan`) predicts each device's peak in a
 training step. Checking that on a CPU has one obstacle: in the CPU emulation
 all logical devices draw from one capped allocator, so its peak is the sum
 over devices, not any one device's. So this module runs **one device's
@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from snippets import hardware, memory, step_probe
+from snippets.lib import hardware, placements, planner, step_probe, units
 
 #: Placements whose device program this module can run alone. ``parameter_server``
 #: and ``offload``: the device that runs the layer reads the whole variable
@@ -68,9 +68,9 @@ class StepCase:
 
     Attributes:
         placement: one of :data:`PROGRAMS`.
-        optimizer: a name in :data:`snippets.memory.OPTIMIZERS`.
-        precision: a name in :data:`snippets.step_probe.PRECISIONS`.
-        xla: ``"auto"``, ``"on"`` or ``"off"`` (:func:`snippets.memory.resolve_xla`).
+        optimizer: a name in :data:`snippets.lib.optimizers.OPTIMIZERS`.
+        precision: a name in :data:`snippets.lib.step_probe.PRECISIONS`.
+        xla: ``"auto"``, ``"on"`` or ``"off"`` (:func:`snippets.lib.planner.resolve_xla`).
         shape: the whole kernel ``[D, F]`` (the device holds its piece).
         devices: N.
         batch: global batch B.
@@ -88,11 +88,11 @@ class StepCase:
 
     @property
     def var_dtype(self) -> str:
-        return memory.POLICIES[self.precision][0] if self.precision in memory.POLICIES else self.precision
+        return units.POLICIES[self.precision][0] if self.precision in units.POLICIES else self.precision
 
     @property
     def policy(self) -> str | None:
-        return self.precision if self.precision in memory.POLICIES else None
+        return self.precision if self.precision in units.POLICIES else None
 
     @property
     def program(self) -> tuple[tuple[int, int], int]:
@@ -112,10 +112,10 @@ class StepCase:
                 f"{list(self.shape)} B={self.batch}")
 
 
-def planned(case: StepCase) -> memory.DeviceBudget:
+def planned(case: StepCase) -> planner.DeviceBudget:
     """The planner's budget for device 0 of ``case`` (kernel only, no bias)."""
-    weight = memory.Weight(tuple(case.shape), case.var_dtype, case.initializer)
-    return memory.plan([weight], case.optimizer, case.placement, case.devices, case.policy,
+    weight = planner.Weight(tuple(case.shape), case.var_dtype, case.initializer)
+    return planner.plan([weight], case.optimizer, case.placement, case.devices, case.policy,
                        batch=case.batch, xla=case.xla)[0]
 
 
@@ -123,10 +123,11 @@ def _build(case: StepCase):
     """The device program's model, compiled as the placement compiles it on a GPU host."""
     import keras
 
-    from snippets import slots, tensor_parallel
+    from snippets.lib import optimizers
+    from snippets import tensor_parallel
 
     kernel, _ = case.program
-    jit = memory.resolve_xla(case.xla, case.placement)
+    jit = planner.resolve_xla(case.xla, case.placement)
     model = keras.Sequential([
         keras.Input((kernel[0],)),
         keras.layers.Dense(kernel[1], use_bias=False, kernel_initializer=case.initializer,
@@ -134,7 +135,7 @@ def _build(case: StepCase):
     ])
     # The parameter servers update the variable; the worker only computes
     # the gradient, which plain SGD consumes in place (no slot, no temporary).
-    optimizer = slots.make_optimizer("sgd" if case.placement == "parameter_server" else case.optimizer)
+    optimizer = optimizers.make_optimizer("sgd" if case.placement == "parameter_server" else case.optimizer)
     if case.placement in ("column", "row"):
         tensor_parallel.compile_sharded(model, optimizer, "mean_squared_error", jit_compile=jit)
     else:
@@ -258,7 +259,7 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
     """:func:`measure` in a new Python process capped at ``cap`` (default: 16 x the device's kernel piece).
 
     ``inter_op_threads`` sets ``TF_NUM_INTEROP_THREADS`` for that process
-    (default: :data:`snippets.devices.CPU_INTER_OP_THREADS`); without XLA the
+    (default: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`); without XLA the
     order of an update's independent ops, and so its peak, depends on it.
 
     Raises:
@@ -266,8 +267,8 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
     """
     kernel, _ = case.program
     if cap is None:
-        cap = f"{max(64, 16 * memory.tensor_bytes(kernel, 'float32') // memory.MiB)}MiB"
-    command = [sys.executable, "-m", "snippets.step_ledger", "--case", json.dumps(asdict(case)),
+        cap = f"{max(64, 16 * units.tensor_bytes(kernel, 'float32') // units.MiB)}MiB"
+    command = [sys.executable, "-m", "snippets.lib.step_ledger", "--case", json.dumps(asdict(case)),
                "--cap", cap, "--steps", str(steps)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     if inter_op_threads is not None:
@@ -294,10 +295,10 @@ def schedule_slack(case: StepCase) -> int:
     Returns:
         0, or the bytes of the device's kernel piece in its variable dtype.
     """
-    if memory.resolve_xla(case.xla, case.placement) or case.placement == "parameter_server":
+    if planner.resolve_xla(case.xla, case.placement) or case.placement == "parameter_server":
         return 0  # compiled, or the worker's plain SGD consumes the gradient in place
     kernel, _ = case.program
-    return memory.tensor_bytes(kernel, case.var_dtype)
+    return units.tensor_bytes(kernel, case.var_dtype)
 
 
 def compare(case: StepCase, measured: dict) -> dict:
@@ -399,9 +400,9 @@ def scale_run(placement: str, optimizer: str, precision: str = "float32", xla: s
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    from snippets import devices
+    from snippets.lib import devices
 
-    parser = argparse.ArgumentParser(prog="python -m snippets.step_ledger",
+    parser = argparse.ArgumentParser(prog="python -m snippets.lib.step_ledger",
                                      description="Run one device's training program alone under its own cap "
                                      "and print its peaks as JSON.")
     parser.add_argument("--case", required=True, help="a StepCase as JSON")
@@ -414,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         case = StepCase(**fields)
         if case.placement not in PROGRAMS:
             raise ValueError(f"placement must be one of {', '.join(PROGRAMS)}, not {case.placement!r}")
-        memory.local_shape(case.shape, case.placement if case.placement != "mirrored" else "single",
+        placements.local_shape(case.shape, case.placement if case.placement != "mirrored" else "single",
                            case.devices)
         step_probe.check_precision(case.precision)
     except (ValueError, TypeError, KeyError) as error:

@@ -4,18 +4,18 @@ Given a model (or plain shapes), an optimizer, a placement and N devices of
 M bytes, print what each device will hold (weights, gradients, optimizer
 slots, initialisation or compute temporaries, the framework's reserve), a
 verdict, and the remedies that would fit, ranked by how little they change.
-All arithmetic is :mod:`snippets.memory`'s; slots are counted by building the
-real Keras optimizer (:mod:`snippets.slots`); a model is built at full size
+All arithmetic is :mod:`snippets.lib.planner`'s; slots are counted by building the
+real Keras optimizer (:mod:`snippets.lib.optimizers`); a model is built at full size
 under ``keras.StatelessScope(initialize_variables=False)``, which records
 shapes and dtypes and allocates nothing.
 
 Run it::
 
-    python -m snippets.plan --shape 131072 65536 --optimizer rmsprop --devices 4 \\
+    python -m snippets.decide --shape 131072 65536 --optimizer rmsprop --devices 4 \\
         --device-memory 30976MiB --strategy mirrored
-    python -m snippets.plan --model snippets.reproduce_oom:seed_model --optimizer adam
-    python -m snippets.plan --model-json model.json --strategy column
-    python -m snippets.plan --help
+    python -m snippets.decide --model snippets.reproduce:seed_model --optimizer adam
+    python -m snippets.decide --model-json model.json --strategy column
+    python -m snippets.decide --help
 
 Bad input (a non-positive dimension, an unknown dtype or optimizer, zero
 devices, a split that does not divide a dimension) exits with status 2 and
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets import hardware, memory
+from snippets.lib import hardware, optimizers, placements, planner, splits, units
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -65,34 +65,34 @@ def import_callable(target: str) -> Callable:
     return function
 
 
-def model_weights(build_model: Callable, *args, **kwargs) -> list[memory.Weight]:
+def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:
     """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
 
-    Reads them with :func:`snippets.reproduce_oom.variable_specs` (under
+    Reads them with :func:`snippets.reproduce.variable_specs` (under
     ``keras.StatelessScope(initialize_variables=False)``).
     """
-    from snippets.reproduce_oom import variable_specs
+    from snippets.reproduce import variable_specs
 
     return [
-        memory.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable)
+        planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable)
         for spec in variable_specs(build_model, *args, **kwargs)
     ]
 
 
-def json_weights(text: str) -> list[memory.Weight]:
+def json_weights(text: str) -> list[planner.Weight]:
     """The weights of the model whose config is ``text`` (``model.to_json()``), not allocated."""
     import keras
 
     return model_weights(keras.models.model_from_json, text)
 
 
-def with_precision(weights: Sequence[memory.Weight], dtype: str | None) -> list[memory.Weight]:
+def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list[planner.Weight]:
     """``weights`` with every floating-point weight stored as ``dtype`` (None: unchanged)."""
     if dtype is None:
         return list(weights)
-    memory.dtype_bytes(dtype)
+    units.dtype_bytes(dtype)
     return [
-        memory.Weight(w.shape, dtype if w.dtype.startswith(("float", "bfloat")) else w.dtype,
+        planner.Weight(w.shape, dtype if w.dtype.startswith(("float", "bfloat")) else w.dtype,
                       w.initializer, w.trainable)
         for w in weights
     ]
@@ -103,16 +103,16 @@ class Remedy:
     """A configuration that fits: what changes, and each device's peak.
 
     Attributes:
-        strategy: placement name (:data:`snippets.memory.STRATEGIES`).
+        strategy: placement name (:data:`snippets.lib.placements.STRATEGIES`).
         precision: label from :data:`PRECISIONS`.
         budgets: per-device budgets under this configuration.
         changes: how many things differ from the reader's configuration.
-        host: bytes moved to host or coordinator RAM (:func:`snippets.memory.host_bytes`).
+        host: bytes moved to host or coordinator RAM (:func:`snippets.lib.planner.host_bytes`).
     """
 
     strategy: str
     precision: str
-    budgets: tuple[memory.DeviceBudget, ...]
+    budgets: tuple[planner.DeviceBudget, ...]
     changes: int
     host: int = 0
 
@@ -128,7 +128,7 @@ class Remedy:
 
 
 def remedies(
-    weights: Sequence[memory.Weight],
+    weights: Sequence[planner.Weight],
     optimizer: str | None,
     strategy: str,
     devices: int,
@@ -159,22 +159,22 @@ def remedies(
                 continue
             changed = with_precision(weights, dtype)
             try:
-                budgets = memory.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
+                budgets = planner.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
                                       batch=batch, xla=xla)
             except ValueError:
                 continue
             if max(b.total for b in budgets) <= capacity:
                 changes = (candidate != strategy) + (label != "as given")
-                host = memory.host_bytes(changed, optimizer, candidate, devices, chosen_policy)
+                host = planner.host_bytes(changed, optimizer, candidate, devices, chosen_policy)
                 found.append(Remedy(candidate, label, tuple(budgets), changes, host))
     return sorted(found, key=lambda r: (r.changes, r.host > 0, r.peak, r.strategy))
 
 
-def budget_table(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
+def budget_table(budgets: Sequence[planner.DeviceBudget], capacity: int) -> str:
     """The per-device table (tabulate): state, the step's transients, both peaks, capacity, fits."""
     from tabulate import tabulate
 
-    h = memory.human_bytes
+    h = units.human_bytes
     rows = [
         [b.device, h(b.weights), h(b.gradients), h(b.slots), h(b.activations),
          h(max(b.update_temporaries, b.aggregation)), h(b.init_peak), h(b.step_peak), h(capacity),
@@ -186,19 +186,19 @@ def budget_table(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
     return tabulate(rows, headers=headers, colalign=("right",) * len(headers))
 
 
-def verdict(budgets: Sequence[memory.DeviceBudget], capacity: int) -> str:
+def verdict(budgets: Sequence[planner.DeviceBudget], capacity: int) -> str:
     """One line: fits (with the headroom) or does not (which device, in which phase, by how much)."""
     worst = max(budgets, key=lambda b: b.total)
     phase = worst.peak_phase
     if worst.total <= capacity:
-        return (f"Fits: the fullest device (device {worst.device}) peaks at {memory.human_bytes(worst.total)} "
-                f"({phase}) of {memory.human_bytes(capacity)}, {memory.human_bytes(capacity - worst.total)} to spare.")
-    return (f"Does not fit: device {worst.device} peaks at {memory.human_bytes(worst.total)} in the {phase} "
-            f"phase but its allocator has {memory.human_bytes(capacity)}; short by "
-            f"{memory.format_bytes(worst.total - capacity)}.")
+        return (f"Fits: the fullest device (device {worst.device}) peaks at {units.human_bytes(worst.total)} "
+                f"({phase}) of {units.human_bytes(capacity)}, {units.human_bytes(capacity - worst.total)} to spare.")
+    return (f"Does not fit: device {worst.device} peaks at {units.human_bytes(worst.total)} in the {phase} "
+            f"phase but its allocator has {units.human_bytes(capacity)}; short by "
+            f"{units.format_bytes(worst.total - capacity)}.")
 
 
-def as_json(budgets: Sequence[memory.DeviceBudget], capacity: int, **context) -> dict:
+def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, **context) -> dict:
     """The plan as a JSON-ready dict, every figure in bytes.
 
     Returns:
@@ -217,11 +217,11 @@ def as_json(budgets: Sequence[memory.DeviceBudget], capacity: int, **context) ->
 
 
 def report(
-    weights: Sequence[memory.Weight],
+    weights: Sequence[planner.Weight],
     optimizer: str | None = None,
     strategy: str = "mirrored",
     devices: int = 4,
-    capacity: int = memory.V100_CAPACITY,
+    capacity: int = hardware.V100_CAPACITY,
     policy: str | None = None,
     reserve: int = 0,
     top: int = 5,
@@ -232,17 +232,17 @@ def report(
     """The CLI's text: table, verdict, host bytes if any and, when it does not fit, up to ``top`` remedies.
 
     Raises:
-        ValueError: as :func:`snippets.memory.plan` does.
+        ValueError: as :func:`snippets.lib.planner.plan` does.
     """
-    budgets = memory.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
-    jit = memory.resolve_xla(xla, strategy)
+    budgets = planner.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
+    jit = planner.resolve_xla(xla, strategy)
     lines = [budget_table(budgets, capacity), "", verdict(budgets, capacity)]
     if optimizer:
         lines.append(f"Batch {batch}; optimizer update {'XLA-compiled' if jit else 'without XLA'}"
                      f"{' (xla auto, as Keras decides on a GPU host)' if xla == 'auto' else ''}.")
-    host = memory.host_bytes(weights, optimizer, strategy, devices, policy)
+    host = planner.host_bytes(weights, optimizer, strategy, devices, policy)
     if host:
-        lines.append(f"Host (or coordinator) RAM also holds {memory.format_bytes(host)}.")
+        lines.append(f"Host (or coordinator) RAM also holds {units.format_bytes(host)}.")
     fits = max(b.total for b in budgets) <= capacity
     found = [] if fits else remedies(weights, optimizer, strategy, devices, capacity, policy, reserve,
                                      batch=batch, xla=xla)
@@ -251,12 +251,12 @@ def report(
         for rank, remedy in enumerate(found[:top], 1):
             host_note = ""
             if remedy.host:
-                host_note = f"; host or coordinator RAM holds {memory.human_bytes(remedy.host)}"
-            lines.append(f"  {rank}. {remedy.label(devices)}: peak {memory.human_bytes(remedy.peak)} "
-                         f"per device, {memory.human_bytes(capacity - remedy.peak)} to spare{host_note}")
+                host_note = f"; host or coordinator RAM holds {units.human_bytes(remedy.host)}"
+            lines.append(f"  {rank}. {remedy.label(devices)}: peak {units.human_bytes(remedy.peak)} "
+                         f"per device, {units.human_bytes(capacity - remedy.peak)} to spare{host_note}")
     elif not fits:
         lines += ["", f"No placement or precision tried fits {devices} devices of "
-                      f"{memory.human_bytes(capacity)}: add devices, or factorise the largest weight."]
+                      f"{units.human_bytes(capacity)}: add devices, or factorise the largest weight."]
     return "\n".join(lines)
 
 
@@ -274,12 +274,12 @@ FIGURE_CONFIGS = (
 )
 
 
-def seed_weights(dtype: str = "float32") -> list[memory.Weight]:
+def seed_weights(dtype: str = "float32") -> list[planner.Weight]:
     """The seed layer's weights without Keras: Glorot kernel [131072, 65536], zero bias [65536]."""
-    return [memory.Weight((131072, 65536), dtype, "glorot_uniform"), memory.Weight((65536,), dtype, "zeros")]
+    return [planner.Weight((131072, 65536), dtype, "glorot_uniform"), planner.Weight((65536,), dtype, "zeros")]
 
 
-def figure_data(optimizer: str | None = "rmsprop", devices: int = 4) -> list[tuple[str, memory.DeviceBudget]]:
+def figure_data(optimizer: str | None = "rmsprop", devices: int = 4) -> list[tuple[str, planner.DeviceBudget]]:
     """(label, fullest device's budget) for each of :data:`FIGURE_CONFIGS`: what the plot draws.
 
     The site's build hook (``hooks/plots.py``) plots exactly this list, and
@@ -287,7 +287,7 @@ def figure_data(optimizer: str | None = "rmsprop", devices: int = 4) -> list[tup
     """
     rows = []
     for label, strategy, dtype, policy, xla in FIGURE_CONFIGS:
-        budgets = memory.plan(seed_weights(dtype), optimizer, strategy, devices, policy, xla=xla)
+        budgets = planner.plan(seed_weights(dtype), optimizer, strategy, devices, policy, xla=xla)
         rows.append((label, max(budgets, key=lambda b: b.total)))
     return rows
 
@@ -307,7 +307,7 @@ def benchmark(repeats: int = 5) -> dict:
     """
     import keras  # noqa: F401  (imports are not what is timed)
 
-    from snippets.reproduce_oom import seed_model
+    from snippets.reproduce import seed_model
 
     times = []
     for _ in range(repeats):
@@ -320,7 +320,7 @@ def benchmark(repeats: int = 5) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m snippets.plan",
+        prog="python -m snippets.decide",
         description="Per-device peak of one training step (weights, gradients, optimizer slots, activations, "
         "update temporaries; init and step peaks) for a model or plain shapes under a placement, with a "
         "verdict and, when it does not fit, ranked remedies. Allocates nothing.",
@@ -329,24 +329,24 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--shape", type=int, nargs="+", action="append", metavar="DIM",
                         help="a weight's shape; repeat for several weights (default: 131072 65536)")
     source.add_argument("--model", metavar="MODULE:FUNCTION",
-                        help="a function that builds the Keras model, e.g. snippets.reproduce_oom:seed_model")
+                        help="a function that builds the Keras model, e.g. snippets.reproduce:seed_model")
     source.add_argument("--model-json", metavar="PATH", help="a file holding model.to_json()")
     parser.add_argument("--dtype", default=None, metavar="DTYPE",
-                        help=f"variable dtype ({', '.join(memory.DTYPE_BYTES)}); default float32 for "
+                        help=f"variable dtype ({', '.join(units.DTYPE_BYTES)}); default float32 for "
                         "--shape, the model's own dtypes otherwise")
-    parser.add_argument("--policy", default=None, choices=sorted(memory.POLICIES),
+    parser.add_argument("--policy", default=None, choices=sorted(units.POLICIES),
                         help="mixed-precision policy: float32 variables + float16 compute copies")
     parser.add_argument("--optimizer", default=None, metavar="NAME",
-                        help=f"training optimizer ({', '.join(memory.OPTIMIZERS)}); omit for inference")
+                        help=f"training optimizer ({', '.join(optimizers.OPTIMIZERS)}); omit for inference")
     parser.add_argument("--strategy", default="mirrored", metavar="NAME",
-                        help=f"placement: {', '.join(memory.STRATEGIES)} (default mirrored)")
-    parser.add_argument("--initializer", default="glorot_uniform", choices=sorted(memory.INIT_PEAK),
+                        help=f"placement: {', '.join(placements.STRATEGIES)} (default mirrored)")
+    parser.add_argument("--initializer", default="glorot_uniform", choices=sorted(planner.INIT_PEAK),
                         metavar="NAME",
-                        help=f"one of {', '.join(sorted(memory.INIT_PEAK))}: initializer of --shape weights "
+                        help=f"one of {', '.join(sorted(planner.INIT_PEAK))}: initializer of --shape weights "
                         "(default glorot_uniform, Keras Dense's; zeros peaks lower)")
     parser.add_argument("--devices", type=int, default=4, metavar="N", help="number of devices (default 4)")
     parser.add_argument("--batch", type=int, default=64, metavar="N", help="global batch size (default 64)")
-    parser.add_argument("--xla", default="auto", choices=memory.XLA_CHOICES,
+    parser.add_argument("--xla", default="auto", choices=planner.XLA_CHOICES,
                         help="XLA for the optimizer update: auto (what Keras chooses on a GPU host for the "
                         "placement), on, off")
     parser.add_argument("--card", default=hardware.DEFAULT_CARD, metavar="NAME",
@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_model(read: Callable, source, name: str) -> list[memory.Weight]:
+def _user_model(read: Callable, source, name: str) -> list[planner.Weight]:
     # The reader's model code can raise anything; the CLI reports one line.
     try:
         return read(source)
@@ -369,7 +369,7 @@ def _user_model(read: Callable, source, name: str) -> list[memory.Weight]:
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: {message}") from None
 
 
-def _weights(args) -> list[memory.Weight]:
+def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         return with_precision(_user_model(model_weights, build, args.model), args.dtype)
@@ -381,7 +381,7 @@ def _weights(args) -> list[memory.Weight]:
             raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
         return with_precision(_user_model(json_weights, text, args.model_json), args.dtype)
     shapes = args.shape or [[131072, 65536]]
-    return [memory.Weight(memory.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]
+    return [planner.Weight(units.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -392,25 +392,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--top must be 0 or more, not {args.top}")
         card = hardware.card(args.card)
         if args.device_memory is None:
-            capacity, reserve = card.allocator_mib * memory.MiB, card.reserve_mib * memory.MiB
+            capacity, reserve = card.allocator_mib * units.MiB, card.reserve_mib * units.MiB
         else:
-            capacity, reserve = memory.parse_size(args.device_memory), 0
-        memory.check_count(args.devices)
-        memory.check_count(args.batch, "--batch")
-        memory.check_optimizer(args.optimizer)
-        memory.check_strategy(args.strategy)
+            capacity, reserve = units.parse_size(args.device_memory), 0
+        splits.check_count(args.devices)
+        splits.check_count(args.batch, "--batch")
+        optimizers.check_optimizer(args.optimizer)
+        placements.check_strategy(args.strategy)
         if args.dtype is not None:
-            memory.dtype_bytes(args.dtype)
-        if args.policy is not None and args.dtype not in (None, memory.POLICIES[args.policy][0]):
-            # Same refusal as memory.per_device: a policy fixes the variable dtype.
-            raise ValueError(f"--policy {args.policy} stores {memory.POLICIES[args.policy][0]} variables, "
+            units.dtype_bytes(args.dtype)
+        if args.policy is not None and args.dtype not in (None, units.POLICIES[args.policy][0]):
+            # Same refusal as planner.per_device: a policy fixes the variable dtype.
+            raise ValueError(f"--policy {args.policy} stores {units.POLICIES[args.policy][0]} variables, "
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
         weights = _weights(args)
         if args.json:
-            budgets = memory.plan(weights, args.optimizer, args.strategy, args.devices, args.policy, reserve,
+            budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, args.policy, reserve,
                                   batch=args.batch, xla=args.xla)
             text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
-                                      batch=args.batch, xla=memory.resolve_xla(args.xla, args.strategy),
+                                      batch=args.batch, xla=planner.resolve_xla(args.xla, args.strategy),
                                       card=None if args.device_memory else card.name), indent=1)
         else:
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,

@@ -13,7 +13,7 @@ accuracy:
 * **the hashing trick**: hash ids into ``m`` buckets, so the table has ``m``
   rows whatever the vocabulary; colliding ids share a row.
 
-Run it: ``python -m snippets.reduce --help``; ``python -m snippets.reduce all``
+Run it: ``python -m snippets.smaller_layers --help``; ``python -m snippets.smaller_layers all``
 trains every variant at CI scale (about ten seconds on two cores) and prints
 the tables the Smaller layers chapter shows.
 
@@ -31,7 +31,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import memory
+from snippets.lib import communication, units
 
 #: Seed the chapter and the tests use; every experiment is deterministic for a given seed.
 SEED = 0
@@ -71,7 +71,7 @@ def onehot_vs_gather(ids: Sequence[int], vocab: int, dim: int, seed: int = SEED)
     """
     import tensorflow as tf
 
-    memory.check_shape((vocab, dim))
+    units.check_shape((vocab, dim))
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
         raise ValueError(f"ids {bad} are outside [0, {vocab}); use ids below the vocabulary size")
@@ -105,7 +105,7 @@ def _nbytes(value) -> int:
 
     if isinstance(value, tf.IndexedSlices):
         return _nbytes(value.values) + _nbytes(value.indices)
-    return memory.tensor_bytes(tuple(int(d) for d in value.shape), getattr(value.dtype, "name", value.dtype))
+    return units.tensor_bytes(tuple(int(d) for d in value.shape), getattr(value.dtype, "name", value.dtype))
 
 
 def onehot_vs_embedding_bytes(vocab: int = 4096, dim: int = 64, batch: int = 32,
@@ -144,7 +144,7 @@ def step_peak_bytes(device: str, optimizer: str = "rmsprop", vocab: int = 16384,
     runs it again and reads the peak (``tf.config.experimental.
     get_memory_info(device)["peak"]`` minus ``["current"]`` before the step).
     Needs an allocator that keeps statistics: a GPU, or the capped CPU
-    allocator of :mod:`snippets.devices`.
+    allocator of :mod:`snippets.lib.devices`.
 
     Why it matters: a sparse gradient saves its own bytes, but an
     optimizer whose update is written as dense arithmetic on full-size slots
@@ -164,7 +164,7 @@ def step_peak_bytes(device: str, optimizer: str = "rmsprop", vocab: int = 16384,
     import tensorflow as tf
 
     ids = tf.random.stateless_uniform((batch,), (SEED, 3), 0, vocab, tf.int32)
-    result = {"table": memory.tensor_bytes((vocab, dim))}
+    result = {"table": units.tensor_bytes((vocab, dim))}
     for name in ("one-hot x Dense", "Embedding"):
         dense = name == "one-hot x Dense"
         layer = keras.layers.Dense(dim, use_bias=False) if dense else keras.layers.Embedding(vocab, dim)
@@ -428,34 +428,34 @@ def variant_table(variants: Sequence[Variant], score: str) -> str:
 def seed_layer_table(batch: int = 64, rank: int = 512, buckets: int = 16384) -> str:
     """Bytes of the seed layer W[131072, 65536] float32 and of each smaller layer, full size.
 
-    Pure arithmetic (:mod:`snippets.memory`): nothing is allocated.
+    Pure arithmetic (:mod:`snippets.lib.communication`): nothing is allocated.
     """
     from tabulate import tabulate
 
     d, f = SEED_SHAPE
-    w = memory.tensor_bytes((d, f))
+    w = units.tensor_bytes((d, f))
     rows = [
         ("Dense kernel W[131072, 65536]", w),
-        (f"one-hot input [{batch}, {d}] (per step)", memory.tensor_bytes((batch, d))),
-        (f"ids input [{batch}] int32 (per step)", memory.tensor_bytes((batch,), "int32")),
+        (f"one-hot input [{batch}, {d}] (per step)", units.tensor_bytes((batch, d))),
+        (f"ids input [{batch}] int32 (per step)", units.tensor_bytes((batch,), "int32")),
         ("dense gradient of W (per step)", w),
         (f"Embedding gradient: {batch} rows + ids (per step)",
-         memory.tensor_bytes((batch, f)) + memory.tensor_bytes((batch,), "int32")),
-        (f"rank-{rank} factors U[{d}, {rank}] + V[{rank}, {f}]", memory.low_rank_bytes(d, f, rank)),
-        (f"hashed table [{buckets}, {f}]", memory.tensor_bytes((buckets, f))),
+         units.tensor_bytes((batch, f)) + units.tensor_bytes((batch,), "int32")),
+        (f"rank-{rank} factors U[{d}, {rank}] + V[{rank}, {f}]", communication.low_rank_bytes(d, f, rank)),
+        (f"hashed table [{buckets}, {f}]", units.tensor_bytes((buckets, f))),
     ]
-    table = tabulate([(name, memory.format_bytes(b)) for name, b in rows],
+    table = tabulate([(name, units.format_bytes(b)) for name, b in rows],
                      headers=["what", "bytes"], disable_numparse=True)
-    factors = memory.low_rank_bytes(d, f, rank)
+    factors = communication.low_rank_bytes(d, f, rank)
     if factors >= w:
         # (D + F) * r >= D * F once r >= D * F / (D + F): factorising then saves nothing.
-        table += (f"\nnote: the rank-{rank} factors ({memory.format_bytes(factors)}) are not smaller than "
-                  f"W itself ({memory.format_bytes(w)}); only a rank below {-(-d * f // (d + f))} saves memory")
+        table += (f"\nnote: the rank-{rank} factors ({units.format_bytes(factors)}) are not smaller than "
+                  f"W itself ({units.format_bytes(w)}); only a rank below {-(-d * f // (d + f))} saves memory")
     return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m snippets.reduce",
+    parser = argparse.ArgumentParser(prog="python -m snippets.smaller_layers",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=["sizes", "onehot", "lowrank", "hashing", "all"],
                         help="sizes: full-size bytes only (no TensorFlow); the others train at CI scale")
@@ -475,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(seed_layer_table(args.batch, args.rank, args.buckets))
     if args.what == "sizes":
         return 0
-    from snippets import devices
+    from snippets.lib import devices
 
     devices.configure(1, "2GiB")
     if args.what in ("onehot", "all"):

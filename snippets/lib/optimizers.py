@@ -11,7 +11,7 @@ columns ``c[F]`` are then scaled to the real shape exactly.
 
 The probe is built inside ``tf.Graph().as_default()``: graph variables do not
 start TensorFlow's eager runtime, so counting slots never stops a later
-:func:`snippets.devices.configure` from configuring devices. One build per
+:func:`snippets.lib.devices.configure` from configuring devices. One build per
 (optimizer, rank, dtype) is cached.
 
 Measured with Keras 3.15 (field case F19: same-shape slots of a
@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.memory import OPTIMIZERS, check_optimizer, check_shape, dtype_bytes
+from snippets.lib.units import check_shape, dtype_bytes
 
 #: Probe dimensions: distinct primes, so a slot dimension names its weight axis.
 _PROBE_DIMS = (2, 3, 5, 7, 11, 13, 17, 19)
@@ -69,7 +69,7 @@ class SlotShape:
 
 
 def make_optimizer(name: str):
-    """The Keras optimizer ``name`` stands for (see :data:`snippets.memory.OPTIMIZERS`)."""
+    """The Keras optimizer ``name`` stands for (see :data:`snippets.lib.optimizers.OPTIMIZERS`)."""
     import keras
 
     class_name, kwargs = OPTIMIZERS[check_optimizer(name)]
@@ -81,7 +81,7 @@ def slot_layout(optimizer: str, rank: int, dtype: str = "float32") -> tuple[Slot
     """The per-weight slots Keras creates for a weight of ``rank`` and ``dtype``.
 
     Read from the probe cache (``snippets/data/step_probes.json``, written by
-    ``python -m snippets.step_probe --write`` from :func:`probe_slot_layout`,
+    ``python -m snippets.lib.step_probe --write`` from :func:`probe_slot_layout`,
     re-probed by the tests), so planning does not import TensorFlow; a rank
     or dtype the cache lacks is probed live.
 
@@ -89,7 +89,7 @@ def slot_layout(optimizer: str, rank: int, dtype: str = "float32") -> tuple[Slot
         ValueError: for an unknown optimizer name, or rank > 8.
     """
     check_optimizer(optimizer)
-    from snippets import step_probe
+    from snippets.lib import step_probe
 
     cached = step_probe.load_cache()["slots"].get(f"{optimizer}/{rank}/{dtype}")
     if cached is None:
@@ -171,3 +171,27 @@ def slots_per_weight(optimizer: str | None, shape: Sequence[int] = F19_SHAPE) ->
     """
     ratio = slot_elements(optimizer, shape) / math.prod(shape)
     return int(ratio) if ratio.is_integer() else round(ratio, 6)
+
+
+#: Optimizer names the planner accepts -> (Keras class, constructor kwargs).
+#: Their slots are counted by building the real optimizer (snippets.lib.optimizers).
+OPTIMIZERS = {
+    "sgd": ("SGD", {}),
+    "sgd_momentum": ("SGD", {"momentum": 0.9}),
+    "rmsprop": ("RMSprop", {}),
+    "rmsprop_momentum": ("RMSprop", {"momentum": 0.9}),
+    "rmsprop_centered": ("RMSprop", {"centered": True}),
+    "adam": ("Adam", {}),
+    "adam_amsgrad": ("Adam", {"amsgrad": True}),
+    "adamw": ("AdamW", {}),
+    "adagrad": ("Adagrad", {}),
+    "adafactor": ("Adafactor", {}),
+    "lion": ("Lion", {}),
+}
+
+
+def check_optimizer(name: str | None) -> str | None:
+    """Return ``name`` if the planner knows it (None means inference), else raise ValueError."""
+    if name is not None and name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+    return name

@@ -9,7 +9,7 @@ one kernel that writes in place. How much that is depends on the optimizer,
 the precision, XLA and the Keras version, so it is measured, never typed in:
 
 1. a fresh process with TensorFlow's BFC allocator capped on the CPU
-   (``snippets.devices`` CPU mode) builds ``Dense(4096, use_bias=False)`` on
+   (``snippets.lib.devices`` CPU mode) builds ``Dense(4096, use_bias=False)`` on
    inputs of width 16384 (a 256 MiB float32 kernel, large enough that the
    allocator's 256-byte rounding and chunk reuse are below 0.1%);
 2. it runs one warm-up ``fit`` step on a batch of 2 (traces the step, builds
@@ -25,8 +25,8 @@ a request a whole free chunk when the chunk is less than twice the request and
 the slack is under 128 MiB, and counts the whole chunk (``bfc_allocator.cc``).
 
 The results live in ``snippets/data/step_probes.json`` (with the slot layouts
-of :mod:`snippets.slots`), so the planner answers without importing
-TensorFlow; ``python -m snippets.step_probe --write`` re-measures everything
+of :mod:`snippets.lib.optimizers`), so the planner answers without importing
+TensorFlow; ``python -m snippets.lib.step_probe --write`` re-measures everything
 (about 10 minutes on 2 cores) and the tests re-probe a sample.
 
 >>> transient_units("rmsprop", "float32", jit_compile=False)
@@ -47,7 +47,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from snippets.memory import OPTIMIZERS, POLICIES, check_optimizer, tensor_bytes
+from snippets.lib.optimizers import OPTIMIZERS, check_optimizer
+from snippets.lib.units import POLICIES, tensor_bytes
 
 #: Where the measurements are kept (committed; re-probed by tests/test_step_probe.py).
 CACHE = Path(__file__).with_name("data") / "step_probes.json"
@@ -100,7 +101,7 @@ def measure_step(optimizer: str, precision: str = "float32", jit_compile: bool |
                  shape: Sequence[int] = PROBE_SHAPE, batch: int = PROBE_BATCH) -> dict:
     """Allocator figures of one ``fit`` step of ``Dense(shape[1])`` on inputs of width ``shape[0]``.
 
-    Call it in a process whose devices are in CPU mode (:func:`snippets.devices.configure`),
+    Call it in a process whose devices are in CPU mode (:func:`snippets.lib.devices.configure`),
     with nothing else allocated: the result is only clean in a fresh allocator.
     The model runs on the default device (the first that plays a GPU); the
     figures are the pool's, read through ``CPU:0``.
@@ -114,7 +115,8 @@ def measure_step(optimizer: str, precision: str = "float32", jit_compile: bool |
     import numpy as np
     import tensorflow as tf
 
-    from snippets import slots, tensor_parallel
+    from snippets.lib import optimizers
+    from snippets import tensor_parallel
 
     check_optimizer(optimizer)
     check_precision(precision)
@@ -125,9 +127,9 @@ def measure_step(optimizer: str, precision: str = "float32", jit_compile: bool |
                               keras.layers.Dense(shape[1], use_bias=False, kernel_initializer="zeros",
                                                  dtype=precision)])
     if mode == "xla-update":
-        tensor_parallel.compile_sharded(model, slots.make_optimizer(optimizer), "mean_squared_error", True)
+        tensor_parallel.compile_sharded(model, optimizers.make_optimizer(optimizer), "mean_squared_error", True)
     else:
-        model.compile(slots.make_optimizer(optimizer), "mean_squared_error", jit_compile=mode == "xla")
+        model.compile(optimizers.make_optimizer(optimizer), "mean_squared_error", jit_compile=mode == "xla")
     x, y = np.ones((batch, shape[0]), "float32"), np.ones((batch, shape[1]), "float32")
     model.fit(x, y, batch_size=batch, verbose=0)
     resident = tf.config.experimental.get_memory_info(pool)["current"]
@@ -146,7 +148,7 @@ def probe_fresh(optimizer: str, precision: str = "float32", jit_compile: bool | 
         RuntimeError: if the process fails; the message has its last line.
     """
     cap_mib = max(64, 16 * tensor_bytes(shape, "float32") // 2**20)
-    command = [sys.executable, "-m", "snippets.step_probe", "--measure", optimizer, precision,
+    command = [sys.executable, "-m", "snippets.lib.step_probe", "--measure", optimizer, precision,
                xla_mode(jit_compile), "--shape", *map(str, shape), "--batch", str(batch),
                "--device-memory", f"{cap_mib}MiB"]
     done = subprocess.run(command, capture_output=True, text=True, check=False,
@@ -187,11 +189,11 @@ def measure_all(workers: int = 2, known: dict | None = None, save=None) -> dict:
 
 def slot_layouts_live() -> dict:
     """Slot layouts from Keras for every optimizer, rank in :data:`SLOT_RANKS` and dtype in :data:`SLOT_DTYPES`."""
-    from snippets import slots
+    from snippets.lib import optimizers
 
     return {
         f"{o}/{rank}/{dtype}": [[list(map(list, s.dims)), s.dtype]
-                                for s in slots.probe_slot_layout(o, rank, dtype)]
+                                for s in optimizers.probe_slot_layout(o, rank, dtype)]
         for o in OPTIMIZERS for rank in SLOT_RANKS for dtype in SLOT_DTYPES
     }
 
@@ -208,7 +210,7 @@ def load_cache() -> dict:
     """The committed measurements: ``{"versions", "probe", "transient_units", "slots"}``.
 
     Raises:
-        FileNotFoundError: if the cache is missing (``python -m snippets.step_probe --write``).
+        FileNotFoundError: if the cache is missing (``python -m snippets.lib.step_probe --write``).
     """
     return json.loads(CACHE.read_text(encoding="utf-8"))
 
@@ -228,9 +230,9 @@ def transient_units(optimizer: str, precision: str = "float32", jit_compile: boo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from snippets import devices
+    from snippets.lib import devices
 
-    parser = argparse.ArgumentParser(prog="python -m snippets.step_probe",
+    parser = argparse.ArgumentParser(prog="python -m snippets.lib.step_probe",
                                      description="Measure a training step's transient memory per optimizer, "
                                      "precision and XLA, and keep it in snippets/data/step_probes.json.")
     action = parser.add_mutually_exclusive_group(required=True)

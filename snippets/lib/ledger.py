@@ -1,6 +1,6 @@
 """Ledger: what each device really holds, read from variables TensorFlow built.
 
-The planner (:func:`snippets.memory.plan`) says what each device *will* hold;
+The planner (:func:`snippets.lib.planner.plan`) says what each device *will* hold;
 this module reads what each device *does* hold once a model is built for real
 at a scale that fits, so the two can be compared byte for byte:
 
@@ -21,7 +21,7 @@ variables, building an optimizer, computing gradients) with
 ``tf.config.experimental.get_memory_info`` after ``reset_memory_stats``, so
 tests can hold the planner to the allocator within 2%.
 
-Run it: ``python -m snippets.ledger --help`` builds the seed layer at a
+Run it: ``python -m snippets.lib.ledger --help`` builds the seed layer at a
 small shape under a strategy on N logical devices and prints the ledger next
 to the plan.
 
@@ -37,7 +37,7 @@ import gc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory
+from snippets.lib import allocator, devices, optimizers, placements, planner, splits, units
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Holding:
         name: the variable's name or path.
         shape: the piece's shape.
         dtype: dtype name.
-        nbytes: ``memory.tensor_bytes(shape, dtype)``.
+        nbytes: ``units.tensor_bytes(shape, dtype)``.
     """
 
     device: str
@@ -96,7 +96,7 @@ def holdings(variables: Iterable, kind: str) -> list[Holding]:
         for piece in pieces(variable):
             shape = tuple(int(d) for d in piece.shape)
             dtype = piece.dtype.name
-            result.append(Holding(piece.device, kind, name, shape, dtype, memory.tensor_bytes(shape, dtype)))
+            result.append(Holding(piece.device, kind, name, shape, dtype, units.tensor_bytes(shape, dtype)))
     return result
 
 
@@ -107,7 +107,7 @@ def slot_variables(optimizer) -> list:
     return [v for v in inner.variables if id(_tf_variable(v)) not in skip]
 
 
-def model_ledger(model, device_names: Sequence[str], optimizer=None) -> list[memory.DeviceBudget]:
+def model_ledger(model, device_names: Sequence[str], optimizer=None) -> list[planner.DeviceBudget]:
     """What each device holds for a built Keras ``model``: its weights and its optimizer's slots.
 
     ``optimizer`` defaults to ``model.optimizer`` (from ``compile``); its
@@ -132,7 +132,7 @@ def comparison_row(method: str, kernel_pieces, measured, planned) -> dict:
         method: the method's name as the table shows it.
         kernel_pieces: the kernel's per-device pieces (``placement.Component``).
         measured: :func:`by_device` rows read from the built variables.
-        planned: :func:`snippets.memory.per_device` rows for the same placement.
+        planned: :func:`snippets.lib.planner.per_device` rows for the same placement.
 
     Returns:
         ``{"method", "where", "local_shape", "kernel_bytes", "measured", "ledger"}``;
@@ -148,8 +148,8 @@ def comparison_row(method: str, kernel_pieces, measured, planned) -> dict:
     }
 
 
-def by_device(items: Iterable[Holding], device_names: Sequence[str], reserve: int = 0) -> list[memory.DeviceBudget]:
-    """Sum holdings per device into :class:`snippets.memory.DeviceBudget` rows, in ``device_names`` order.
+def by_device(items: Iterable[Holding], device_names: Sequence[str], reserve: int = 0) -> list[planner.DeviceBudget]:
+    """Sum holdings per device into :class:`snippets.lib.planner.DeviceBudget` rows, in ``device_names`` order.
 
     ``transient`` is 0: the ledger reads what is resident, not temporaries.
 
@@ -163,7 +163,7 @@ def by_device(items: Iterable[Holding], device_names: Sequence[str], reserve: in
         if key not in index:
             raise ValueError(f"{item.name} has a piece on {item.device}, not one of {list(device_names)}")
         sums[index[key]][item.kind] += item.nbytes
-    return [memory.DeviceBudget(i, s["weights"], s["gradients"], s["slots"], 0, reserve) for i, s in enumerate(sums)]
+    return [planner.DeviceBudget(i, s["weights"], s["gradients"], s["slots"], 0, reserve) for i, s in enumerate(sums)]
 
 
 def _canonical(device: str) -> str:
@@ -223,9 +223,9 @@ def build(
     import keras
     import tensorflow as tf
 
-    from snippets import slots
+    from snippets.lib import optimizers
 
-    shape = memory.local_shape(shape, "mirrored", 1)
+    shape = placements.local_shape(shape, "mirrored", 1)
     if len(shape) != 2:
         raise ValueError(f"build() makes a Dense kernel, so shape must have 2 dims, not {list(shape)}")
     names = setup.devices
@@ -238,7 +238,7 @@ def build(
     if strategy == "offload":
         return _build_offload(setup.host, names, shape, dtype, optimizer, initializer, batch, policy)
     if strategy in ("column", "row"):
-        memory.local_shape(shape, strategy, count)  # uneven splits raise here
+        placements.local_shape(shape, strategy, count)  # uneven splits raise here
     elif strategy not in ("single", "mirrored"):
         raise ValueError(f"build() cannot place {strategy!r}; use single, mirrored, column, row, "
                          "dtensor_column or dtensor_row")
@@ -260,7 +260,7 @@ def build(
         for index, kernel, _ in _dense_shards(shape, dtype, strategy, count):
             in_dim_of[names[index]] = kernel[0]
             layers.append(make(kernel[1], names[index]))
-        opt = slots.make_optimizer(optimizer) if optimizer else None
+        opt = optimizers.make_optimizer(optimizer) if optimizer else None
         if opt:
             opt.build([v for layer in layers for v in layer.trainable_variables])
 
@@ -278,11 +278,11 @@ def _dense_and_optimizer(shape, initializer, dtype, optimizer):
     """
     import keras
 
-    from snippets import slots
+    from snippets.lib import optimizers
 
     layer = keras.layers.Dense(shape[1], kernel_initializer=initializer, dtype=dtype)
     layer.build((None, shape[0]))
-    opt = slots.make_optimizer(optimizer) if optimizer else None
+    opt = optimizers.make_optimizer(optimizer) if optimizer else None
     if opt:
         opt.build(layer.trainable_variables)
     return layer, opt
@@ -342,7 +342,7 @@ def _build_offload(host, accelerators, shape, dtype, optimizer, initializer, bat
 def _holding(tensor, kind, name) -> Holding:
     shape = tuple(int(d) for d in tensor.shape)
     dtype = tensor.dtype.name
-    return Holding(tensor.device, kind, name, shape, dtype, memory.tensor_bytes(shape, dtype))
+    return Holding(tensor.device, kind, name, shape, dtype, units.tensor_bytes(shape, dtype))
 
 
 def _build_dtensor(names, shape, dtype, split) -> list[Holding]:
@@ -350,7 +350,7 @@ def _build_dtensor(names, shape, dtype, split) -> list[Holding]:
     from tensorflow.experimental import dtensor
 
     count = len(names)
-    memory.local_shape(shape, split, count)
+    placements.local_shape(shape, split, count)
     mesh = dtensor.create_mesh([("model", count)], devices=list(names))
     sharded = "model"
     kernel_layout = dtensor.Layout(
@@ -400,7 +400,7 @@ _servers: list = []
 
 
 def _build_parameter_server(shape, dtype, optimizer, count, initializer) -> list[Holding]:
-    memory.local_shape(shape, "parameter_server", count)
+    placements.local_shape(shape, "parameter_server", count)
     strategy = parameter_server_strategy(count)
     with strategy.scope():
         layer, opt = _dense_and_optimizer(shape, initializer, dtype, optimizer)
@@ -419,12 +419,12 @@ def compare(
     optimizer: str | None = None,
     strategy: str = "mirrored",
     policy: str | None = None,
-) -> tuple[list[memory.DeviceBudget], list[memory.DeviceBudget]]:
+) -> tuple[list[planner.DeviceBudget], list[planner.DeviceBudget]]:
     """(planner, ledger) per-device budgets for the Dense layer with kernel ``shape``.
 
     Both have ``transient = 0`` and ``reserve = 0`` (the ledger reads resident
     bytes); planner rows for the seed layer's kernel and bias come from
-    :func:`snippets.memory.plan`. ``dtensor_*`` placements plan as
+    :func:`snippets.lib.planner.plan`. ``dtensor_*`` placements plan as
     ``column``/``row``; the planner's gradients and slots are zero without
     an optimizer. ``offload``: the devices hold the gradients they
     computed (the variables' copies are read and dropped within a step), the
@@ -435,23 +435,23 @@ def compare(
     held = build(setup, shape, dtype, optimizer, strategy, policy=policy)
     names = setup.devices
     if strategy == "offload":
-        # The host's holdings are memory.host_bytes's business.
+        # The host's holdings are planner.host_bytes's business.
         held = [h for h in held if _canonical(h.device) != _canonical(setup.host)]
     if strategy == "parameter_server":
         # The planner's devices are the parameter servers; what Keras puts
-        # on the coordinator (the slots) is memory.host_bytes's business.
+        # on the coordinator (the slots) is planner.host_bytes's business.
         names = parameter_server_devices(len(setup.devices))
         held = [h for h in held if h.device.startswith("/job:ps/")]
     ledger = by_device(held, names)
     placement = strategy.removeprefix("dtensor_")
-    weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
+    weights = [planner.Weight(tuple(shape), dtype, "zeros"), planner.Weight((shape[1],), dtype, "zeros")]
     if strategy == "parameter_server":
-        shard = sum(memory.tensor_bytes(memory.local_shape(w.shape, strategy, len(names)), dtype) for w in weights)
-        return [memory.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(len(names))], ledger
-    planned = memory.plan(weights, optimizer, placement, len(names), policy, reserve=0)
+        shard = sum(units.tensor_bytes(placements.local_shape(w.shape, strategy, len(names)), dtype) for w in weights)
+        return [planner.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(len(names))], ledger
+    planned = planner.plan(weights, optimizer, placement, len(names), policy, reserve=0)
     if strategy == "offload":
-        return [memory.DeviceBudget(b.device, 0, b.gradients, 0, 0, 0) for b in planned], ledger
-    resident = [memory.DeviceBudget(b.device, b.weights, b.gradients, b.slots, 0, 0) for b in planned]
+        return [planner.DeviceBudget(b.device, 0, b.gradients, 0, 0, 0) for b in planned], ledger
+    resident = [planner.DeviceBudget(b.device, b.weights, b.gradients, b.slots, 0, 0) for b in planned]
     return resident, ledger
 
 
@@ -460,8 +460,8 @@ def host_holdings(setup: devices.DeviceSetup, shape: Sequence[int], dtype: str =
     """(planned, held) bytes on the host for ``offload``: variables and slots on ``setup.host``."""
     held = build(setup, shape, dtype, optimizer, "offload")
     on_host = sum(h.nbytes for h in held if _canonical(h.device) == _canonical(setup.host))
-    weights = [memory.Weight(tuple(shape), dtype, "zeros"), memory.Weight((shape[1],), dtype, "zeros")]
-    return memory.host_bytes(weights, optimizer, "offload", len(setup.devices)), on_host
+    weights = [planner.Weight(tuple(shape), dtype, "zeros"), planner.Weight((shape[1],), dtype, "zeros")]
+    return planner.host_bytes(weights, optimizer, "offload", len(setup.devices)), on_host
 
 
 # --- the capped allocator's peak ---------------------------------------------
@@ -473,7 +473,7 @@ def allocator_peak(action: Callable[[], object], device: str = "CPU:0", collect:
     Resets the peak (``tf.config.experimental.reset_memory_stats``), runs
     ``action()`` and reads ``get_memory_info(device)["peak"]`` minus the
     bytes in use before. Needs allocator statistics: a GPU, or CPU mode of
-    :mod:`snippets.devices` (capped BFC allocator).
+    :mod:`snippets.lib.devices` (capped BFC allocator).
 
     ``collect`` runs Python's garbage collector first, so that tensors held
     only by reference cycles are not freed during the measured phase.
@@ -547,12 +547,12 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
     ``shape`` plus a bias), except ``raw`` cases (one bare variable). The
     measured figure is the allocator's peak during the phase minus its level
     before the layer existed, so resident weights count; the planned figure
-    is :attr:`snippets.memory.DeviceBudget.init_peak`, or for the ``state``
-    phase the weights, slots and gradients of :func:`snippets.memory.plan`
+    is :attr:`snippets.lib.planner.DeviceBudget.init_peak`, or for the ``state``
+    phase the weights, slots and gradients of :func:`snippets.lib.planner.plan`
     (plus the compute copies under a mixed policy); the update's temporaries
-    are :mod:`snippets.step_ledger`'s business.
+    are :mod:`snippets.lib.step_ledger`'s business.
 
-    Needs CPU mode of :mod:`snippets.devices` (allocator statistics).
+    Needs CPU mode of :mod:`snippets.lib.devices` (allocator statistics).
 
     Returns:
         ``{"name", "planned", "measured", "error"}``; ``error`` is
@@ -561,7 +561,7 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
     import keras
     import tensorflow as tf
 
-    from snippets import slots
+    from snippets.lib import optimizers
 
     # Reference cycles (Keras layers) from earlier cases must not be freed
     # in the middle of this one, or the peak reads low: collect the young
@@ -570,20 +570,20 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
     enabled = gc.isenabled()
     gc.disable()
     try:
-        shape = memory.check_shape(shape)
-        dtype = case.dtype or memory.POLICIES[case.policy][0]
+        shape = units.check_shape(shape)
+        dtype = case.dtype or units.POLICIES[case.policy][0]
         start = tf.config.experimental.get_memory_info("CPU:0")["current"]
         with tf.device("/CPU:0"):
             if case.raw:
-                weights = [memory.Weight(shape, dtype, case.initializer)]
+                weights = [planner.Weight(shape, dtype, case.initializer)]
                 init = keras.initializers.get(case.initializer)
                 peak, variable = allocator_peak(collect=False, action=lambda: tf.Variable(
                     tf.zeros(shape, dtype) if case.initializer == "zeros" else init(shape, dtype=dtype)))
-                planned = memory.plan(weights, None, "single", 1, None, reserve=0)[0].init_peak
+                planned = planner.plan(weights, None, "single", 1, None, reserve=0)[0].init_peak
                 measured = peak
                 del variable
             else:
-                weights = [memory.Weight(shape, dtype, case.initializer), memory.Weight((shape[1],), dtype, "zeros")]
+                weights = [planner.Weight(shape, dtype, case.initializer), planner.Weight((shape[1],), dtype, "zeros")]
 
                 def make():
                     layer = keras.layers.Dense(shape[1], kernel_initializer=case.initializer,
@@ -592,14 +592,14 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
                     return layer
 
                 peak, layer = allocator_peak(make, collect=False)
-                budget = memory.plan(weights, case.optimizer, "single", 1, case.policy, reserve=0)[0]
+                budget = planner.plan(weights, case.optimizer, "single", 1, case.policy, reserve=0)[0]
                 if case.phase == "init":
                     planned, measured = budget.init_peak, peak
                 else:
-                    compute = memory.POLICIES[case.policy][1] if case.policy else dtype
+                    compute = units.POLICIES[case.policy][1] if case.policy else dtype
 
                     def state():
-                        opt = slots.make_optimizer(case.optimizer) if case.optimizer else None
+                        opt = optimizers.make_optimizer(case.optimizer) if case.optimizer else None
                         if opt:
                             opt.build(layer.trainable_variables)
                         # A gradient has its variable's shape whatever the loss, so
@@ -615,7 +615,7 @@ def measure_case(case: AllocatorCase, shape: Sequence[int] = (16384, 1024)) -> d
                     peak, kept = allocator_peak(state, collect=False)
                     # What this phase keeps: weights, slots, gradients and, under a mixed
                     # policy, the compute copies (no update has run, no batch exists).
-                    copies = sum(memory.tensor_bytes(w.shape, compute) for w in weights) if case.policy else 0
+                    copies = sum(units.tensor_bytes(w.shape, compute) for w in weights) if case.policy else 0
                     planned = budget.weights + budget.gradients + budget.slots + copies
                     measured = base + peak
                     del kept
@@ -647,7 +647,7 @@ def allocator_check_fresh(shape: Sequence[int] = (16384, 1024), cap: str = "1024
     (``kMaxInternalFragmentation``; ``BFCAllocator::SplitChunk`` is skipped
     in ``bfc_allocator.cc``), and counts the whole chunk as in use. After other
     work has left holes, a 32 MiB tensor can count as 63 MiB. A fresh process
-    has no holes, so the check runs in one: ``python -m snippets.ledger
+    has no holes, so the check runs in one: ``python -m snippets.lib.ledger
     --allocator-check``.
     """
     import json
@@ -656,8 +656,8 @@ def allocator_check_fresh(shape: Sequence[int] = (16384, 1024), cap: str = "1024
     import sys
     from pathlib import Path
 
-    shape = memory.check_shape(shape)
-    command = [sys.executable, "-m", "snippets.ledger", "--allocator-check", "--devices", "1",
+    shape = units.check_shape(shape)
+    command = [sys.executable, "-m", "snippets.lib.ledger", "--allocator-check", "--devices", "1",
                "--device-memory", cap, "--shape", *map(str, shape)]
     environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(command, capture_output=True, text=True, env=environ,
@@ -678,15 +678,15 @@ def max_allocator_error(shape: Sequence[int] = (16384, 1024)) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m snippets.ledger",
+        prog="python -m snippets.lib.ledger",
         description="Build a Dense layer for real under a placement on N logical devices and "
         "print what each device holds next to the planner's figures.",
     )
     devices.add_arguments(parser)
     parser.set_defaults(devices=4, device_memory="1024MiB")
     parser.add_argument("--shape", type=int, nargs=2, default=[1024, 256], metavar=("INPUT_DIM", "UNITS"))
-    parser.add_argument("--dtype", default="float32", choices=sorted(memory.DTYPE_BYTES))
-    parser.add_argument("--optimizer", default=None, choices=sorted(memory.OPTIMIZERS))
+    parser.add_argument("--dtype", default="float32", choices=sorted(units.DTYPE_BYTES))
+    parser.add_argument("--optimizer", default=None, choices=sorted(optimizers.OPTIMIZERS))
     parser.add_argument("--strategy", default="mirrored",
                         choices=["single", "mirrored", "column", "row", "dtensor_column", "dtensor_row",
                                  "parameter_server", "offload"])
@@ -697,18 +697,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         import json
 
         try:
-            memory.check_shape(args.shape)
+            units.check_shape(args.shape)
         except ValueError as error:
             parser.error(str(error))
         devices.configure_from_args(args, parser)
         print(json.dumps(allocator_check(args.shape)))
         return 0
     try:
-        memory.check_count(args.devices)
-        memory.local_shape(args.shape, args.strategy.removeprefix("dtensor_"), args.devices)
-        memory.check_host_can_hold(memory.tensor_bytes(args.shape, args.dtype) * 4 * args.devices,
+        splits.check_count(args.devices)
+        placements.local_shape(args.shape, args.strategy.removeprefix("dtensor_"), args.devices)
+        allocator.check_host_can_hold(units.tensor_bytes(args.shape, args.dtype) * 4 * args.devices,
                                    "building this layer for real")
-    except (ValueError, memory.HostMemoryError) as error:
+    except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
     setup = devices.configure_from_args(args, parser)
     from tabulate import tabulate

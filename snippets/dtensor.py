@@ -1,8 +1,8 @@
 """Shard the Dense kernel with DTensor: a mesh, a layout, a hand-written training step.
 
-Run it: ``python -m snippets.dtensor_sharding --help``. At CI scale it shows,
+Run it: ``python -m snippets.dtensor --help``. At CI scale it shows,
 on N logical devices (real GPUs, a split GPU or logical CPUs, see
-:mod:`snippets.devices`):
+:mod:`snippets.lib.devices`):
 
 * a DTensor **mesh** over the devices, e.g. ``model=4``, and a **layout**
   ``[UNSHARDED, "model"]`` that splits a kernel ``W[D, F]`` into
@@ -39,7 +39,8 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory, placement
+from snippets.lib import allocator, devices, planner, splits, units
+from snippets import placement
 from snippets.placement import Component
 
 #: Mesh axis names used on this site: ``batch`` splits examples (data
@@ -62,7 +63,7 @@ def parse_mesh(text: str) -> dict[str, int]:
     >>> parse_mesh("model=four")
     Traceback (most recent call last):
     ...
-    snippets.dtensor_sharding.MeshError: mesh 'model=four' is not a list of axis=size; write e.g. model=4 or batch=2,model=2
+    snippets.dtensor.MeshError: mesh 'model=four' is not a list of axis=size; write e.g. model=4 or batch=2,model=2
 
     Raises:
         MeshError: for text that is not ``name=size`` pairs with positive sizes.
@@ -85,7 +86,7 @@ def check_mesh(axes: dict[str, int], device_names: Sequence[str]) -> None:
     >>> check_mesh({"batch": 2, "model": 3}, ["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
     Traceback (most recent call last):
     ...
-    snippets.dtensor_sharding.MeshError: mesh batch=2 x model=3 has 6 positions but 4 devices are configured; choose axis sizes whose product is 4, or configure 6 devices
+    snippets.dtensor.MeshError: mesh batch=2 x model=3 has 6 positions but 4 devices are configured; choose axis sizes whose product is 4, or configure 6 devices
     """
     positions = 1
     for size in axes.values():
@@ -128,7 +129,7 @@ def make_mesh(setup: devices.DeviceSetup | Sequence[str], axes: dict[str, int] |
         if kind_and_index(name) not in known:
             raise MeshError(
                 f"device {name} does not exist here ({len(known)} logical devices); configure the "
-                "devices first, e.g. snippets.devices.configure(4, ...), and build the mesh from setup.devices"
+                "devices first, e.g. snippets.lib.devices.configure(4, ...), and build the mesh from setup.devices"
             )
     return dtensor.create_mesh(list(axes.items()), devices=names)
 
@@ -240,7 +241,7 @@ def dense_on_mesh(mesh, input_dim: int, units: int, seed: int = 0, axis: str = M
     from tensorflow.experimental import dtensor
 
     try:
-        memory.layout_local_shape((input_dim, units), [None, axis], mesh_axes(mesh))
+        splits.layout_local_shape((input_dim, units), [None, axis], mesh_axes(mesh))
     except ValueError as error:
         raise MeshError(str(error)) from None
     w_layout = kernel_layout(mesh, axis)
@@ -337,7 +338,7 @@ def train(setup: devices.DeviceSetup, axes: dict[str, int] | None = None, batch:
     w0, x, y = example_data(batch, input_dim, units, seed)
     if BATCH in mesh.dim_names:
         try:
-            memory.layout_local_shape(x.shape, [BATCH, None], mesh_axes(mesh))
+            splits.layout_local_shape(x.shape, [BATCH, None], mesh_axes(mesh))
         except ValueError as error:
             raise MeshError(str(error)) from None
     layer = dense_on_mesh(mesh, input_dim, units, kernel=w0)
@@ -401,7 +402,7 @@ def reserve_training_state(setup: devices.DeviceSetup, shape: Sequence[int] = SE
     ``[UNSHARDED, "model"]``. So the capped allocator must accept
     ``3 * D * F * 4 / N`` bytes per device, and the host needs no such RAM.
     For the seed on 4 devices that is 3 x 8 GiB; configure a ``cpu_pool`` of
-    at least 4 x 24 GiB (the cap is per process, see :mod:`snippets.devices`).
+    at least 4 x 24 GiB (the cap is per process, see :mod:`snippets.lib.devices`).
 
     Returns:
         One dict per device: ``device``, ``kernel``, ``gradient``,
@@ -417,7 +418,7 @@ def reserve_training_state(setup: devices.DeviceSetup, shape: Sequence[int] = SE
 
     mesh = make_mesh(setup)
     try:
-        local = memory.layout_local_shape(shape, [None, MODEL], mesh_axes(mesh))
+        local = splits.layout_local_shape(shape, [None, MODEL], mesh_axes(mesh))
     except ValueError as error:
         raise MeshError(str(error)) from None
     layout = kernel_layout(mesh)
@@ -443,19 +444,19 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
 
     Builds ``W[shape]`` on a ``model=N`` mesh over ``setup.devices``, runs
     one forward/backward pass, and reads per device the kernel piece, its
-    gradient piece and its RMSprop velocity piece with :mod:`snippets.ledger`.
+    gradient piece and its RMSprop velocity piece with :mod:`snippets.lib.ledger`.
 
     Returns:
         ``{"method": "DTensor", "where": [device per piece], "local_shape": (D, F/N),
         "kernel_bytes": [per device], "measured": [weights + gradients + slots
-        per device, read], "ledger": [the same from snippets.memory.per_device
+        per device, read], "ledger": [the same from snippets.lib.planner.per_device
         for strategy "column", no reserve]}``.
     """
     import numpy as np
     import tensorflow as tf
     from tensorflow.experimental import dtensor
 
-    from snippets import ledger
+    from snippets.lib import ledger
 
     mesh = make_mesh(setup)
     layer = dense_on_mesh(mesh, shape[0], shape[1])
@@ -471,14 +472,14 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
             + ledger.holdings([layer.kernel_velocity], "slots"))
     measured = ledger.by_device(held, setup.devices)
     kernel = pieces(layer.kernel)
-    planned = memory.per_device(shape, "float32", "rmsprop", "column", len(setup.devices),
+    planned = planner.per_device(shape, "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
     return ledger.comparison_row("DTensor", kernel, measured, planned)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m snippets.dtensor_sharding", description=__doc__.split("\n\n")[0]
+        prog="python -m snippets.dtensor", description=__doc__.split("\n\n")[0]
     )
     devices.add_arguments(parser)
     parser.add_argument("--mesh", default=None, metavar="AXES",
@@ -499,25 +500,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         if axes and BATCH in axes and not args.full_shape:
             # train() would refuse this after TensorFlow started; refuse it first, naming --batch.
             try:
-                memory.layout_local_shape((args.batch, args.shape[0]), [BATCH, None], axes)
+                splits.layout_local_shape((args.batch, args.shape[0]), [BATCH, None], axes)
             except ValueError as error:
                 raise MeshError(f"--batch {args.batch}: {error}") from None
         if args.full_shape:
-            local = memory.layout_local_shape(SEED_SHAPE, [None, MODEL], {MODEL: args.devices})
-            per_device = 3 * memory.tensor_bytes(local)
-            pool = f"{args.devices * memory.parse_size(args.device_memory) // memory.MiB}MiB"
-            if per_device > memory.parse_size(args.device_memory):
-                parser.error(f"{memory.format_bytes(per_device)} per device does not fit "
+            local = splits.layout_local_shape(SEED_SHAPE, [None, MODEL], {MODEL: args.devices})
+            per_device = 3 * units.tensor_bytes(local)
+            pool = f"{args.devices * units.parse_size(args.device_memory) // units.MiB}MiB"
+            if per_device > units.parse_size(args.device_memory):
+                parser.error(f"{units.format_bytes(per_device)} per device does not fit "
                              f"{args.device_memory}; use more devices")
             setup = devices.configure_from_args(args, parser, cpu_pool=pool)
         else:
-            memory.layout_local_shape(args.shape, [None, MODEL], axes or {MODEL: args.devices})
-            memory.check_host_can_hold(4 * memory.tensor_bytes(args.shape) * args.devices,
+            splits.layout_local_shape(args.shape, [None, MODEL], axes or {MODEL: args.devices})
+            allocator.check_host_can_hold(4 * units.tensor_bytes(args.shape) * args.devices,
                                        "training this kernel")
             setup = devices.configure_from_args(args, parser)
             if axes:
                 check_mesh(axes, setup.devices)
-    except (ValueError, memory.HostMemoryError) as error:
+    except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
     from tabulate import tabulate
 
@@ -529,15 +530,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nW{list(SEED_SHAPE)} float32 on mesh model={args.devices}, layout "
               "[UNSHARDED, 'model'], reserved with tf.raw_ops.Empty (pages untouched):")
         print(tabulate([(short_device(r["device"]), list(r["shape"]), r["kernel"], r["gradient"],
-                         r["velocity"], memory.human_bytes(r["total"])) for r in rows],
+                         r["velocity"], units.human_bytes(r["total"])) for r in rows],
                        headers=["device", "piece", "kernel B", "gradient B", "velocity B", "total"]))
-        capacity = memory.parse_size(args.device_memory)
-        mirrored = 3 * memory.tensor_bytes(SEED_SHAPE)
-        step = memory.per_device(SEED_SHAPE, "float32", "rmsprop", "column", args.devices, xla="off")[0]
-        print(f"\nState per device {memory.format_bytes(rows[0]['total'])} <= {memory.format_bytes(capacity)}: "
-              f"reserved. A step of this chapter's update (no XLA) peaks at {memory.human_bytes(step.total)}: "
+        capacity = units.parse_size(args.device_memory)
+        mirrored = 3 * units.tensor_bytes(SEED_SHAPE)
+        step = planner.per_device(SEED_SHAPE, "float32", "rmsprop", "column", args.devices, xla="off")[0]
+        print(f"\nState per device {units.format_bytes(rows[0]['total'])} <= {units.format_bytes(capacity)}: "
+              f"reserved. A step of this chapter's update (no XLA) peaks at {units.human_bytes(step.total)}: "
               f"{'fits' if step.total <= capacity else 'does not fit'}."
-              f"\nMirrored, each device would need {memory.format_bytes(mirrored)} of state alone: does not.")
+              f"\nMirrored, each device would need {units.format_bytes(mirrored)} of state alone: does not.")
         return 0
     try:
         result = train(setup, axes, args.batch, args.shape[0], args.shape[1], args.steps)

@@ -9,11 +9,11 @@ and MirroredStrategy wants a full copy on every device.
 
 Run it::
 
-    python -m snippets.reproduce_oom                       # the seed, 4 x 30976 MiB
-    python -m snippets.reproduce_oom --device-memory 32GB  # other capacities
-    python -m snippets.reproduce_oom --help
+    python -m snippets.reproduce                       # the seed, 4 x 30976 MiB
+    python -m snippets.reproduce --device-memory 32GB  # other capacities
+    python -m snippets.reproduce --help
 
-On a CPU-only machine it runs in CPU mode (see :mod:`snippets.devices`): the
+On a CPU-only machine it runs in CPU mode (see :mod:`snippets.lib.devices`): the
 capped BFC allocator refuses the 32 GiB request before touching a page, so it
 needs well under 2 GiB of RAM. If the allocator would accept the model
 instead, so that the run would really allocate it, it first checks the host
@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets import devices, memory
+from snippets.lib import allocator, devices, planner, units
 
 #: The seed layer: input width and units of the Dense layer, dtype of its variables.
 SEED_INPUT_DIM = 131072
@@ -50,7 +50,7 @@ class VariableSpec:
 
     @property
     def nbytes(self) -> int:
-        return memory.tensor_bytes(self.shape, self.dtype)
+        return units.tensor_bytes(self.shape, self.dtype)
 
 
 def seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, dtype=None):
@@ -136,7 +136,7 @@ class OomReport:
     @property
     def nbytes(self) -> int:
         """Bytes of the one tensor the allocator refused."""
-        return memory.tensor_bytes(self.shape, self.dtype)
+        return units.tensor_bytes(self.shape, self.dtype)
 
 
 def parse_oom(message: str) -> OomReport:
@@ -197,25 +197,25 @@ class Diagnosis:
 
     def step_multiple(self) -> float:
         """The planner's RMSprop step peak on one replica, in units of the largest variable."""
-        dtype = self.largest.dtype if self.largest.dtype in memory.DTYPE_BYTES else "float32"
-        step = memory.per_device(self.largest.shape, dtype, "rmsprop", "mirrored", self.replicas)[0]
+        dtype = self.largest.dtype if self.largest.dtype in units.DTYPE_BYTES else "float32"
+        step = planner.per_device(self.largest.shape, dtype, "rmsprop", "mirrored", self.replicas)[0]
         return step.step_peak / self.largest.nbytes
 
     def lines(self) -> list[str]:
         big = self.largest
         short = big.nbytes - self.device_bytes
         verdict = (
-            f"short by {memory.format_bytes(short)}" if short > 0
-            else f"{memory.format_bytes(-short)} to spare"
+            f"short by {units.format_bytes(short)}" if short > 0
+            else f"{units.format_bytes(-short)} to spare"
         )
         return [
-            f"largest variable: {big.path} {list(big.shape)} {big.dtype} = {memory.format_bytes(big.nbytes)}",
-            f"device capacity: {self.device_bytes // memory.MiB} MiB = "
-            f"{memory.format_bytes(self.device_bytes)}: {verdict}",
+            f"largest variable: {big.path} {list(big.shape)} {big.dtype} = {units.format_bytes(big.nbytes)}",
+            f"device capacity: {self.device_bytes // units.MiB} MiB = "
+            f"{units.format_bytes(self.device_bytes)}: {verdict}",
             f"replicas: {self.replicas}; MirroredStrategy keeps a full copy of every variable on each",
-            f"weights per replica: {memory.format_bytes(self.weights_per_replica)}",
-            f"weights on all replicas: {memory.format_bytes(self.all_replicas)} "
-            f"(the devices hold {memory.format_bytes(self.device_bytes * self.replicas)} together)",
+            f"weights per replica: {units.format_bytes(self.weights_per_replica)}",
+            f"weights on all replicas: {units.format_bytes(self.all_replicas)} "
+            f"(the devices hold {units.format_bytes(self.device_bytes * self.replicas)} together)",
             "why the total does not help: each device's allocator serves only that device; "
             "memory is never pooled, so every replica must hold the whole variable by itself.",
             f"a training step needs {self.step_multiple():.0f} x the variable with RMSprop under MirroredStrategy "
@@ -236,18 +236,18 @@ def check_host_safe(specs: Sequence[VariableSpec], setup: devices.DeviceSetup) -
     is touched; the others are really allocated, up to the cap.
 
     Raises:
-        memory.HostMemoryError: if that could exceed what the host can spare.
+        allocator.HostMemoryError: if that could exceed what the host can spare.
     """
     if setup.mode != "cpu":
         return
-    cap = setup.pool_mib * memory.MiB
+    cap = setup.pool_mib * units.MiB
     accepted = sum(s.nbytes for s in specs if s.nbytes <= cap) * setup.plan.count
-    memory.check_host_can_hold(min(accepted, cap), "building this model in CPU mode")
+    allocator.check_host_can_hold(min(accepted, cap), "building this model in CPU mode")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m snippets.reproduce_oom",
+        prog="python -m snippets.reproduce",
         description="Reproduce the seed OOM (Dense kernel [131072, 65536] float32 under "
         "MirroredStrategy) on real GPUs, a split GPU or CPU emulation, then diagnose it.",
     )
@@ -257,14 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="kernel shape of the Dense layer (default 131072 65536)")
     args = parser.parse_args(argv)
     try:
-        memory.check_shape(args.shape)
+        units.check_shape(args.shape)
     except ValueError as error:
         parser.error(str(error))
     setup = devices.configure_from_args(args, parser)
     specs = variable_specs(seed_model, *args.shape)
     try:
         check_host_safe(specs, setup)
-    except memory.HostMemoryError as error:
+    except allocator.HostMemoryError as error:
         parser.exit(2, f"{parser.prog}: refused: {error}\n")
     print(f"Devices: {setup.describe()}")
     print(f"Building Dense({args.shape[1]}) on inputs of width {args.shape[0]} "

@@ -1,0 +1,467 @@
+"""The planner: each device's peak, phase by phase, of a training step under a placement.
+
+For every weight it counts what a device holds (its piece of the weight, the
+gradient, the optimizer's slots) and what a step adds on top (activations,
+the all-reduce's buffer, the update's temporaries), phase by phase: init,
+forward, backward, aggregation, update. Capacities are what TensorFlow's
+allocator gets (:mod:`snippets.lib.hardware`).
+
+>>> b = per_device([131072, 65536], "float32", "rmsprop", "column", 4)[0]
+>>> human_bytes(b.step_peak), b.peak_phase
+('24.08 GiB', 'update')
+
+Nothing here imports TensorFlow: slot layouts and update temporaries come
+from the probe cache (:mod:`snippets.lib.step_probe`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from snippets.lib.optimizers import check_optimizer
+from snippets.lib.placements import check_strategy, local_shape
+from snippets.lib.splits import check_count
+from snippets.lib.units import GiB, POLICIES, check_shape, dtype_bytes, human_bytes, tensor_bytes
+
+
+# --- per-device budgets of a training step -----------------------------------
+
+
+#: Peak bytes while initialising one variable, as a multiple of the variable,
+#: measured under the capped CPU allocator (field case F18): a constant fill
+#: hands its buffer to the variable (1x); a random initializer draws a
+#: uniform or normal sample, then scales and shifts it, each step a new
+#: full-size tensor, before the variable takes the result (3x).
+INIT_PEAK = {
+    "zeros": 1,
+    "ones": 1,
+    "constant": 1,
+    "glorot_uniform": 3,
+    "glorot_normal": 3,
+    "he_uniform": 3,
+    "he_normal": 3,
+    "lecun_uniform": 3,
+    "lecun_normal": 3,
+    "random_uniform": 3,
+    "random_normal": 3,
+    "truncated_normal": 3,
+}
+
+
+def _initializer_name(initializer) -> str:
+    name = getattr(initializer, "__name__", None) or type(initializer).__name__
+    if isinstance(initializer, str):
+        name = initializer
+    # "GlorotUniform" -> "glorot_uniform"
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if not name.islower() else name
+
+
+def init_peak(initializer) -> int:
+    """Peak while initialising one variable, as a multiple of it (see :data:`INIT_PEAK`).
+
+    Accepts a Keras initializer name (``"glorot_uniform"``), class name
+    (``"GlorotUniform"``) or instance; unknown initializers count as 3x, the
+    worst measured.
+    """
+    if initializer is None:
+        return 1
+    return INIT_PEAK.get(_initializer_name(initializer), 3)
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A model variable as the planner sees it (shape, dtype, initializer, trainable).
+
+    Anything with ``.shape`` and ``.dtype`` works as a weight (for example
+    ``snippets.reproduce.VariableSpec``); ``initializer`` and
+    ``trainable`` are read if present.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    initializer: str | None = "glorot_uniform"
+    trainable: bool = True
+
+
+@dataclass(frozen=True)
+class DeviceBudget:
+    """Bytes one device needs during a training step, by kind and by phase. All fields are ints in bytes.
+
+    Attributes:
+        device: device index (0 .. N-1).
+        weights: the variables (or their shards) the device holds or reads.
+        gradients: one gradient per trainable weight, in the variable dtype.
+        slots: optimizer slots (per weight; the optimizer's own scalars,
+            e.g. ``iteration``, are a few bytes and left out).
+        transient: what the peak adds to weights + gradients + slots: the
+            step's extra (activations + update temporaries, or the gradient
+            aggregation's buffer), or the initialisation scratch where that
+            is larger. ``weights + gradients + slots + transient == peak``.
+        reserve: what TensorFlow keeps back from the allocator on this card
+            (``MinSystemMemory``), already outside the capacity the budget is
+            held against (:mod:`snippets.lib.hardware`); 0 under emulation.
+        init_transient: initialiser temporaries alone.
+        step_transient: activations + the larger of the update temporaries
+            and the aggregation buffer.
+        activations: the batch's activations on this device.
+        update_temporaries: what the optimizer update allocates beyond the
+            gradient (measured by :mod:`snippets.lib.step_probe`; with a mixed
+            policy it includes the compute copy and loss scaling).
+        aggregation: the all-reduced gradient buffer (MirroredStrategy over
+            more than one replica), held while the gradient still exists.
+        hosted: the variables live elsewhere (parameter servers, host RAM):
+            the device holds ``weights`` only as the copies a step reads,
+            so nothing is on it while they are initialised.
+    """
+
+    device: int
+    weights: int
+    gradients: int
+    slots: int
+    transient: int
+    reserve: int
+    init_transient: int = 0
+    step_transient: int = 0
+    activations: int = 0
+    update_temporaries: int = 0
+    aggregation: int = 0
+    hosted: bool = False
+
+    @property
+    def init_peak(self) -> int:
+        """Allocator peak while initialising (weights + initialiser temporaries; 0 if ``hosted``)."""
+        return 0 if self.hosted else self.weights + self.init_transient
+
+    @property
+    def step_peak(self) -> int:
+        """Allocator peak during a training step: resident state + gradients + the step's transients.
+
+        The phases of a step, in order: forward (weights + slots +
+        activations), backward (+ gradients), aggregation (+ the reduced
+        gradient, MirroredStrategy), update (+ the update's temporaries);
+        the peak is the largest.
+        """
+        return self.weights + self.gradients + self.slots + self.step_transient
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Peak bytes of each phase: init, forward, backward, aggregation, update."""
+        resident = self.weights + self.slots + self.activations
+        return {
+            "init": self.init_peak,
+            "forward": resident,
+            "backward": resident + self.gradients,
+            "aggregation": resident + self.gradients + self.aggregation,
+            "update": resident + self.gradients + self.update_temporaries,
+        }
+
+    @property
+    def peak_phase(self) -> str:
+        """The phase that peaks (the first of equals, in step order)."""
+        phases = self.phases
+        return max(phases, key=lambda name: phases[name])
+
+    @property
+    def total(self) -> int:
+        """Peak bytes the device's allocator must give: the larger of the init and step peaks."""
+        return max(self.init_peak, self.step_peak)
+
+
+def _as_weight(item) -> Weight:
+    if isinstance(item, Weight):
+        return item
+    if isinstance(item, (tuple, list)):
+        return Weight(check_shape(item))
+    return Weight(
+        check_shape(tuple(int(d) for d in item.shape)),
+        str(getattr(item.dtype, "name", item.dtype)),
+        getattr(item, "initializer", "glorot_uniform"),
+        bool(getattr(item, "trainable", True)),
+    )
+
+
+#: Values of ``xla``: ``"auto"`` resolves as Keras would on a GPU host (:func:`resolve_xla`).
+XLA_CHOICES = ("auto", "on", "off")
+
+
+def resolve_xla(xla: str | bool, strategy: str) -> bool:
+    """Whether the step's update is XLA-compiled, as Keras decides on a machine with a GPU.
+
+    ``jit_compile="auto"`` (``Model.compile``'s default) resolves in
+    ``_resolve_auto_jit_compile`` (keras/src/trainers/trainer.py, Keras 3.15):
+    False under any ``tf.distribute`` strategy and on CPU-only machines,
+    True on a GPU machine otherwise. So on a GPU host: ``single`` -> True;
+    ``mirrored``, ``parameter_server`` -> False (a strategy is active);
+    ``offload`` -> False (a model whose variables sit on another device
+    cannot be compiled whole; its ``compile`` must say ``jit_compile=False``);
+    ``column`` / ``row`` -> True: the site's ``tf.device`` layers
+    (:mod:`snippets.tensor_parallel`) compile the model without XLA and each
+    shard's update with XLA on its own device. The CPU emulation uses this
+    function, not Keras's CPU answer.
+
+    >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
+    (False, True, False)
+
+    Raises:
+        ValueError: for an ``xla`` not in :data:`XLA_CHOICES` (or a bool) or an unknown strategy.
+    """
+    check_strategy(strategy)
+    if isinstance(xla, bool):
+        return xla
+    if xla not in XLA_CHOICES:
+        raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, not {xla!r}")
+    if xla != "auto":
+        return xla == "on"
+    return strategy in ("single", "column", "row")
+
+
+def xla_mode(jit: bool, strategy: str) -> str:
+    """How XLA applies to a step of ``strategy``: ``"no-xla"``, ``"xla"`` (the whole step) or
+    ``"xla-update"`` (each variable's update alone, on its device: the ``tf.device`` layers,
+    whose model cannot be compiled whole)."""
+    if not jit:
+        return "no-xla"
+    return "xla-update" if strategy in ("column", "row") else "xla"
+
+
+def dense_activations(shape: Sequence[int], strategy: str, devices: int, batch: int,
+                      training: bool = True) -> int:
+    """Activation bytes one device holds for a Dense kernel ``W[D, F]`` at global batch ``batch``.
+
+    The layer's input ``x[b, D_in]`` plus three ``[b, F]`` tensors when
+    ``training`` (output, target, output gradient), one otherwise (the
+    output), float32, where ``b`` is the device's part of
+    the batch (``batch / N`` for ``mirrored``, the whole batch otherwise:
+    a ``column`` layout broadcasts the whole ``x[B, D]`` to every device)
+    and ``D_in`` is ``D / N`` for ``row`` (each device reads its slice of x).
+    An estimate for one Dense layer feeding the loss; 0 for weights of
+    other ranks.
+    """
+    if len(shape) != 2:
+        return 0
+    d, f = shape
+    local_batch = batch // devices if strategy == "mirrored" else batch
+    d_in = d // devices if strategy == "row" else d
+    outputs = 3 if training else 1
+    return (tensor_bytes((max(local_batch, 1), d_in), "float32")
+            + outputs * tensor_bytes((max(local_batch, 1), f), "float32"))
+
+
+def plan(
+    weights,
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    policy: str | None = None,
+    reserve: int = 0,
+    *,
+    batch: int = 64,
+    xla: str | bool = "auto",
+) -> list[DeviceBudget]:
+    """Per-device budgets of one training step for a whole model: one :class:`DeviceBudget` per device.
+
+    Args:
+        weights: the model's variables: :class:`Weight` objects, plain shapes
+            (float32, Glorot-initialised, trainable), or anything with
+            ``.shape`` and ``.dtype`` such as
+            :func:`snippets.reproduce.variable_specs`' results.
+        optimizer: None (inference: no gradients, no slots) or a name in
+            :data:`OPTIMIZERS`; slots are counted by Keras (snippets.lib.optimizers),
+            the update's temporaries were measured on the installed Keras
+            (snippets.lib.step_probe).
+        strategy: one of :data:`STRATEGIES`. ``parameter_server`` plans the
+            worker's device: it reads the whole of each variable (the shards
+            concatenated) and computes the whole gradient; the update runs on
+            the parameter servers.
+        devices: number of devices N.
+        policy: None or a name in :data:`POLICIES`; float variables are then
+            stored in float32 and each device also holds compute copies.
+        reserve: what the card keeps outside its allocator, for the record
+            (not added: capacities are the allocator's, see snippets.lib.hardware).
+        batch: global batch size (activations).
+        xla: ``"auto"``, ``"on"``, ``"off"`` or a bool (:func:`resolve_xla`).
+
+    Raises:
+        ValueError: for a bad shape, dtype, optimizer, strategy, policy,
+            batch, xla or device count, or a split that does not divide a dimension.
+    """
+    check_optimizer(optimizer)
+    check_strategy(strategy)
+    check_count(devices)
+    check_count(batch, "batch size")
+    if policy is not None and policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; use None or one of {', '.join(POLICIES)}")
+    jit = resolve_xla(xla, strategy)
+    items = [_as_weight(w) for w in weights]
+    if not items:
+        raise ValueError("the model has no weights to plan")
+
+    budgets = []
+    for device in range(devices):
+        resident = grads = slot_total = update_tmp = init_tmp = activations = aggregation = 0
+        for w in items:
+            var_dtype = w.dtype
+            dtype_bytes(var_dtype)
+            compute = var_dtype
+            if policy is not None and var_dtype.startswith(("float", "bfloat")):
+                var_dtype, compute = POLICIES[policy]
+            if strategy == "single" and device:
+                continue
+            shape = local_shape(w.shape, strategy, devices)
+            if strategy in ("parameter_server", "offload"):
+                # The device that runs the layer reads the whole variable.
+                shape = tuple(w.shape)
+            nbytes = tensor_bytes(shape, var_dtype)
+            trains = optimizer is not None and w.trainable
+            activations += dense_activations(w.shape, strategy, devices, batch, trains)
+            resident += nbytes
+            if trains:
+                grads += nbytes
+            if trains and strategy != "parameter_server":
+                from snippets.lib import optimizers as _slots  # reads the probe cache; imports Keras only on a miss
+                from snippets.lib import step_probe
+
+                slot_total += _slots.slot_bytes(optimizer, shape, var_dtype)
+                precision = policy if policy is not None and compute != var_dtype else var_dtype
+                if precision in step_probe.PRECISIONS:
+                    units = step_probe.transient_units(optimizer, precision, xla_mode(jit, strategy))
+                    update_tmp += round((units - 1) * nbytes)
+            elif compute != var_dtype:
+                update_tmp += tensor_bytes(shape, compute)
+            if trains and strategy == "mirrored" and devices > 1:
+                aggregation += nbytes
+            # MirroredStrategy runs the initializer on replica 0 only; the
+            # other replicas start from tf.identity of replica 0's value
+            # (_get_variable_creator_initial_value in
+            # tensorflow/python/distribute/mirrored_strategy.py, TF 2.21).
+            hosted = strategy in ("parameter_server", "offload")
+            if not hosted and (strategy not in ("single", "mirrored") or device == 0):
+                init_tmp = max(init_tmp, (init_peak(w.initializer) - 1) * nbytes)
+        step_tmp = activations + max(update_tmp, aggregation)
+        transient = max(step_tmp, init_tmp - grads - slot_total, 0)
+        budgets.append(DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp,
+                                    step_tmp, activations, update_tmp, aggregation,
+                                    strategy in ("parameter_server", "offload")))
+    return budgets
+
+
+def host_bytes(
+    weights,
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    policy: str | None = None,
+) -> int:
+    """Bytes that live in host RAM (or on the coordinator) rather than on the devices.
+
+    ``offload``: all variables and their optimizer slots. ``parameter_server``:
+    the optimizer slots, full-size, which Keras 3.15 creates on the
+    coordinator (measured by :mod:`snippets.lib.ledger`). Other strategies: 0.
+    Accepts ``weights`` as :func:`plan` does.
+    """
+    check_strategy(strategy)
+    if strategy not in ("offload", "parameter_server"):
+        return 0
+    total = 0
+    for w in (_as_weight(item) for item in weights):
+        var_dtype = POLICIES[policy][0] if policy and w.dtype.startswith(("float", "bfloat")) else w.dtype
+        if strategy == "offload":
+            total += tensor_bytes(w.shape, var_dtype)
+        if optimizer is not None and w.trainable:
+            from snippets.lib import optimizers as _slots
+
+            total += _slots.slot_bytes(optimizer, w.shape, var_dtype)
+    return total
+
+
+def per_device(
+    shape: Sequence[int],
+    dtype: str = "float32",
+    optimizer: str | None = None,
+    strategy: str = "mirrored",
+    devices: int = 4,
+    policy: str | None = None,
+    *,
+    initializer: str | None = "glorot_uniform",
+    reserve: int = 0,
+    batch: int = 64,
+    xla: str | bool = "auto",
+) -> list[DeviceBudget]:
+    """Per-device budgets for one weight of ``shape`` and ``dtype``: one :class:`DeviceBudget` per device.
+
+    The seed: a float32 [131072, 65536] kernel trained with RMSprop under
+    MirroredStrategy over 4 devices needs, on every replica, 32 GiB of
+    weights, 32 GiB of gradients and a 32 GiB RMSprop velocity; split
+    column-wise over 4 devices, a quarter of each.
+
+    A step needs more than that state: the RMSprop update without XLA
+    (MirroredStrategy turns XLA off) makes three more full-size temporaries.
+
+    >>> b = per_device([131072, 65536], "float32", "rmsprop", "mirrored", 4)
+    >>> len(b), b[0].weights // GiB, b[0].gradients // GiB, b[0].slots // GiB
+    (4, 32, 32, 32)
+    >>> b[0].update_temporaries // GiB, b[0].step_peak // GiB, b[0].peak_phase
+    (96, 192, 'update')
+    >>> [(x.weights + x.gradients + x.slots) // GiB for x in per_device(
+    ...     [131072, 65536], "float32", "rmsprop", "column", 4)]
+    [24, 24, 24, 24]
+
+    Args:
+        shape: the weight's shape, positive ints.
+        dtype: variable dtype: ``float32``, ``float16``, ``bfloat16`` (or any
+            of :data:`DTYPE_BYTES`).
+        optimizer: None (inference) or a name in :data:`OPTIMIZERS`.
+        strategy: one of :data:`STRATEGIES`.
+        devices: number of devices N.
+        policy: None or ``"mixed_float16"`` (float32 variable + float16 compute copy).
+        initializer: the weight's initializer (default Keras Dense's
+            ``glorot_uniform``, peaking at 3x the variable; ``"zeros"``: 1x).
+        reserve: what the card keeps outside its allocator, for the record
+            (see :func:`plan`).
+        batch: global batch size (activations).
+        xla: ``"auto"``, ``"on"`` or ``"off"`` (:func:`resolve_xla`).
+
+    Raises:
+        ValueError: for a bad shape, dtype, optimizer, strategy, policy or
+            count, and for an uneven split (naming the dimension, its size and
+            the count).
+    """
+    check_shape(shape)
+    dtype_bytes(dtype)
+    if policy is not None and dtype != POLICIES.get(policy, (dtype,))[0]:
+        raise ValueError(
+            f"policy {policy!r} stores {POLICIES[policy][0]} variables, not {dtype}; "
+            "drop the dtype or the policy"
+        )
+    weight = Weight(tuple(shape), dtype, initializer)
+    return plan([weight], optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
+
+
+# --- sharding/precision helpers (other helpers append functions below) ------
+
+# CPU offload and smaller layers (snippets.offload, snippets.smaller_layers): pure
+# arithmetic on shapes and dtypes, no TensorFlow.
+
+
+# DTensor layouts (snippets.dtensor): which piece of a tensor each
+# device of a mesh holds. Pure arithmetic on shapes, no TensorFlow.
+
+
+# Tensor parallelism (snippets.tensor_parallel, docs/sharding.md): bytes each
+# device sends per training step, and the least time that takes on NVLink.
+# Pure arithmetic on shapes, no TensorFlow.
+
+
+def training_state(budget: DeviceBudget) -> int:
+    """Bytes one device keeps from step to step: weights + gradients + optimizer slots.
+
+    Leaves out the transient peak and the CUDA reserve of :class:`DeviceBudget`
+    (its ``total`` has them): the figure to hold against a device's capacity
+    when asking "does the sharded state fit at all".
+
+    >>> training_state(per_device([131072, 65536], "float32", "rmsprop", "column", 4, reserve=0)[0])
+    25769803776
+    """
+    return budget.weights + budget.gradients + budget.slots
