@@ -181,7 +181,7 @@ def planner_seed(runs: int) -> Figure:
 
 @requires("snippets/lib/ledger.py")
 def planner_vs_allocator(runs: int) -> Figure:
-    """Planner vs capped-allocator peak (`snippets.lib.ledger.allocator_check`)"""
+    """Planner vs capped-allocator peak (`snippets.memory_budget.allocator_check`)"""
     from tests.harness import Kernel
 
     worst, names = [], set()
@@ -202,7 +202,7 @@ def planner_vs_allocator(runs: int) -> Figure:
     )
 
 
-@requires("snippets/lib/step_ledger.py", "snippets/data/step_probes.json")
+@requires("snippets/lib/step_ledger.py", "snippets/lib/data/step_probes.json")
 def planner_vs_step_peak(runs: int) -> Figure:
     """Planner vs each device's measured training-step peak (`snippets.lib.step_ledger`)"""
     from snippets.lib import step_ledger

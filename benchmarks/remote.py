@@ -6,8 +6,8 @@ devices (and the CPU allocator's cap) once per process. Every function here
 configures its process first and returns plain, picklable data.
 
 Allocator figures come from ``tf.config.experimental.get_memory_info`` after
-``reset_memory_stats`` (through :func:`snippets.tensor_parallel.init_peak`
-and :func:`snippets.lib.ledger.allocator_peak`); in CPU mode all logical CPUs
+``reset_memory_stats`` (through :func:`snippets.lib.allocator.measure`
+and :func:`snippets.lib.allocator.allocator_peak`); in CPU mode all logical CPUs
 share one capped BFC allocator, so ``CPU:0``'s figures count every device.
 Per-device bytes come from where each piece of a variable is placed.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 import gc
 import time
 
-from snippets.lib import devices, splits, units
-from snippets.reproduce import SEED_INPUT_DIM, SEED_UNITS
+from snippets.lib import allocator, devices, full_size, initializers, pieces, splits, units
+from snippets.lib.seed import SEED_INPUT_DIM, SEED_UNITS
 
 #: The seed kernel W[D, F], its device count and each device's memory (a V100-SXM2-32GB).
 SEED_SHAPE = (SEED_INPUT_DIM, SEED_UNITS)
@@ -34,7 +34,7 @@ def planner_seed(repeats: int = 3) -> dict:
     then runs :func:`snippets.decide.benchmark` (build the [131072, 65536]
     model under ``StatelessScope``, read its weights, plan float32 + RMSprop
     mirrored over 4 devices, rank remedies) inside
-    :func:`snippets.lib.ledger.allocator_peak`.
+    :func:`snippets.lib.allocator.allocator_peak`.
 
     Returns:
         ``{"first_s", "best_s", "allocated_peak_bytes", "allocated_after_bytes"}``.
@@ -43,36 +43,36 @@ def planner_seed(repeats: int = 3) -> dict:
     import keras  # noqa: F401  (imports are not timed)
     import tensorflow as tf
 
-    from snippets.lib import ledger
     from snippets import decide
+    from snippets.lib import allocator
 
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    peak, timing = ledger.allocator_peak(lambda: decide.benchmark(repeats))
+    peak, timing = allocator.allocator_peak(lambda: decide.benchmark(repeats))
     after = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
     return {"first_s": timing["first_s"], "best_s": timing["best_s"],
             "allocated_peak_bytes": peak, "allocated_after_bytes": after}
 
 
 def planner_vs_allocator() -> list[dict]:
-    """:func:`snippets.lib.ledger.allocator_check` under its documented set-up (4 CPUs, 1024 MiB cap).
+    """:func:`snippets.memory_budget.allocator_check` under its documented set-up (4 CPUs, 1024 MiB cap).
 
     Returns:
         One ``{"name", "planned", "measured", "error"}`` per configuration.
     """
     devices.configure(DEVICES, "1024MiB")
-    from snippets.lib import ledger
+    from snippets import memory_budget
 
-    return ledger.allocator_check()
+    return memory_budget.allocator_check()
 
 
 def _tf_slices(setup, kind: str) -> dict:
     """Column- or row-parallel Dense (``tf.device`` slices) with :class:`Uninitialized` shards."""
-    from snippets import tensor_parallel as tp
+    from snippets.lib import layers
 
     d, f = SEED_SHAPE
-    layer = tp.make_layer(kind, f, setup.devices, use_bias=False, kernel_initializer=tp.Uninitialized())
-    measured = tp.init_peak(setup, lambda: layer.build((None, d)))
-    per_device = tp.bytes_per_device(layer)
+    layer = layers.make_layer(kind, f, setup.devices, use_bias=False, kernel_initializer=initializers.Uninitialized())
+    measured = allocator.measure(lambda: layer.build((None, d)), setup.devices[0])
+    per_device = pieces.bytes_per_device(pieces.of_variables(layer.weights))
     del layer, measured["result"]
     return {"per_device": per_device, "peak": measured["peak"], "current": measured["current"]}
 
@@ -82,8 +82,8 @@ def _dtensor(setup) -> dict:
     import tensorflow as tf
     from tensorflow.experimental import dtensor
 
+    from snippets.lib import layers
     from snippets import dtensor as ds
-    from snippets import tensor_parallel as tp
 
     mesh = ds.make_mesh(setup)
     layout = ds.kernel_layout(mesh)
@@ -92,13 +92,12 @@ def _dtensor(setup) -> dict:
     def build():
         parts = []
         for device in setup.devices:
-            with tf.device(device):
-                parts.append(tf.raw_ops.Empty(shape=local, dtype="float32", init=False))
+            parts.append(allocator.reserve(local, "float32", device))
         return dtensor.pack(parts, layout)
 
-    measured = tp.init_peak(setup, build)
+    measured = allocator.measure(build, setup.devices[0])
     per_device: dict[str, int] = {}
-    for piece in ds.pieces(measured["result"]):
+    for piece in pieces.of_variable(measured["result"]):
         per_device[piece.device] = per_device.get(piece.device, 0) + piece.nbytes
     del measured["result"]
     return {"per_device": per_device, "peak": measured["peak"], "current": measured["current"]}
@@ -110,7 +109,7 @@ def _mirrored_small(setup) -> dict:
 
     variable = placement.mirrored_variable(setup, (1024, 256))
     per_device: dict[str, int] = {}
-    for component in placement.components(variable):
+    for component in pieces.of_variable(variable):
         per_device[component.device] = per_device.get(component.device, 0) + component.nbytes
     del variable
     return {"per_device": per_device, "peak": None, "current": None, "shape": (1024, 256)}
@@ -128,7 +127,7 @@ def sharding(methods: list[str], runs: int) -> dict[str, list[dict]]:
     """Reserve the seed kernel under each sharding method ``runs`` times; per-device bytes and peaks.
 
     CPU mode with a pool that holds the four 8 GiB shards
-    (:func:`snippets.tensor_parallel.full_shape_pool`); shards are reserved
+    (:func:`snippets.lib.full_size.full_shape_pool`); shards are reserved
     with ``tf.raw_ops.Empty(init=False)``, so no page is touched.
 
     Returns:
@@ -139,9 +138,9 @@ def sharding(methods: list[str], runs: int) -> dict[str, list[dict]]:
     """
     import psutil
 
-    from snippets import tensor_parallel as tp
+    from snippets.lib import layers
 
-    setup = devices.configure(DEVICES, DEVICE_MEMORY, cpu_pool=tp.full_shape_pool())
+    setup = devices.configure(DEVICES, DEVICE_MEMORY, cpu_pool=full_size.full_shape_pool())
     results: dict[str, list[dict]] = {}
     for method in methods:
         results[method] = []

@@ -13,7 +13,7 @@ Run it::
 
     python -m snippets.decide --shape 131072 65536 --optimizer rmsprop --devices 4 \\
         --device-memory 30976MiB --strategy mirrored
-    python -m snippets.decide --model snippets.reproduce:seed_model --optimizer adam
+    python -m snippets.decide --model snippets.lib.seed:seed_model --optimizer adam
     python -m snippets.decide --model-json model.json --strategy column
     python -m snippets.decide --help
 
@@ -68,10 +68,10 @@ def import_callable(target: str) -> Callable:
 def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:
     """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
 
-    Reads them with :func:`snippets.reproduce.variable_specs` (under
+    Reads them with :func:`snippets.lib.seed.variable_specs` (under
     ``keras.StatelessScope(initialize_variables=False)``).
     """
-    from snippets.reproduce import variable_specs
+    from snippets.lib.seed import variable_specs
 
     return [
         planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable)
@@ -235,7 +235,7 @@ def report(
         ValueError: as :func:`snippets.lib.planner.plan` does.
     """
     budgets = planner.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
-    jit = planner.resolve_xla(xla, strategy)
+    jit = placements.resolve_xla(xla, strategy)
     lines = [budget_table(budgets, capacity), "", verdict(budgets, capacity)]
     if optimizer:
         lines.append(f"Batch {batch}; optimizer update {'XLA-compiled' if jit else 'without XLA'}"
@@ -307,7 +307,7 @@ def benchmark(repeats: int = 5) -> dict:
     """
     import keras  # noqa: F401  (imports are not what is timed)
 
-    from snippets.reproduce import seed_model
+    from snippets.lib.seed import seed_model
 
     times = []
     for _ in range(repeats):
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--shape", type=int, nargs="+", action="append", metavar="DIM",
                         help="a weight's shape; repeat for several weights (default: 131072 65536)")
     source.add_argument("--model", metavar="MODULE:FUNCTION",
-                        help="a function that builds the Keras model, e.g. snippets.reproduce:seed_model")
+                        help="a function that builds the Keras model, e.g. snippets.lib.seed:seed_model")
     source.add_argument("--model-json", metavar="PATH", help="a file holding model.to_json()")
     parser.add_argument("--dtype", default=None, metavar="DTYPE",
                         help=f"variable dtype ({', '.join(units.DTYPE_BYTES)}); default float32 for "
@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default glorot_uniform, Keras Dense's; zeros peaks lower)")
     parser.add_argument("--devices", type=int, default=4, metavar="N", help="number of devices (default 4)")
     parser.add_argument("--batch", type=int, default=64, metavar="N", help="global batch size (default 64)")
-    parser.add_argument("--xla", default="auto", choices=planner.XLA_CHOICES,
+    parser.add_argument("--xla", default="auto", choices=placements.XLA_CHOICES,
                         help="XLA for the optimizer update: auto (what Keras chooses on a GPU host for the "
                         "placement), on, off")
     parser.add_argument("--card", default=hardware.DEFAULT_CARD, metavar="NAME",
@@ -410,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, args.policy, reserve,
                                   batch=args.batch, xla=args.xla)
             text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
-                                      batch=args.batch, xla=planner.resolve_xla(args.xla, args.strategy),
+                                      batch=args.batch, xla=placements.resolve_xla(args.xla, args.strategy),
                                       card=None if args.device_memory else card.name), indent=1)
         else:
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,

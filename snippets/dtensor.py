@@ -39,16 +39,14 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, devices, planner, splits, units
-from snippets import placement
-from snippets.placement import Component
+from snippets.lib import allocator, devices, pieces, planner, splits, units
+from snippets.lib.optimizers import rmsprop_update
+from snippets.lib.seed import SEED_SHAPE
 
 #: Mesh axis names used on this site: ``batch`` splits examples (data
 #: parallelism), ``model`` splits weights (model parallelism).
 BATCH, MODEL = "batch", "model"
 
-#: The seed layer's kernel W[D, F].
-SEED_SHAPE = (131072, 65536)
 
 
 class MeshError(ValueError):
@@ -162,14 +160,6 @@ def data_layout(mesh, rank: int, last: str | None = None):
     return dtensor.Layout(specs, mesh)
 
 
-def pieces(value) -> list[Component]:
-    """The per-device pieces of a DTensor or DVariable, in mesh device order."""
-    from tensorflow.experimental import dtensor
-
-    tensor = value.read_value() if hasattr(value, "read_value") else value
-    return placement.pieces(dtensor.unpack(tensor))
-
-
 def to_mesh(array, layout):
     """Put a host array on the mesh with ``layout``.
 
@@ -265,22 +255,6 @@ def dense_on_mesh(mesh, input_dim: int, units: int, seed: int = 0, axis: str = M
     )
 
 
-def rmsprop_update(variable, velocity, gradient, learning_rate=1e-3, rho=0.9, epsilon=1e-7):
-    """One RMSprop step, Keras 3's rule without momentum or centering.
-
-    ``velocity = rho * velocity + (1 - rho) * g**2``;
-    ``variable -= learning_rate * g / sqrt(velocity + epsilon)``
-    (keras.optimizers.RMSprop, ``update_step``; Hinton, Coursera lecture 6e).
-    Elementwise, so on DTensors each device updates its own piece and no
-    communication happens.
-    """
-    import tensorflow as tf
-
-    gradient = tf.convert_to_tensor(gradient)
-    velocity.assign(rho * velocity + (1.0 - rho) * tf.square(gradient))
-    variable.assign_sub(learning_rate * gradient / tf.sqrt(velocity + epsilon))
-
-
 def make_train_step(layer: MeshDense, learning_rate: float = 1e-3, rho: float = 0.9,
                     epsilon: float = 1e-7, relayout_gradients: bool = True):
     """A ``tf.function`` ``step(x, y) -> loss``: forward, backward, RMSprop update.
@@ -325,8 +299,8 @@ def train(setup: devices.DeviceSetup, axes: dict[str, int] | None = None, batch:
     :func:`keras_reference` can replay the same steps unsharded.
 
     Returns:
-        ``{"mesh": {axis: size}, "losses": [float], "kernel": [Component],
-        "velocity": [Component], "x": [Component], "weights": ndarray [D, F]}``.
+        ``{"mesh": {axis: size}, "losses": [float], "kernel": [snippets.lib.pieces.Piece],
+        "velocity": [snippets.lib.pieces.Piece], "x": [snippets.lib.pieces.Piece], "weights": ndarray [D, F]}``.
 
     Raises:
         MeshError: for a mesh that does not match the devices, or sizes the
@@ -349,9 +323,9 @@ def train(setup: devices.DeviceSetup, axes: dict[str, int] | None = None, batch:
     return {
         "mesh": mesh_axes(mesh),
         "losses": losses,
-        "kernel": pieces(layer.kernel),
-        "velocity": pieces(layer.kernel_velocity),
-        "x": pieces(xd),
+        "kernel": pieces.of_variable(layer.kernel),
+        "velocity": pieces.of_variable(layer.kernel_velocity),
+        "x": pieces.of_variable(xd),
         "weights": np.asarray(gather(layer.kernel)),
     }
 
@@ -413,7 +387,6 @@ def reserve_training_state(setup: devices.DeviceSetup, shape: Sequence[int] = SE
         MeshError: if the devices do not split F evenly.
         tf.errors.ResourceExhaustedError: if the allocator cap is too small.
     """
-    import tensorflow as tf
     from tensorflow.experimental import dtensor
 
     mesh = make_mesh(setup)
@@ -426,13 +399,12 @@ def reserve_training_state(setup: devices.DeviceSetup, shape: Sequence[int] = SE
     for name in ("kernel", "gradient", "velocity"):
         parts = []
         for device in setup.devices:
-            with tf.device(device):
-                parts.append(tf.raw_ops.Empty(shape=local, dtype=dtype, init=False))
+            parts.append(allocator.reserve(local, dtype, device))
         state[name] = dtensor.pack(parts, layout)
         del parts
     per_device = [dict(device=d, shape=local) for d in setup.devices]
     for name, value in state.items():
-        for row, piece in zip(per_device, pieces(value)):
+        for row, piece in zip(per_device, pieces.of_variable(value)):
             row[name] = piece.nbytes
     for row in per_device:
         row["total"] = row["kernel"] + row["gradient"] + row["velocity"]
@@ -468,10 +440,10 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
             loss = tf.reduce_mean(tf.square(layer(x)))
         return dtensor.relayout(tape.gradient(loss, layer.kernel), layer.kernel.layout)
 
-    held = (ledger.holdings([layer.kernel], "weights") + ledger.holdings([gradient()], "gradients")
-            + ledger.holdings([layer.kernel_velocity], "slots"))
+    held = (pieces.of_variables([layer.kernel], "weights") + pieces.of_variables([gradient()], "gradients")
+            + pieces.of_variables([layer.kernel_velocity], "slots"))
     measured = ledger.by_device(held, setup.devices)
-    kernel = pieces(layer.kernel)
+    kernel = pieces.of_variable(layer.kernel)
     planned = planner.per_device(shape, "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
     return ledger.comparison_row("DTensor", kernel, measured, planned)
@@ -522,14 +494,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     from tabulate import tabulate
 
-    from snippets.placement import short_device
 
     print(setup.describe())
     if args.full_shape:
         rows = reserve_training_state(setup)
         print(f"\nW{list(SEED_SHAPE)} float32 on mesh model={args.devices}, layout "
               "[UNSHARDED, 'model'], reserved with tf.raw_ops.Empty (pages untouched):")
-        print(tabulate([(short_device(r["device"]), list(r["shape"]), r["kernel"], r["gradient"],
+        print(tabulate([(pieces.short_device(r["device"]), list(r["shape"]), r["kernel"], r["gradient"],
                          r["velocity"], units.human_bytes(r["total"])) for r in rows],
                        headers=["device", "piece", "kernel B", "gradient B", "velocity B", "total"]))
         capacity = units.parse_size(args.device_memory)
@@ -545,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MeshError as error:
         parser.error(str(error).splitlines()[0])
     print(f"\nMesh {result['mesh']}; kernel pieces:")
-    print(tabulate([(short_device(p.device), list(p.shape), p.nbytes) for p in result["kernel"]],
+    print(tabulate([(pieces.short_device(p.device), list(p.shape), p.nbytes) for p in result["kernel"]],
                    headers=["device", "shape", "bytes"]))
     print("\nLosses:", ", ".join(f"{loss:.4f}" for loss in result["losses"]))
     return 0

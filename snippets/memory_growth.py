@@ -50,7 +50,7 @@ import argparse
 import os
 from collections.abc import MutableMapping, Sequence
 
-from snippets.lib import allocator, units
+from snippets.lib import allocator, hardware, units  # noqa: F401 (hardware: the doctests)
 
 #: Environment variable read by every GPU BFC allocator when it is created.
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -172,7 +172,7 @@ def one_tensor(shape: Sequence[int], dtype: str = "float32", device: str = "CPU:
     """
     import tensorflow as tf
 
-    from snippets.reproduce import oom_line
+    from snippets.lib.errors import oom_line
 
     try:
         with tf.device(device):

@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, communication, devices, hardware, units
+from snippets.lib import allocator, communication, devices, hardware, optimizers, pieces, trace, units
+from snippets.lib.units import check_shape  # a Dense layer's "units" argument shadows the module in two functions
 
 MODES = ("host-compute", "host-variable", "central-storage")
 
@@ -55,11 +56,6 @@ def roles(setup: devices.DeviceSetup) -> tuple[str, tuple[str, ...]]:
     CPU 0 plays the host and CPU 1..N play the GPUs (:mod:`snippets.lib.devices`).
     """
     return setup.host, setup.devices
-
-
-def short_device(name: str) -> str:
-    """``/job:localhost/replica:0/task:0/device:CPU:3`` -> ``CPU:3``."""
-    return name.rsplit("device:", 1)[-1]
 
 
 def mirrored_despite_device(setup: devices.DeviceSetup, shape: Sequence[int] = (8,)):
@@ -86,7 +82,7 @@ def host_dense(setup: devices.DeviceSetup, input_dim: int, units: int, name: str
     import keras
     import tensorflow as tf
 
-    units.check_shape((input_dim, units))
+    check_shape((input_dim, units))
     host, _ = roles(setup)
     if tf.distribute.has_strategy():
         raise RuntimeError("host_dense must be called outside any strategy scope, "
@@ -117,7 +113,7 @@ def variable_devices(layer_or_model) -> list[tuple[str, str, str]]:
     rows = []
     for v in layer_or_model.weights if hasattr(layer_or_model, "weights") else layer_or_model:
         inner = getattr(v, "value", v)
-        rows.append((v.path, type(inner).__name__, short_device(inner.device)))
+        rows.append((v.path, type(inner).__name__, pieces.short_device(inner.device)))
     return rows
 
 
@@ -162,37 +158,7 @@ def train_step(layer, optimizer, compute_device: str | None = None,
     return step
 
 
-@dataclass(frozen=True)
-class Transfer:
-    """One tensor TensorFlow sends from one device to another during a step.
-
-    Attributes:
-        tensor: the op output sent, e.g. ``dense/Cast/ReadVariableOp``.
-        src, dst: short device names, e.g. ``CPU:0``, ``GPU:1``.
-        shape: its static shape; dtype: its dtype name; nbytes: its bytes.
-    """
-
-    tensor: str
-    src: str
-    dst: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-
-    @property
-    def kind(self) -> str:
-        """``weights`` (a variable read), ``gradients`` or ``activations`` (inputs, outputs, loss)."""
-        if "ReadVariableOp" in self.tensor:
-            return "weights"
-        if "gradient_tape/" in self.tensor:
-            return "gradients"
-        return "activations"
-
-
-_EDGE = re.compile(r"^edge_\d+_")
-
-
-def measure_transfers(step: Callable, *args) -> list[Transfer]:
+def measure_transfers(step: Callable, *args) -> list[trace.Transfer]:
     """Run ``step(*args)`` once as a fresh ``tf.function`` and list its cross-device sends.
 
     TensorFlow's partitioner cuts a function's graph per device and joins
@@ -205,69 +171,26 @@ def measure_transfers(step: Callable, *args) -> list[Transfer]:
     Must see the function's first call, so it wraps ``step`` itself.
 
     Returns:
-        One :class:`Transfer` per send, sorted by (src, dst, tensor).
+        One :class:`snippets.lib.trace.Transfer` per send of this step, sorted by (source, destination, tensor).
     """
     import tensorflow as tf
-    from tensorflow.python.eager import context
 
-    function = tf.function(step)
-    ctx = context.context()
-    ctx.enable_run_metadata()
-    try:
-        function(*args)
-        metadata = ctx.export_run_metadata()
-    finally:
-        ctx.disable_run_metadata()
-    graph = function.get_concrete_function(*args).graph
-    transfers = []
-    for function_graph in metadata.function_graphs:
-        # The partitioner also groups control dependencies that cross devices into a
-        # scalar sent from a "GroupCrossDeviceControlEdges" node: an ordering signal,
-        # not data, and not a tensor of the traced graph.
-        sends = [node for partition in function_graph.partition_graphs for node in partition.node
-                 if node.op in ("_Send", "_HostSend")
-                 and node.attr["send_device"].s != node.attr["recv_device"].s
-                 and "GroupCrossDeviceControlEdges" not in node.attr["tensor_name"].s.decode()]
-        found = [(node, _sent_tensor(graph, node)) for node in sends]
-        # The first call can also instantiate other functions (a strategy's or
-        # Keras' helpers); their graphs are recorded too. Keep only graphs
-        # whose every send is a tensor of ours.
-        if not found or all(out is None for _, out in found):
-            continue
-        missing = [node.attr["tensor_name"].s.decode() for node, out in found if out is None]
-        if missing:
-            raise RuntimeError(f"cannot find sent tensors {missing} in the traced step's graph")
-        for node, out in found:
-            shape = tuple(int(d) for d in out.shape)
-            transfers.append(Transfer(
-                out.op.name, short_device(node.attr["send_device"].s.decode()),
-                short_device(node.attr["recv_device"].s.decode()), shape, out.dtype.name,
-                units.tensor_bytes(shape, out.dtype.name),
-            ))
-    return sorted(transfers, key=lambda t: (t.src, t.dst, t.tensor))
+    # The first call also records other functions' graphs (a strategy's or Keras'
+    # helpers): their sends carry tensors this step's graph does not have.
+    return [t for t in trace.placement(tf.function(step), *args).transfers if t.nbytes is not None]
 
 
-def _sent_tensor(graph, node):
-    """The traced graph's tensor a ``_Send`` node carries, or None if the graph has no such op."""
-    name = _EDGE.sub("", node.attr["tensor_name"].s.decode())
-    name, _, index = name.partition(":")
-    try:
-        return graph.get_operation_by_name(name).outputs[int(index or 0)]
-    except KeyError:
-        return None
-
-
-def transfer_table(transfers: Sequence[Transfer], host: str) -> str:
+def transfer_table(transfers: Sequence[trace.Transfer], host: str) -> str:
     """Transfers grouped by kind and direction (``in``: host to device, ``out``: device to host).
 
     Columns: kind, direction, number of sends, bytes in all.
     """
     from tabulate import tabulate
 
-    host = short_device(host)
-    groups: dict[tuple[str, str], list[Transfer]] = {}
+    host = pieces.short_device(host)
+    groups: dict[tuple[str, str], list[trace.Transfer]] = {}
     for t in transfers:
-        direction = "in" if t.src == host else "out" if t.dst == host else "between devices"
+        direction = "in" if t.source == host else "out" if t.destination == host else "between devices"
         groups.setdefault((t.kind, direction), []).append(t)
     rows = [(kind, direction, len(ts), sum(t.nbytes for t in ts))
             for (kind, direction), ts in sorted(groups.items())]
@@ -275,7 +198,7 @@ def transfer_table(transfers: Sequence[Transfer], host: str) -> str:
 
 
 def run_mode(setup: devices.DeviceSetup, mode: str, input_dim: int = 1024, units: int = 256,
-             batch: int = 32, name: str = "big") -> tuple[list[tuple[str, str, str]], list[Transfer]]:
+             batch: int = 32, name: str = "big") -> tuple[list[tuple[str, str, str]], list[trace.Transfer]]:
     """Build ``Dense(units, name=name)`` for ``mode`` (one of :data:`MODES`), run one RMSprop step, measure it.
 
     Returns:
@@ -290,7 +213,7 @@ def run_mode(setup: devices.DeviceSetup, mode: str, input_dim: int = 1024, units
 
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-    units.check_shape((batch, input_dim, units))
+    check_shape((batch, input_dim, units))
     host, compute = roles(setup)
     x = tf.random.stateless_normal((batch, input_dim), (0, 1))
     y = tf.random.stateless_normal((batch, units), (0, 2))
@@ -312,9 +235,7 @@ def run_mode(setup: devices.DeviceSetup, mode: str, input_dim: int = 1024, units
         if mode == "host-compute":
             # Keras runs the update's arithmetic on the default device (GPU:0 on a GPU
             # host), wherever the variable lives; keep it next to the variable instead.
-            from snippets.tensor_parallel import colocate_updates
-
-            colocate_updates(optimizer, jit_compile=False)
+            optimizers.colocate_updates(optimizer, jit_compile=False)
         layer_device = host if mode == "host-compute" else compute[0]
         transfers = measure_transfers(train_step(layer, optimizer, compute[0], layer_device), x, y)
     placed = variable_devices(layer) + variable_devices(optimizer.variables)
@@ -446,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except devices.DeviceConfigError as error:
         parser.error(str(error))
     print(setup.describe())
-    print(f"host: {short_device(host)}; compute: {', '.join(short_device(d) for d in compute)}\n")
+    print(f"host: {pieces.short_device(host)}; compute: {', '.join(pieces.short_device(d) for d in compute)}\n")
     placed, transfers = run_mode(setup, args.offload, *args.shape, args.batch)
     from tabulate import tabulate
 

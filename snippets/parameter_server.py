@@ -45,64 +45,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from snippets.lib import allocator, devices, placements, planner, splits, units
-from snippets import placement
-from snippets.placement import Component
+from snippets.lib import allocator, devices, pieces, placements, planner, splits, units
+from snippets.lib import cluster
+from snippets.lib.cluster import ClusterError, LOOPBACK, PARTITIONERS, make_partitioner, make_strategy, start_in_process_cluster
 
-#: Partitioners this module builds, by the name the CLI uses.
-PARTITIONERS = ("fixed", "min_size", "max_size")
-
-#: Only loopback: the in-process and --launch-local clusters never listen
-#: on a routable address.
-LOOPBACK = "127.0.0.1"
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class ClusterError(RuntimeError):
-    """A local cluster could not be started or did not finish; the message says which task.
-
-    ``pids`` lists the processes :func:`launch_local` had started (all
-    killed and reaped by the time this is raised).
-    """
-
-    pids: list[int] = []
-
-
-def make_partitioner(kind: str, value: int, max_shards: int | None = None):
-    """Build a ``tf.distribute.experimental.partitioners`` object.
-
-    Args:
-        kind: ``"fixed"`` (``value`` shards), ``"min_size"`` (shards of at
-            least ``value`` bytes, at most ``max_shards``, default 1) or
-            ``"max_size"`` (shards of at most ``value`` bytes, optionally at
-            most ``max_shards``).
-        value: shard count or bytes, a positive int.
-
-    Raises:
-        ValueError: for an unknown kind or a value that is not a positive int.
-    """
-    import tensorflow as tf
-
-    if kind not in PARTITIONERS:
-        raise ValueError(f"unknown partitioner {kind!r}; use one of {', '.join(PARTITIONERS)}")
-    splits.check_count(value, f"the {kind} partitioner's value")
-    if max_shards is not None:
-        splits.check_count(max_shards, "max_shards")
-    partitioners = tf.distribute.experimental.partitioners
-    if kind == "fixed":
-        return partitioners.FixedShardsPartitioner(num_shards=value)
-    if kind == "min_size":
-        return partitioners.MinSizePartitioner(min_shard_bytes=value, max_shards=max_shards or 1)
-    return partitioners.MaxSizePartitioner(max_shard_bytes=value, max_shards=max_shards)
 
 
 def check_even_shards(shape: Sequence[int], shards: int) -> tuple[int, ...]:
@@ -117,95 +70,9 @@ def check_even_shards(shape: Sequence[int], shards: int) -> tuple[int, ...]:
     >>> check_even_shards([2048, 1024], 3)
     Traceback (most recent call last):
     ...
-    ValueError: cannot split dimension 0 of shape [2048, 1024] (size 2048) evenly over 3 devices; choose a device count that divides 2048, or pad the dimension
+    ValueError: cannot split dimension 0 of shape [2048, 1024] (size 2048) into 3 equal shards: 3 does not divide 2048; use a shard count that divides 2048, or pad it to 2049
     """
     return placements.local_shape(shape, "parameter_server", shards)
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface right now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
-
-
-def local_cluster(workers: int = 1, ps: int = 2, chief: bool = False) -> dict[str, list[str]]:
-    """A cluster definition on free loopback ports: ``{"worker": [...], "ps": [...]}`` (+ ``"chief"``).
-
-    Raises:
-        ValueError: for a worker or ps count that is not a positive int.
-    """
-    splits.check_count(workers, "worker count")
-    splits.check_count(ps, "ps count")
-    cluster = {"worker": [f"{LOOPBACK}:{free_port()}" for _ in range(workers)],
-               "ps": [f"{LOOPBACK}:{free_port()}" for _ in range(ps)]}
-    if chief:
-        cluster["chief"] = [f"{LOOPBACK}:{free_port()}"]
-    return cluster
-
-
-#: Servers of the in-process cluster. A ``tf.distribute.Server`` cannot be
-#: stopped; it serves until the process exits, so they are kept here.
-_servers: list = []
-
-
-def start_in_process_cluster(workers: int = 1, ps: int = 2):
-    """Start one ``tf.distribute.Server`` per worker and ps task in this process.
-
-    This process is the coordinator. Call once per process: servers cannot
-    be shut down, and the strategy connects this process to one cluster.
-
-    Returns:
-        A ``SimpleClusterResolver`` for ``ParameterServerStrategy``.
-
-    Raises:
-        ValueError: for counts that are not positive ints.
-        ClusterError: if a cluster was already started in this process.
-    """
-    import tensorflow as tf
-
-    if _servers:
-        raise ClusterError("an in-process cluster is already running in this process; "
-                           "reuse its resolver (servers cannot be stopped), or start a new process")
-    spec = tf.train.ClusterSpec(local_cluster(workers, ps))
-    for job in ("worker", "ps"):
-        for index in range(spec.num_tasks(job)):
-            _servers.append(tf.distribute.Server(spec, job_name=job, task_index=index,
-                                                 protocol="grpc", start=True))
-    return tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
-
-
-def make_strategy(resolver, partitioner=None):
-    """``ParameterServerStrategy(resolver, variable_partitioner=partitioner)``.
-
-    Creating it connects this process to the cluster; several strategies
-    (e.g. with different partitioners) can share one resolver.
-    """
-    import tensorflow as tf
-
-    devices.leave_default_device()  # joining the cluster renames this process's devices
-    return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
-
-
-def components(variable) -> list:
-    """The ``tf.Variable`` pieces of a variable: a ShardedVariable's shards, or the variable itself.
-
-    Accepts a Keras 3 variable too (its ``.value`` is the backend variable,
-    a ``ShardedVariable`` under a partitioner).
-    """
-    import keras
-
-    # A Keras 3 variable wraps the backend one in ``.value`` (on tf.Variable,
-    # ``.value`` is a method, hence the type check).
-    inner = variable.value if isinstance(variable, keras.Variable) else variable
-    if not hasattr(inner, "variables"):
-        return [inner]
-    return list(inner.variables)
-
-
-def shards(variable) -> list[Component]:
-    """Where each piece of ``variable`` lives: device, shape, dtype, bytes (from the shape)."""
-    return placement.pieces(components(variable))
 
 
 def build_model(vocabulary: int = 8192, width: int = 64, length: int = 4):
@@ -252,7 +119,7 @@ class Trainer:
         self.strategy = strategy
         self.model = model
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        self.pieces = [p for v in model.trainable_variables for p in components(v)]
+        self.pieces = [p for v in model.trainable_variables for p in pieces.tensors_of(v)]
         self.velocities = []
         with strategy.scope():
             for piece in self.pieces:
@@ -273,7 +140,7 @@ class Trainer:
     def _make_step(self):
         import tensorflow as tf
 
-        from snippets.dtensor import rmsprop_update
+        from snippets.lib.optimizers import rmsprop_update
 
         learning_rate, rho, epsilon = self.hyper
 
@@ -309,7 +176,7 @@ def model_weights(model) -> list:
     """The model's weights as NumPy arrays, shards concatenated (CI scale only)."""
     import numpy as np
 
-    return [np.concatenate([p.numpy() for p in components(v)], axis=0) for v in model.weights]
+    return [np.concatenate([p.numpy() for p in pieces.tensors_of(v)], axis=0) for v in model.weights]
 
 
 def keras_reference(weights: list, x, y, steps: int, batch: int = 32, learning_rate: float = 1e-3,
@@ -350,7 +217,7 @@ def train(strategy, steps: int = 20, batch: int = 32, learning_rate: float = 1e-
 
     Returns:
         ``{"losses": [float], "initial": [ndarray], "final": [ndarray],
-        "embedding": [Component], "kernel": [Component], "velocity": [Component]}``:
+        "embedding": [snippets.lib.pieces.Piece], "kernel": [snippets.lib.pieces.Piece], "velocity": [snippets.lib.pieces.Piece]}``:
         initial and final weights (shards concatenated) and where the
         embedding, the Dense kernel and their velocities live.
     """
@@ -364,9 +231,9 @@ def train(strategy, steps: int = 20, batch: int = 32, learning_rate: float = 1e-
         "losses": losses,
         "initial": initial,
         "final": model_weights(model),
-        "embedding": shards(model.layers[0].embeddings),
-        "kernel": shards(model.layers[2].kernel),
-        "velocity": [shards(v)[0] for v in trainer.velocities],
+        "embedding": pieces.of_variable(model.layers[0].embeddings),
+        "kernel": pieces.of_variable(model.layers[2].kernel),
+        "velocity": [pieces.of_variable(v)[0] for v in trainer.velocities],
     }
 
 
@@ -413,25 +280,6 @@ def fit_per_worker_refusal(strategy, steps_per_epoch: int = 2) -> str:
     raise AssertionError("Model.fit accepted a per-worker dataset under ParameterServerStrategy")
 
 
-def gradients_by_shard(tape, loss, variables) -> list:
-    """Gradients of ``loss`` for ``variables``, taken shard by shard and joined back per variable.
-
-    A ``GradientTape`` cannot watch a ShardedVariable, only its shards; each
-    variable's shard gradients are concatenated along axis 0 (the axis the
-    partitioners split), so the result has the variables' full shapes.
-    """
-    import tensorflow as tf
-
-    pieces = [components(w) for w in variables]
-    flat = tape.gradient(loss, [p for group in pieces for p in group])
-    grads, start = [], 0
-    for group in pieces:
-        part = [tf.convert_to_tensor(g) for g in flat[start:start + len(group)]]
-        start += len(group)
-        grads.append(tf.concat(part, axis=0) if len(part) > 1 else part[0])
-    return grads
-
-
 def keras_optimizer_refusal(strategy) -> str:
     """Schedule one step that applies ``keras.optimizers.RMSprop`` to sharded weights; return the error.
 
@@ -460,7 +308,7 @@ def keras_optimizer_refusal(strategy) -> str:
         def replica_step(xb, yb):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
-            grads = gradients_by_shard(tape, loss, model.trainable_variables)
+            grads = cluster.gradients_by_shard(tape, loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 
@@ -525,18 +373,18 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     with strategy.scope():
         variable = tf.Variable(tf.zeros(shape))
         velocities = []
-        for piece in components(variable):
+        for piece in pieces.tensors_of(variable):
             with strategy.extended.colocate_vars_with(piece):
                 velocities.append(tf.Variable(tf.zeros(piece.shape)))
-    pieces = shards(variable)
-    where = [p.device for p in pieces]
-    held = ledger.holdings([variable], "weights") + ledger.holdings(velocities, "slots")
+    kernel_pieces = pieces.of_variable(variable)
+    where = [p.device for p in kernel_pieces]
+    held = pieces.of_variables([variable], "weights") + pieces.of_variables(velocities, "slots")
     measured = ledger.by_device(held, where)
     # The planner's parameter_server budget is the worker's device; a ps task plans its shard.
     shard = units.tensor_bytes(placements.local_shape(shape, "parameter_server", ps))
     planned = [planner.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(ps)]
     concat = dense_reads_full_kernel(strategy, shape)
-    row = ledger.comparison_row("ParameterServerStrategy", pieces, measured, planned)
+    row = ledger.comparison_row("ParameterServerStrategy", kernel_pieces, measured, planned)
     row["worker_kernel_bytes"] = max(units.tensor_bytes(s) for s in concat)
     return row
 
@@ -567,34 +415,24 @@ def reserve_ps_state(resolver, shape: Sequence[int], ps: int, dtype: str = "floa
     strategy = make_strategy(resolver, make_partitioner("fixed", ps))
 
     def empty(shard_shape):
-        return tf.raw_ops.Empty(shape=shard_shape, dtype=dtype, init=False)
+        return allocator.reserve(shard_shape, dtype)
 
     with strategy.scope():
         kernel = tf.Variable(lambda shard_info: empty(shard_info.shape), shape=tuple(shape), dtype=dtype)
         velocities = []
-        for piece in components(kernel):
+        for piece in pieces.tensors_of(kernel):
             with strategy.extended.colocate_vars_with(piece):
                 velocities.append(tf.Variable(lambda: empty(piece.shape), shape=piece.shape, dtype=dtype))
     rows = []
-    for piece, velocity in zip(shards(kernel), velocities):
+    for piece, velocity in zip(pieces.of_variable(kernel), velocities):
         rows.append({"device": piece.device, "shape": piece.shape, "kernel": piece.nbytes,
-                     "velocity": shards(velocity)[0].nbytes,
-                     "velocity_device": shards(velocity)[0].device})
+                     "velocity": pieces.of_variable(velocity)[0].nbytes,
+                     "velocity_device": pieces.of_variable(velocity)[0].device})
         rows[-1]["total"] = rows[-1]["kernel"] + rows[-1]["velocity"]
     return rows
 
 
 # --- multi-process form: the same script as ps, worker and chief (TF_CONFIG) ---
-
-def tf_config(cluster: dict[str, list[str]], task_type: str, index: int = 0) -> str:
-    """The ``TF_CONFIG`` JSON for one task of ``cluster``.
-
-    >>> tf_config({"chief": ["host0:2222"], "worker": ["host1:2222"], "ps": ["host2:2222"]}, "worker")
-    '{"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222"], "ps": ["host2:2222"]}, "task": {"type": "worker", "index": 0}}'
-    """
-    if task_type not in cluster or not 0 <= index < len(cluster[task_type]):
-        raise ValueError(f"task {task_type}:{index} is not in the cluster {cluster}")
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
 def run_task(steps: int = 10, num_shards: int = 2) -> int:
@@ -630,88 +468,20 @@ def run_task(steps: int = 10, num_shards: int = 2) -> int:
     return 0
 
 
-def _tail(path: Path, chars: int = 1500) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return text[-chars:]
-
-
 def launch_local(workers: int = 1, ps: int = 2, steps: int = 10, timeout: float = 120.0,
                  log_dir: str | None = None) -> dict:
-    """Run the multi-process form on localhost: ps, worker and chief processes, then clean up.
+    """This module's multi-process form on localhost (:func:`snippets.lib.cluster.launch_local`).
 
-    Starts ``ps`` ps and ``workers`` worker processes (``python -m
-    snippets.parameter_server --task``, each with its own ``TF_CONFIG``),
-    then the chief. Waits for the chief at most ``timeout`` seconds,
-    failing early if any task exits. Always kills the ps and worker
-    processes (and the chief, if still running) before returning.
-
-    Returns:
-        ``{"chief": <the chief's JSON>, "pids": [int]}``.
+    Each task runs ``python -m snippets.parameter_server --task``; the chief
+    trains ``steps`` steps with ``ps`` shards and prints its result.
 
     Raises:
-        ClusterError: if a task exits early, the chief fails, or time runs
-            out; the message names the task and ends with its log's tail.
+        ValueError: for a step count that is not a positive int.
+        ClusterError: as :func:`snippets.lib.cluster.launch_local`.
     """
-    import tempfile
-
-    splits.check_count(steps)
-    cluster = local_cluster(workers, ps, chief=True)
-    logs = Path(log_dir or tempfile.mkdtemp(prefix="ps-cluster-"))
-    environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_FAIL_FAST": "use_caller",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "snippets.parameter_server", "--task", "--steps", str(steps),
-               "--shards", str(ps)]
-    processes: dict[str, subprocess.Popen] = {}
-    files = []
-
-    def start(task_type: str, index: int) -> None:
-        name = f"{task_type}{index}"
-        out = open(logs / f"{name}.out", "w")
-        err = open(logs / f"{name}.err", "w")
-        files.extend([out, err])
-        processes[name] = subprocess.Popen(
-            command, cwd=ROOT, env={**environ, "TF_CONFIG": tf_config(cluster, task_type, index)},
-            stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-
-    error = None
-    try:
-        for task_type in ("ps", "worker", "chief"):
-            for index in range(len(cluster[task_type])):
-                start(task_type, index)
-        deadline = time.monotonic() + timeout
-        chief = processes["chief0"]
-        while chief.poll() is None:
-            for name, process in processes.items():
-                if name != "chief0" and process.poll() is not None:
-                    raise ClusterError(f"task {name} exited with code {process.returncode} before the "
-                                       f"chief finished; its log:\n{_tail(logs / f'{name}.err')}")
-            if time.monotonic() > deadline:
-                raise ClusterError(f"the chief did not finish within {timeout:.0f} s; its log:\n"
-                                   f"{_tail(logs / 'chief0.err')}")
-            time.sleep(0.2)
-        if chief.returncode != 0:
-            raise ClusterError(f"the chief exited with code {chief.returncode}; its log:\n"
-                               f"{_tail(logs / 'chief0.err')}")
-        lines = (logs / "chief0.out").read_text().strip().splitlines()
-        return {"chief": json.loads(lines[-1]), "pids": [p.pid for p in processes.values()]}
-    except ClusterError as raised:
-        error = raised
-        raise
-    finally:
-        # ps and worker tasks serve forever: kill every process we started,
-        # by its own pid, and reap it so none is left behind.
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-        for process in processes.values():
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-        for f in files:
-            f.close()
-        if error is not None:
-            error.pids = [p.pid for p in processes.values()]
+    splits.check_count(steps, "step count")
+    task = ["-m", "snippets.parameter_server", "--task", "--steps", str(steps), "--shards", str(ps)]
+    return cluster.launch_local(task, workers, ps, timeout, log_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -797,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         variable = tf.Variable(tf.zeros(args.shape))
     print(f"In-process cluster: {args.workers} worker(s), {args.ps} ps task(s) on {LOOPBACK}")
     print(f"tf.Variable(zeros({args.shape})) is a {type(variable).__name__}:")
-    print(tabulate([(s.device, list(s.shape), s.nbytes) for s in shards(variable)],
+    print(tabulate([(s.device, list(s.shape), s.nbytes) for s in pieces.of_variable(variable)],
                    headers=["device", "shape", "bytes"]))
     result = train(strategy, args.steps)
     print("\nLosses:", ", ".join(f"{v:.4f}" for v in result["losses"]))
@@ -808,8 +578,7 @@ def _full_shape(parser, args) -> int:
     """``--full-shape``: reserve the seed kernel's shards on the ps tasks, then compare with a worker."""
     from tabulate import tabulate
 
-    from snippets.lib import devices
-    from snippets.dtensor import SEED_SHAPE
+    from snippets.lib.seed import SEED_SHAPE
 
     try:
         local = check_even_shards(SEED_SHAPE, args.ps)

@@ -22,49 +22,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from snippets.lib import allocator, devices, units
-
-
-@dataclass(frozen=True)
-class Component:
-    """One per-device piece of a variable: device name, shape, dtype and bytes."""
-
-    device: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-
-
-def pieces(tensors) -> list[Component]:
-    """One :class:`Component` per tensor or variable in ``tensors``, in order.
-
-    Works for anything with ``.device``, ``.shape`` and ``.dtype``: the
-    components of a mirrored variable, the shards of a ``ShardedVariable``,
-    the pieces ``dtensor.unpack`` returns. Bytes come from
-    :func:`snippets.lib.units.tensor_bytes` on each piece's own shape.
-    """
-    result = []
-    for piece in tensors:
-        shape = tuple(int(d) for d in piece.shape)
-        dtype = piece.dtype.name
-        result.append(Component(piece.device, shape, dtype, units.tensor_bytes(shape, dtype)))
-    return result
-
-
-def components(variable) -> list[Component]:
-    """The per-device pieces of ``variable``, in device order.
-
-    A mirrored variable (``tf.distribute.DistributedValues``) has one full
-    component per replica; a plain ``tf.Variable`` has one.
-    """
-    return pieces(getattr(variable, "values", None) or (variable,))
-
-
-def short_device(name: str) -> str:
-    """``/job:localhost/replica:0/task:0/device:CPU:3`` -> ``CPU:3``."""
-    return name.rsplit("device:", 1)[-1]
+from snippets.lib import allocator, devices, pieces, units
 
 
 def mirrored_variable(setup: devices.DeviceSetup, shape: Sequence[int], dtype: str = "float32"):
@@ -107,7 +66,7 @@ def table(variable) -> str:
     """A table of ``variable``'s components: device, shape, dtype, bytes."""
     from tabulate import tabulate
 
-    rows = [(short_device(c.device), list(c.shape), c.dtype, c.nbytes) for c in components(variable)]
+    rows = [(pieces.short_device(c.device), list(c.shape), c.dtype, c.nbytes) for c in pieces.of_variable(variable)]
     return tabulate(rows, headers=["device", "shape", "dtype", "bytes"], intfmt=",")
 
 
@@ -132,14 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         variable = mirrored_variable(setup, args.shape)
     except tf.errors.ResourceExhaustedError as error:
-        from snippets.reproduce import oom_line
+        from snippets.lib.errors import oom_line
 
         parser.exit(1, f"{parser.prog}: the mirrored variable does not fit: {oom_line(error)}\n")
     print(f"\nMirrored variable {type(variable).__name__}, one full copy per replica:")
     print(table(variable))
-    total = sum(c.nbytes for c in components(variable))
+    total = sum(c.nbytes for c in pieces.of_variable(variable))
     print(f"\nIn all: {units.format_bytes(total)}; each device must hold "
-          f"{units.format_bytes(components(variable)[0].nbytes)} by itself.")
+          f"{units.format_bytes(pieces.of_variable(variable)[0].nbytes)} by itself.")
     return 0
 
 

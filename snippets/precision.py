@@ -38,7 +38,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import hardware, optimizers, placements, planner, units
+from snippets.lib import allocator, hardware, optimizers, placements, planner, units
 
 #: Keras dtype policies this module compares (``keras.DTypePolicy`` names).
 POLICIES = ("float32", "mixed_float16", "float16", "mixed_bfloat16", "bfloat16")
@@ -103,17 +103,17 @@ def seed_kernel(policy: str = "float32", input_dim: int = 131072, units: int = 6
 
     Builds ``Dense(units, dtype=policy)`` on inputs of width ``input_dim``
     under ``keras.StatelessScope`` (see
-    :func:`snippets.reproduce.variable_specs`), so the full 131072 x 65536
+    :func:`snippets.lib.seed.variable_specs`), so the full 131072 x 65536
     kernel is described in milliseconds without a byte of it existing.
 
     Returns:
-        A :class:`snippets.reproduce.VariableSpec` (``.shape``, ``.dtype``,
+        A :class:`snippets.lib.seed.VariableSpec` (``.shape``, ``.dtype``,
         ``.nbytes``).
     """
-    from snippets import reproduce
+    from snippets.lib import seed
 
     check_policy(policy)
-    specs = reproduce.variable_specs(reproduce.seed_model, input_dim, units, policy)
+    specs = seed.variable_specs(seed.seed_model, input_dim, units, policy)
     return next(s for s in specs if s.path.endswith("kernel"))
 
 
@@ -180,8 +180,7 @@ def reserve(tensors: Sequence[tuple[str, Sequence[int], str]], device: str = "CP
             dims = units.check_shape(shape)
             nbytes = units.tensor_bytes(dims, dtype)
             try:
-                with tf.device(device):
-                    held.append(tf.raw_ops.Empty(shape=dims, dtype=dtype, init=False))
+                held.append(allocator.reserve(dims, dtype, device))
             except tf.errors.ResourceExhaustedError:
                 rows.append(Reservation(name, dims, dtype, nbytes, False))
                 break

@@ -32,11 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from snippets.lib import communication, units
+from snippets.lib.seed import SEED_SHAPE
 
 #: Seed the chapter and the tests use; every experiment is deterministic for a given seed.
 SEED = 0
-#: The seed kernel W[D, F] the full-size table sizes.
-SEED_SHAPE = (131072, 65536)
 
 
 def seed_everything(seed: int = SEED) -> None:

@@ -38,7 +38,10 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 
-from snippets.lib import devices, planner, splits
+from snippets.lib import cluster, devices, planner
+
+#: The parameter-server entries' variable: W[1024, 512] float32, 2 MiB.
+PROBE_SHAPE = (1024, 512)
 
 #: The emulated process: 4 devices of one V100-SXM2-32GB each, CPU mode.
 EMULATED = (4, "30976MiB")
@@ -84,11 +87,11 @@ def oom() -> None:
     """
     import tensorflow as tf
 
-    from snippets import reproduce
+    from snippets.lib import seed
 
     setup = _emulated()
     with tf.distribute.MirroredStrategy(setup.devices).scope():
-        reproduce.build_seed_model()
+        seed.build_seed_model()
 
 
 def virtual_devices() -> None:
@@ -157,40 +160,24 @@ def uneven_dtensor() -> None:
     dtensor.call_with_layout(tf.zeros, dtensor.Layout([dtensor.UNSHARDED, "model"], mesh), shape=[8, 6])
 
 
-def uneven_planner() -> None:
+def uneven_split() -> None:
     """This site's planner asked to split 65537 columns over 4 devices.
 
+    The tensor-parallel layers, the DTensor layout arithmetic and the
+    parameter-server shard check raise the same message: all four ask
+    :func:`snippets.lib.splits.check_split`.
+
     Raises:
-        ValueError: "cannot split dimension 1 of shape [131072, 65537] (size 65537) evenly over 4 devices ...".
+        ValueError: "cannot split dimension 1 of shape [131072, 65537] (size 65537) into 4 equal shards ...".
     """
     planner.per_device([131072, 65537], "float32", None, "column", 4)
-
-
-def uneven_tensor_parallel() -> None:
-    """This site's tensor-parallel layer asked to split 30 units over 4 devices.
-
-    Raises:
-        ValueError: "cannot split units (size 30) into 4 equal shards ...".
-    """
-    from snippets import tensor_parallel
-
-    splits.check_split("units", 30, 4)
-
-
-def uneven_layout() -> None:
-    """This site's DTensor layout arithmetic asked to split 510 columns over a 4-device axis.
-
-    Raises:
-        ValueError: "cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis 'model' ...".
-    """
-    splits.layout_local_shape([1024, 510], [None, "model"], {"model": 4})
 
 
 def per_worker_dataset() -> None:
     """Keras 3 ``Model.fit`` on NumPy arrays under a ParameterServerStrategy.
 
     Starts an in-process localhost cluster (1 worker, 2 parameter servers;
-    :func:`snippets.api_matrix.local_cluster`), so run it last in a process.
+    :func:`snippets.lib.cluster.start_in_process_cluster`), so run it last in a process.
 
     Raises:
         ValueError: "To use this dataset, you need to pass this dataset to
@@ -198,15 +185,14 @@ def per_worker_dataset() -> None:
     """
     import numpy as np
 
-    from snippets import api_matrix
 
     _emulated()
-    strategy = api_matrix.ps_strategy()
-    model = api_matrix.ps_model(strategy)
+    strategy = cluster.ps_strategy()
+    model = cluster.ps_model(strategy, PROBE_SHAPE)
     with strategy.scope():
         model.compile(optimizer="sgd", loss="mean_squared_error")
-    x = np.ones((8, api_matrix.PROBE_SHAPE[0]), "float32")
-    y = np.ones((8, api_matrix.PROBE_SHAPE[1]), "float32")
+    x = np.ones((8, PROBE_SHAPE[0]), "float32")
+    y = np.ones((8, PROBE_SHAPE[1]), "float32")
     model.fit(x, y, steps_per_epoch=1, epochs=1, verbose=0)
 
 
@@ -220,16 +206,15 @@ def per_worker_fit() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from snippets import api_matrix
 
     _emulated()
-    strategy = api_matrix.ps_strategy()
-    model = api_matrix.ps_model(strategy)
+    strategy = cluster.ps_strategy()
+    model = cluster.ps_model(strategy, PROBE_SHAPE)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         model.compile(optimizer="sgd", loss="mean_squared_error")
-    x = np.ones((8, api_matrix.PROBE_SHAPE[0]), "float32")
-    y = np.ones((8, api_matrix.PROBE_SHAPE[1]), "float32")
+    x = np.ones((8, PROBE_SHAPE[0]), "float32")
+    y = np.ones((8, PROBE_SHAPE[1]), "float32")
     per_worker = coordinator.create_per_worker_dataset(
         lambda: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(4)
     )
@@ -249,11 +234,10 @@ def keras_optimizer_on_shards() -> None:
     import keras
     import tensorflow as tf
 
-    from snippets import api_matrix, parameter_server
 
     _emulated()
-    strategy = api_matrix.ps_strategy()
-    model = api_matrix.ps_model(strategy)
+    strategy = cluster.ps_strategy()
+    model = cluster.ps_model(strategy, PROBE_SHAPE)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         optimizer = keras.optimizers.RMSprop()
@@ -264,13 +248,13 @@ def keras_optimizer_on_shards() -> None:
         def replica_step(x, y):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean((model(x) - y) ** 2)
-            grads = parameter_server.gradients_by_shard(tape, loss, model.trainable_variables)
+            grads = cluster.gradients_by_shard(tape, loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 
         return strategy.run(replica_step, args=(x, y))
 
-    coordinator.schedule(step, args=(tf.ones((8, api_matrix.PROBE_SHAPE[0])), tf.ones((8, api_matrix.PROBE_SHAPE[1]))))
+    coordinator.schedule(step, args=(tf.ones((8, PROBE_SHAPE[0])), tf.ones((8, PROBE_SHAPE[1]))))
     coordinator.join()
 
 
@@ -355,9 +339,7 @@ RAISERS: dict[str, tuple[str, Callable[[], None]]] = {
     "growth-virtual-devices": ("emulated", growth_with_virtual_devices),
     "uneven-tf-split": ("emulated", uneven_tf_split),
     "uneven-dtensor": ("emulated", uneven_dtensor),
-    "uneven-planner": ("emulated", uneven_planner),
-    "uneven-tensor-parallel": ("emulated", uneven_tensor_parallel),
-    "uneven-layout": ("emulated", uneven_layout),
+    "uneven-split": ("emulated", uneven_split),
     "per-worker-dataset": ("emulated", per_worker_dataset),
     "per-worker-fit": ("emulated", per_worker_fit),
     "sharded-keras-optimizer": ("emulated", keras_optimizer_on_shards),

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from snippets.lib import units
+from snippets.lib import pieces, units
 from snippets import api_matrix
-from snippets.api_matrix import Observation, Piece
+from snippets.api_matrix import Observation
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "api-matrix.md"
 
@@ -27,6 +27,10 @@ def observed() -> dict[str, Observation]:
     with Kernel() as kernel:
         observations = kernel.call("snippets.api_matrix:observe_all")
     return {o.api: o for o in observations}
+
+
+def piece(device, shape):
+    return pieces.Piece(device, shape, "float32", units.tensor_bytes(shape))
 
 
 def by_start(observed: dict[str, Observation], start: str) -> Observation:
@@ -46,7 +50,7 @@ def test_committed_table_matches_what_the_probes_observe(observed):
 def test_mirrored_strategy_copies_and_never_shards(observed):
     obs = by_start(observed, "`tf.distribute.MirroredStrategy`")
     assert obs.made == "MirroredVariable"
-    assert obs.pieces == tuple(Piece(f"CPU:{i}", (1024, 512)) for i in range(1, 5))
+    assert obs.where() == [(f"CPU:{i}", (1024, 512)) for i in range(1, 5)]
     assert api_matrix.seed_piece_bytes(obs) == 34359738368
 
 
@@ -59,13 +63,13 @@ def test_keras_distribution_does_not_shard_on_tensorflow(observed):
 def test_dtensor_and_tf_device_blocks_shard_four_ways(observed):
     for start in ("`tf.experimental.dtensor`", "`tf.device`, one column block"):
         obs = by_start(observed, start)
-        assert obs.pieces == tuple(Piece(f"CPU:{i}", (1024, 128)) for i in range(1, 5)), start
+        assert obs.where() == [(f"CPU:{i}", (1024, 128)) for i in range(1, 5)], start
         assert api_matrix.seed_piece_bytes(obs) == 8589934592
 
 
 def test_tf_device_places_a_plain_variable_whole(observed):
     obs = by_start(observed, "`tf.device`, one variable")
-    assert obs.pieces == (Piece("CPU:4", (1024, 512)),)
+    assert obs.where() == [("CPU:4", (1024, 512))]
 
 
 def test_central_storage_keeps_one_unsplit_copy(observed):
@@ -79,11 +83,11 @@ def test_model_parallelism_does_not_exist(observed):
 
 
 def test_parameter_server_shards_trains_in_a_loop_and_fit_refuses(observed):
-    halves = (Piece("ps:0/CPU:0", (512, 512)), Piece("ps:1/CPU:0", (512, 512)))
-    assert by_start(observed, "`ParameterServerStrategy(variable_partitioner").pieces == halves
-    assert by_start(observed, "`ParameterServerStrategy` without").pieces == (Piece("ps:0/CPU:0", (1024, 512)),)
+    halves = [("ps:0/CPU:0", (512, 512)), ("ps:1/CPU:0", (512, 512))]
+    assert by_start(observed, "`ParameterServerStrategy(variable_partitioner").where() == halves
+    assert by_start(observed, "`ParameterServerStrategy` without").where() == [("ps:0/CPU:0", (1024, 512))]
     loop = by_start(observed, "Keras 3 `Dense` under that strategy, `ClusterCoordinator`")
-    assert loop.made == "Variable(ShardedVariable)" and loop.pieces == halves
+    assert loop.made == "Variable(ShardedVariable)" and loop.where() == halves
     assert loop.outcome.endswith("2 of 2 shards updated") and "(finite)" in loop.outcome
     fit = by_start(observed, "Keras 3 `Dense` under that strategy, `Model.fit")
     assert fit.outcome.startswith("ValueError") and "create_per_worker_dataset" in fit.outcome
@@ -93,8 +97,8 @@ def test_parameter_server_shards_trains_in_a_loop_and_fit_refuses(observed):
 
 
 def test_sharding_and_seed_scaling():
-    full = Observation("a", True, "V", (Piece("CPU:0", (1024, 512)),) * 2)
-    rows = Observation("b", True, "V", (Piece("ps:0/CPU:0", (512, 512)), Piece("ps:1/CPU:0", (512, 512))))
+    full = Observation("a", True, "V", (piece("CPU:0", (1024, 512)),) * 2)
+    rows = Observation("b", True, "V", (piece("ps:0/CPU:0", (512, 512)), piece("ps:1/CPU:0", (512, 512))))
     assert api_matrix.sharding(full) == "no: a full copy on each device"
     assert api_matrix.sharding(rows) == "yes, 2 ways"
     assert api_matrix.seed_piece_bytes(rows) == units.tensor_bytes([65536, 65536]) == 17179869184

@@ -83,10 +83,10 @@ def test_random_init_in_layout(four_cpus):
 @pytest.mark.parametrize("case, expected", [
     ("bad_mesh", "mesh batch=2 x model=3 has 6 positions but 4 devices are configured; "
                  "choose axis sizes whose product is 4, or configure 6 devices"),
-    ("bad_units", "cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis "
-                  "'model' of 4 devices; choose sizes that 4 divides, or another mesh"),
-    ("bad_batch", "cannot split dimension 0 of shape [15, 1024] (size 15) evenly over mesh axis "
-                  "'batch' of 2 devices; choose sizes that 2 divides, or another mesh"),
+    ("bad_units", "cannot split dimension 1 of shape [1024, 510] over mesh axis 'model' (size 510) into 4 "
+                  "equal shards: 4 does not divide 510; use a shard count that divides 510, or pad it to 512"),
+    ("bad_batch", "cannot split dimension 0 of shape [15, 1024] over mesh axis 'batch' (size 15) into 2 "
+                  "equal shards: 2 does not divide 15; use a shard count that divides 15, or pad it to 16"),
 ])
 def test_bad_input_is_one_clear_line(four_cpus, case, expected):
     error_type, message = four_cpus.call(f"{REMOTE}:{case}")
@@ -133,16 +133,16 @@ def test_cli_rejects_a_mesh_that_does_not_match(capsys):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--full-shape", "--devices", "3"], "cannot split dimension 1 of shape [131072, 65536] (size 65536) "
-                                         "evenly over mesh axis 'model' of 3 devices"),
+    (["--full-shape", "--devices", "3"], "cannot split dimension 1 of shape [131072, 65536] over mesh axis "
+                                         "'model' (size 65536) into 3 equal shards"),
     (["--full-shape", "--devices", "2"], "51539607552 B (48 GiB) per device does not fit 30976MiB; use more devices"),
-    (["--devices", "4", "--shape", "1024", "510"], "cannot split dimension 1 of shape [1024, 510] (size 510)"),
+    (["--devices", "4", "--shape", "1024", "510"], "cannot split dimension 1 of shape [1024, 510] over mesh axis 'model' (size 510)"),
     (["--batch", "0"], "error: --batch must be a positive integer, not 0"),
     (["--steps", "-1"], "error: --steps must be a positive integer, not -1"),
     (["--steps", "0"], "error: --steps must be a positive integer, not 0"),
     (["--mesh", "batch=2,model=2", "--batch", "15"],
-     "error: --batch 15: cannot split dimension 0 of shape [15, 1024] (size 15) evenly over mesh axis 'batch' "
-     "of 2 devices"),
+     "error: --batch 15: cannot split dimension 0 of shape [15, 1024] over mesh axis 'batch' (size 15) into 2 "
+     "equal shards"),
 ])
 def test_cli_bad_shapes_are_one_clear_line(capsys, argv, expected):
     from snippets import dtensor

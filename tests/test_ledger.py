@@ -22,8 +22,8 @@ def four():
         setup = k.call("snippets.lib.devices:configure", 4, "1024MiB")
         assert setup.mode == "cpu"
         # The allocator check goes first, while the allocator has no holes
-        # (see snippets.lib.ledger.allocator_check_fresh for why that matters).
-        rows = k.call("snippets.lib.ledger:allocator_check", (16384, 1024))
+        # (see snippets.memory_budget.allocator_check_fresh for why that matters).
+        rows = k.call("snippets.memory_budget:allocator_check", (16384, 1024))
         yield k, setup, rows
 
 

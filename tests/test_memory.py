@@ -3,7 +3,7 @@
 import pytest
 
 from snippets.lib import hardware, placements, planner
-from snippets.lib.units import GiB, MiB
+from snippets.lib.units import GiB
 from snippets.lib.planner import per_device, plan
 from tests.harness import Kernel
 
@@ -101,9 +101,9 @@ def test_step_peak_follows_the_measured_update_temporaries():
 
 
 def test_xla_resolves_as_on_a_gpu_host():
-    assert [planner.resolve_xla("auto", s) for s in placements.STRATEGIES] == [True, False, True, True, False, False]
+    assert [placements.resolve_xla("auto", s) for s in placements.STRATEGIES] == [True, False, True, True, False, False]
     with pytest.raises(ValueError, match="xla must be one of auto, on, off, not 'yes'"):
-        planner.resolve_xla("yes", "single")
+        placements.resolve_xla("yes", "single")
 
 
 @pytest.mark.parametrize("kwargs, message", [

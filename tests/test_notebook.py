@@ -128,7 +128,7 @@ def test_startup_log_only_in_the_hidden_cell(fresh):
 
 def test_numbers_are_the_planners_and_verdicts_follow(fresh):
     from snippets.lib import units
-    from snippets.reproduce import seed_model  # the notebook's default build_model
+    from snippets.lib.seed import seed_model  # the notebook's default build_model
     from tests.harness import Kernel
 
     table = stdout_of(fresh, "peak_per_gpu(strategy, dtype, n)")

@@ -9,7 +9,7 @@ leave none behind, whether the chief succeeds or time runs out.
 import psutil
 import pytest
 
-from snippets.lib import hardware, planner, units
+from snippets.lib import cluster as loopback, hardware, planner, units
 from snippets import parameter_server as ps
 from tests.harness import Kernel
 
@@ -108,7 +108,7 @@ def test_seed_figures_per_ps_task_and_per_worker():
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--full-shape", "--ps", "3"], "cannot split dimension 0 of shape [131072, 65536] (size 131072) evenly over 3 devices"),
+    (["--full-shape", "--ps", "3"], "cannot split dimension 0 of shape [131072, 65536] (size 131072) into 3 equal shards"),
     (["--full-shape", "--ps", "1"], "68719476736 B (64 GiB) per ps task does not fit 30976MiB; use more ps tasks (--ps)"),
 ])
 def test_full_shape_bad_input_is_one_clear_line(capsys, argv, expected):
@@ -142,8 +142,8 @@ def test_uneven_shards_are_one_clear_line(capsys):
         ps.main(["--shards", "3", "--shape", "2048", "1024"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.endswith("cannot split dimension 0 of shape [2048, 1024] (size 2048) evenly over 3 "
-                        "devices; choose a device count that divides 2048, or pad the dimension")
+    assert err.endswith("cannot split dimension 0 of shape [2048, 1024] (size 2048) into 3 equal shards: "
+                        "3 does not divide 2048; use a shard count that divides 2048, or pad it to 2049")
 
 
 def test_task_without_tf_config_is_one_clear_line(capsys, monkeypatch):
@@ -169,6 +169,6 @@ def test_multi_process_cluster_from_tf_config():
 
 
 def test_multi_process_cluster_is_cleaned_up_on_timeout():
-    with pytest.raises(ps.ClusterError, match="the chief did not finish within 1 s") as info:
+    with pytest.raises(loopback.ClusterError, match="the chief did not finish within 1 s") as info:
         ps.launch_local(workers=1, ps=1, steps=1, timeout=1)
     assert len(info.value.pids) == 3 and not _alive(info.value.pids)

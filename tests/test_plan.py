@@ -98,7 +98,7 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     by_shapes = kernel.call("tests.remote.budget:run_cli", [
         "--shape", "131072", "65536", "--shape", "65536", "--optimizer", "adam", "--strategy", "column"])
     by_model = kernel.call("tests.remote.budget:run_cli", [
-        "--model", "snippets.reproduce:seed_model", "--optimizer", "adam", "--strategy", "column"])
+        "--model", "snippets.lib.seed:seed_model", "--optimizer", "adam", "--strategy", "column"])
     path = tmp_path / "seed.json"
     path.write_text(kernel.call("tests.remote.budget:seed_json"))
     by_json = kernel.call("tests.remote.budget:run_cli", [
@@ -131,7 +131,7 @@ def test_benchmark_returns_figures(kernel):
     (["--optimizer", "adamx"], "unknown optimizer 'adamx'"),
     (["--devices", "0"], "device count must be a positive integer, not 0"),
     (["--strategy", "column", "--devices", "3"],
-     "cannot split dimension 1 of shape [131072, 65536] (size 65536) evenly over 3 devices"),
+     "cannot split dimension 1 of shape [131072, 65536] (size 65536) into 3 equal shards"),
     (["--device-memory", "lots"], "'lots' is not a memory size"),
     (["--model", "no_such_module:build"], "cannot import 'no_such_module' for --model"),
     (["--model-json", "/no/such/file.json"], "cannot read --model-json /no/such/file.json"),

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from snippets.lib import units
-from snippets.reproduce import parse_oom
+from snippets.lib.errors import parse_oom
 from tests.harness import ROOT
 
 SEED_LINE = (

@@ -7,7 +7,7 @@ allocator's 10 s of retries, mostly waiting.
 
 import pytest
 
-from snippets.lib import hardware, planner, step_ledger
+from snippets.lib import hardware, placements, step_ledger
 from tests.step_runs import run_all
 
 #: (placement, precision, xla) the site discusses, each trained with RMSprop and with Adam.
@@ -64,7 +64,7 @@ def test_every_scale_model_completes_or_fails_where_the_planner_says(scale_runs)
         assert result["completed"] == verdict["fits"], (case.label(), verdict, result)
         if not verdict["fits"]:
             expected = {verdict["failed_phase"]} | ({"forward"} if where in EARLIER_ON_CPU else set())
-            if verdict["failed_phase"] == "update" and not planner.resolve_xla(case.xla, case.placement):
+            if verdict["failed_phase"] == "update" and not placements.resolve_xla(case.xla, case.placement):
                 # Without XLA the step is a dataflow graph: the update's ops that need no gradient
                 # (rho * v) may run, and allocate, while the backward pass is still computing it.
                 expected.add("backward")

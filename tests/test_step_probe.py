@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from snippets.lib import hardware, optimizers, step_probe
+from snippets.lib import hardware, optimizers, probe_cache
 from tests.harness import Kernel
 
-CACHE = json.loads(step_probe.CACHE.read_text())
+CACHE = json.loads(probe_cache.CACHE.read_text())
 
 
 def test_cache_covers_every_optimizer_precision_and_xla():
-    expected = {step_probe.key(o, p, x) for o in optimizers.OPTIMIZERS for p in step_probe.PRECISIONS
-                for x in step_probe.XLA_MODES}
+    expected = {probe_cache.key(o, p, x) for o in optimizers.OPTIMIZERS for p in probe_cache.PRECISIONS
+                for x in probe_cache.XLA_MODES}
     assert set(CACHE["transient_units"]) == expected
     # The gradient alone is one variable: every training step needs at least that.
     assert all(units >= 1 for units in CACHE["transient_units"].values())
@@ -34,7 +34,7 @@ def test_sampled_probe_matches_the_cache(optimizer, precision, jit):
     with Kernel() as kernel:
         kernel.call("snippets.lib.devices:configure", 1, "4096MiB", "cpu")
         row = kernel.call("snippets.lib.step_probe:measure_step", optimizer, precision, jit)
-    cached = step_probe.transient_units(optimizer, precision, jit)
+    cached = probe_cache.transient_units(optimizer, precision, jit)
     assert abs(row["units"] - cached) <= 0.0625, (row, cached)
 
 
@@ -50,8 +50,8 @@ def test_planning_the_seed_imports_no_tensorflow_and_answers_fast():
 
     from tests.harness import ROOT
 
-    code = ("import sys, time; t = time.perf_counter(); from snippets import plan; "
-            "plan.main(['--shape', '131072', '65536', '--optimizer', 'rmsprop', '--json']); "
+    code = ("import sys, time; t = time.perf_counter(); from snippets import decide; "
+            "decide.main(['--shape', '131072', '65536', '--optimizer', 'rmsprop', '--json']); "
             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported TF'; "
             "print(time.perf_counter() - t, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

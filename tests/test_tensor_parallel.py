@@ -227,7 +227,7 @@ def test_cli_full_shape_uneven_split_names_the_seed_dimension():
     assert result.stderr.strip().splitlines()[-1] == (
         "python -m snippets.tensor_parallel: error: cannot split the units of the seed kernel "
         "W[131072, 65536] (size 65536) into 3 equal shards: 3 does not divide 65536; use a shard count "
-        "that divides 65536, or pad the units of the seed kernel W[131072, 65536] to 65538")
+        "that divides 65536, or pad it to 65538")
 
 
 @pytest.mark.parametrize("args, code", [(("--help",), 0), (("--devices", "3"), 2),

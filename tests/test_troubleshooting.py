@@ -23,7 +23,7 @@ HEADING = re.compile(r"^### `(?P<type>\w+): (?P<message>.+)` \{#(?P<anchor>[\w-]
 #: The messages issue 6 asks the index to cover, by anchor.
 REQUIRED = {
     "oom", "physical-devices", "virtual-devices", "growth-differ", "growth-virtual-devices",
-    "allocator-stats", "per-worker-dataset", "per-worker-fit", "sharded-keras-optimizer", "uneven-tf-split", "uneven-dtensor", "uneven-planner",
+    "allocator-stats", "per-worker-dataset", "per-worker-fit", "sharded-keras-optimizer", "uneven-tf-split", "uneven-dtensor", "uneven-split",
 }
 
 
@@ -118,3 +118,19 @@ def test_list_refuses_an_extra_argument(capsys):
     assert exit_info.value.code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == (
         "python -m snippets.troubleshooting: error: argument anchor: not allowed with argument --list")
+
+
+def test_every_uneven_split_of_this_site_raises_the_one_indexed_message():
+    from snippets.lib import planner, splits
+
+    quoted = pattern(ENTRIES["uneven-split"][1])
+    raisers = (
+        lambda: planner.per_device([131072, 65537], "float32", None, "column", 4),
+        lambda: planner.per_device([1001, 1024], "float32", None, "parameter_server", 4),
+        lambda: splits.check_split("units", 30, 4),
+        lambda: splits.layout_local_shape([1024, 510], [None, "model"], {"model": 4}),
+    )
+    for raiser in raisers:
+        with pytest.raises(ValueError) as error:
+            raiser()
+        assert quoted.fullmatch(str(error.value)), str(error.value)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from snippets.lib import hardware
 from snippets.lib.units import GiB, MiB, parse_size
-from snippets.lib.planner import resolve_xla
+from snippets.lib.placements import resolve_xla
 
 MODES = ("auto", "gpu", "split-gpu", "cpu")
 
@@ -427,7 +427,7 @@ def jit_compile(placement: str = "single") -> bool:
     (``_resolve_auto_jit_compile``, keras/src/trainers/trainer.py, Keras
     3.15): False on a CPU-only machine, so an emulation that left it to Keras
     would never see XLA. This answers as a GPU host would, from one place
-    (:func:`snippets.lib.planner.resolve_xla`): True for a single device, False
+    (:func:`snippets.lib.placements.resolve_xla`): True for a single device, False
     under a ``tf.distribute`` strategy.
 
     >>> jit_compile("single"), jit_compile("mirrored")

@@ -35,6 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from snippets.lib import placements, probe_cache
 from snippets.lib.units import check_shape, dtype_bytes
 
 #: Probe dimensions: distinct primes, so a slot dimension names its weight axis.
@@ -80,7 +81,7 @@ def make_optimizer(name: str):
 def slot_layout(optimizer: str, rank: int, dtype: str = "float32") -> tuple[SlotShape, ...]:
     """The per-weight slots Keras creates for a weight of ``rank`` and ``dtype``.
 
-    Read from the probe cache (``snippets/data/step_probes.json``, written by
+    Read from the probe cache (``snippets/lib/data/step_probes.json``, written by
     ``python -m snippets.lib.step_probe --write`` from :func:`probe_slot_layout`,
     re-probed by the tests), so planning does not import TensorFlow; a rank
     or dtype the cache lacks is probed live.
@@ -89,9 +90,7 @@ def slot_layout(optimizer: str, rank: int, dtype: str = "float32") -> tuple[Slot
         ValueError: for an unknown optimizer name, or rank > 8.
     """
     check_optimizer(optimizer)
-    from snippets.lib import step_probe
-
-    cached = step_probe.load_cache()["slots"].get(f"{optimizer}/{rank}/{dtype}")
+    cached = probe_cache.load_cache()["slots"].get(f"{optimizer}/{rank}/{dtype}")
     if cached is None:
         return probe_slot_layout(optimizer, rank, dtype)
     return tuple(SlotShape(tuple((kind, n) for kind, n in dims), slot_dtype) for dims, slot_dtype in cached)
@@ -195,3 +194,104 @@ def check_optimizer(name: str | None) -> str | None:
     if name is not None and name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
     return name
+
+
+def colocate_updates(optimizer, jit_compile: bool | str = "auto"):
+    """Make ``optimizer`` compute each variable's update on that variable's device, XLA-compiled there.
+
+    Three things in Keras 3's TensorFlow optimizer path end up on device 0
+    for variables placed with ``tf.device``:
+
+    * the slots (RMSprop's velocity) when ``fit`` builds the optimizer: it
+      colocates them with their variable through the strategy's
+      ``colocate_vars_with``, which does not hold there (measured: every
+      velocity on device 0 after ``fit``; on its variable's device after an
+      eager ``optimizer.build``);
+    * ``_all_reduce_sum_gradients`` passes *all* gradients through one
+      ``IdentityN`` op (the default strategy's all-reduce over its single
+      replica, a ``tf.custom_gradient``): every shard's gradient is copied to
+      device 0, so device 0 would hold the full-size gradient;
+    * the arithmetic of each update (``rho * v + (1 - rho) * g**2`` ...).
+
+    This creates each slot under ``tf.device`` of its variable, skips the
+    all-reduce when no ``tf.distribute`` strategy is active (a sum over one
+    replica is the identity; under a real strategy it is kept) and runs each
+    ``update_step`` under ``tf.device(variable.device)`` (:func:`placement`
+    shows the result). All three patch this optimizer instance only
+    (``_all_reduce_sum_gradients`` is private Keras API, checked against
+    Keras 3.15).
+
+    XLA: a model whose variables sit on several devices cannot be compiled
+    whole (``InvalidArgumentError: Trying to access resource ... located in
+    device CPU:2 from device CPU:1``), yet ``jit_compile="auto"`` turns XLA
+    on for it on a GPU machine. So compile the model with
+    ``jit_compile=False`` (:func:`compile_sharded` does) and let this patch
+    compile each shard's update alone, on its device: with ``jit_compile``
+    True (what ``"auto"`` means here, :func:`snippets.lib.placements.resolve_xla`)
+    each ``update_step`` is a ``tf.function(jit_compile=True)`` per variable,
+    which fuses RMSprop's temporaries away (the step's transient drops from
+    4 to 1 variable, :mod:`snippets.lib.step_probe`).
+
+    Returns:
+        The same optimizer, for ``model.compile(optimizer=colocate_updates(...))``.
+    """
+    import tensorflow as tf
+
+    jit = placements.resolve_xla(jit_compile, "column")
+    update_step = optimizer.update_step
+    all_reduce = optimizer._all_reduce_sum_gradients
+    add_slot = optimizer.add_variable_from_reference
+    compiled = {}
+
+    def colocated_slot(reference_variable, *args, **kwargs):
+        with tf.device(getattr(reference_variable, "value", reference_variable).device):
+            return add_slot(reference_variable, *args, **kwargs)
+
+    def colocated_update_step(gradient, variable, learning_rate):
+        with tf.device(variable.device):
+            if not jit:
+                return update_step(gradient, variable, learning_rate)
+            # One XLA cluster per variable, traced with that variable captured.
+            step = compiled.get(id(variable))
+            if step is None:
+                step = compiled[id(variable)] = tf.function(
+                    lambda g, lr: update_step(g, variable, lr), jit_compile=True, autograph=False)
+            return step(tf.convert_to_tensor(gradient), tf.convert_to_tensor(learning_rate))
+
+    def all_reduce_if_distributed(grads_and_vars):
+        if tf.distribute.has_strategy():
+            return all_reduce(grads_and_vars)
+        return list(grads_and_vars)
+
+    optimizer.update_step = colocated_update_step
+    optimizer.add_variable_from_reference = colocated_slot
+    optimizer._all_reduce_sum_gradients = all_reduce_if_distributed
+    return optimizer
+
+
+def compile_sharded(model, optimizer, loss, jit_compile: bool | str = "auto", **kwargs):
+    """``model.compile`` for a model with ``tf.device``-sharded layers, safe on a GPU machine.
+
+    Compiles the model without XLA (it cannot be compiled whole, see
+    :func:`colocate_updates`) and the optimizer's updates per device, with
+    XLA when ``jit_compile`` resolves to True (``"auto"``: as Keras would on a
+    GPU host). Returns the model.
+    """
+    model.compile(optimizer=colocate_updates(optimizer, jit_compile), loss=loss, jit_compile=False, **kwargs)
+    return model
+
+
+def rmsprop_update(variable, velocity, gradient, learning_rate=1e-3, rho=0.9, epsilon=1e-7):
+    """One RMSprop step, Keras 3's rule without momentum or centering.
+
+    ``velocity = rho * velocity + (1 - rho) * g**2``;
+    ``variable -= learning_rate * g / sqrt(velocity + epsilon)``
+    (keras.optimizers.RMSprop, ``update_step``; Hinton, Coursera lecture 6e).
+    Elementwise, so on DTensors each device updates its own piece and no
+    communication happens.
+    """
+    import tensorflow as tf
+
+    gradient = tf.convert_to_tensor(gradient)
+    velocity.assign(rho * velocity + (1.0 - rho) * tf.square(gradient))
+    variable.assign_sub(learning_rate * gradient / tf.sqrt(velocity + epsilon))

@@ -33,7 +33,7 @@ def local_shape(shape: Sequence[int], strategy: str = "mirrored", devices: int =
     >>> local_shape([131072, 65536], "row", 3)
     Traceback (most recent call last):
     ...
-    ValueError: cannot split dimension 0 of shape [131072, 65536] (size 131072) evenly over 3 devices; choose a device count that divides 131072, or pad the dimension
+    ValueError: cannot split dimension 0 of shape [131072, 65536] (size 131072) into 3 equal shards: 3 does not divide 131072; use a shard count that divides 131072, or pad it to 131073
 
     Raises:
         ValueError: for a bad shape, strategy or count, or a split that does
@@ -69,3 +69,47 @@ def check_strategy(strategy: str) -> str:
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     return strategy
+
+
+#: Values of ``xla``: ``"auto"`` resolves as Keras would on a GPU host (:func:`resolve_xla`).
+XLA_CHOICES = ("auto", "on", "off")
+
+
+def resolve_xla(xla: str | bool, strategy: str) -> bool:
+    """Whether the step's update is XLA-compiled, as Keras decides on a machine with a GPU.
+
+    ``jit_compile="auto"`` (``Model.compile``'s default) resolves in
+    ``_resolve_auto_jit_compile`` (keras/src/trainers/trainer.py, Keras 3.15):
+    False under any ``tf.distribute`` strategy and on CPU-only machines,
+    True on a GPU machine otherwise. So on a GPU host: ``single`` -> True;
+    ``mirrored``, ``parameter_server`` -> False (a strategy is active);
+    ``offload`` -> False (a model whose variables sit on another device
+    cannot be compiled whole; its ``compile`` must say ``jit_compile=False``);
+    ``column`` / ``row`` -> True: the site's ``tf.device`` layers
+    (:mod:`snippets.tensor_parallel`) compile the model without XLA and each
+    shard's update with XLA on its own device. The CPU emulation uses this
+    function, not Keras's CPU answer.
+
+    >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
+    (False, True, False)
+
+    Raises:
+        ValueError: for an ``xla`` not in :data:`XLA_CHOICES` (or a bool) or an unknown strategy.
+    """
+    check_strategy(strategy)
+    if isinstance(xla, bool):
+        return xla
+    if xla not in XLA_CHOICES:
+        raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, not {xla!r}")
+    if xla != "auto":
+        return xla == "on"
+    return strategy in ("single", "column", "row")
+
+
+def xla_mode(jit: bool, strategy: str) -> str:
+    """How XLA applies to a step of ``strategy``: ``"no-xla"``, ``"xla"`` (the whole step) or
+    ``"xla-update"`` (each variable's update alone, on its device: the ``tf.device`` layers,
+    whose model cannot be compiled whole)."""
+    if not jit:
+        return "no-xla"
+    return "xla-update" if strategy in ("column", "row") else "xla"

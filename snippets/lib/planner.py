@@ -6,9 +6,9 @@ the all-reduce's buffer, the update's temporaries), phase by phase: init,
 forward, backward, aggregation, update. Capacities are what TensorFlow's
 allocator gets (:mod:`snippets.lib.hardware`).
 
->>> b = per_device([131072, 65536], "float32", "rmsprop", "column", 4)[0]
+>>> b = per_device([131072, 65536], "float32", "rmsprop", "mirrored", 4)[0]
 >>> human_bytes(b.step_peak), b.peak_phase
-('24.08 GiB', 'update')
+('192.02 GiB', 'update')
 
 Nothing here imports TensorFlow: slot layouts and update temporaries come
 from the probe cache (:mod:`snippets.lib.step_probe`).
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from snippets.lib.optimizers import check_optimizer
-from snippets.lib.placements import check_strategy, local_shape
+from snippets.lib.placements import check_strategy, local_shape, resolve_xla, xla_mode
 from snippets.lib.splits import check_count
-from snippets.lib.units import GiB, POLICIES, check_shape, dtype_bytes, human_bytes, tensor_bytes
+from snippets.lib.units import GiB, POLICIES, check_shape, dtype_bytes, human_bytes, tensor_bytes  # noqa: F401 (GiB, human_bytes: doctests)
 
 
 # --- per-device budgets of a training step -----------------------------------
@@ -75,7 +75,7 @@ class Weight:
     """A model variable as the planner sees it (shape, dtype, initializer, trainable).
 
     Anything with ``.shape`` and ``.dtype`` works as a weight (for example
-    ``snippets.reproduce.VariableSpec``); ``initializer`` and
+    ``snippets.lib.seed.VariableSpec``); ``initializer`` and
     ``trainable`` are read if present.
     """
 
@@ -182,50 +182,6 @@ def _as_weight(item) -> Weight:
     )
 
 
-#: Values of ``xla``: ``"auto"`` resolves as Keras would on a GPU host (:func:`resolve_xla`).
-XLA_CHOICES = ("auto", "on", "off")
-
-
-def resolve_xla(xla: str | bool, strategy: str) -> bool:
-    """Whether the step's update is XLA-compiled, as Keras decides on a machine with a GPU.
-
-    ``jit_compile="auto"`` (``Model.compile``'s default) resolves in
-    ``_resolve_auto_jit_compile`` (keras/src/trainers/trainer.py, Keras 3.15):
-    False under any ``tf.distribute`` strategy and on CPU-only machines,
-    True on a GPU machine otherwise. So on a GPU host: ``single`` -> True;
-    ``mirrored``, ``parameter_server`` -> False (a strategy is active);
-    ``offload`` -> False (a model whose variables sit on another device
-    cannot be compiled whole; its ``compile`` must say ``jit_compile=False``);
-    ``column`` / ``row`` -> True: the site's ``tf.device`` layers
-    (:mod:`snippets.tensor_parallel`) compile the model without XLA and each
-    shard's update with XLA on its own device. The CPU emulation uses this
-    function, not Keras's CPU answer.
-
-    >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
-    (False, True, False)
-
-    Raises:
-        ValueError: for an ``xla`` not in :data:`XLA_CHOICES` (or a bool) or an unknown strategy.
-    """
-    check_strategy(strategy)
-    if isinstance(xla, bool):
-        return xla
-    if xla not in XLA_CHOICES:
-        raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, not {xla!r}")
-    if xla != "auto":
-        return xla == "on"
-    return strategy in ("single", "column", "row")
-
-
-def xla_mode(jit: bool, strategy: str) -> str:
-    """How XLA applies to a step of ``strategy``: ``"no-xla"``, ``"xla"`` (the whole step) or
-    ``"xla-update"`` (each variable's update alone, on its device: the ``tf.device`` layers,
-    whose model cannot be compiled whole)."""
-    if not jit:
-        return "no-xla"
-    return "xla-update" if strategy in ("column", "row") else "xla"
-
-
 def dense_activations(shape: Sequence[int], strategy: str, devices: int, batch: int,
                       training: bool = True) -> int:
     """Activation bytes one device holds for a Dense kernel ``W[D, F]`` at global batch ``batch``.
@@ -266,7 +222,7 @@ def plan(
         weights: the model's variables: :class:`Weight` objects, plain shapes
             (float32, Glorot-initialised, trainable), or anything with
             ``.shape`` and ``.dtype`` such as
-            :func:`snippets.reproduce.variable_specs`' results.
+            :func:`snippets.lib.seed.variable_specs`' results.
         optimizer: None (inference: no gradients, no slots) or a name in
             :data:`OPTIMIZERS`; slots are counted by Keras (snippets.lib.optimizers),
             the update's temporaries were measured on the installed Keras
@@ -321,12 +277,12 @@ def plan(
                 grads += nbytes
             if trains and strategy != "parameter_server":
                 from snippets.lib import optimizers as _slots  # reads the probe cache; imports Keras only on a miss
-                from snippets.lib import step_probe
+                from snippets.lib import probe_cache
 
                 slot_total += _slots.slot_bytes(optimizer, shape, var_dtype)
                 precision = policy if policy is not None and compute != var_dtype else var_dtype
-                if precision in step_probe.PRECISIONS:
-                    units = step_probe.transient_units(optimizer, precision, xla_mode(jit, strategy))
+                if precision in probe_cache.PRECISIONS:
+                    units = probe_cache.transient_units(optimizer, precision, xla_mode(jit, strategy))
                     update_tmp += round((units - 1) * nbytes)
             elif compute != var_dtype:
                 update_tmp += tensor_bytes(shape, compute)

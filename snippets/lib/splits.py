@@ -42,7 +42,7 @@ def layout_local_shape(shape: Sequence[int], sharding: Sequence[str | None],
     >>> layout_local_shape([1024, 510], [None, "model"], {"model": 4})
     Traceback (most recent call last):
     ...
-    ValueError: cannot split dimension 1 of shape [1024, 510] (size 510) evenly over mesh axis 'model' of 4 devices; choose sizes that 4 divides, or another mesh
+    ValueError: cannot split dimension 1 of shape [1024, 510] over mesh axis 'model' (size 510) into 4 equal shards: 4 does not divide 510; use a shard count that divides 510, or pad it to 512
 
     Raises:
         ValueError: for a bad shape, a sharding whose length is not the
@@ -87,7 +87,7 @@ def check_split(name: str, size: int, count: int) -> int:
     >>> check_split("units", 10, 4)
     Traceback (most recent call last):
     ...
-    ValueError: cannot split units (size 10) into 4 equal shards: 4 does not divide 10; use a shard count that divides 10, or pad units to 12
+    ValueError: cannot split units (size 10) into 4 equal shards: 4 does not divide 10; use a shard count that divides 10, or pad it to 12
 
     Raises:
         ValueError: if ``count`` is not a positive int or does not divide
@@ -99,6 +99,6 @@ def check_split(name: str, size: int, count: int) -> int:
         padded = math.ceil(size / count) * count
         raise ValueError(
             f"cannot split {name} (size {size}) into {count} equal shards: {count} does not "
-            f"divide {size}; use a shard count that divides {size}, or pad {name} to {padded}"
+            f"divide {size}; use a shard count that divides {size}, or pad it to {padded}"
         )
     return size // count

@@ -52,7 +52,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from snippets.lib import hardware, placements, planner, step_probe, units
+from snippets.lib import hardware, placements, planner, probe_cache, units
+from snippets.lib.errors import is_oom, phase_of
+from snippets.lib.seed import SEED_SHAPE
 
 #: Placements whose device program this module can run alone. ``parameter_server``
 #: and ``offload``: the device that runs the layer reads the whole variable
@@ -69,8 +71,8 @@ class StepCase:
     Attributes:
         placement: one of :data:`PROGRAMS`.
         optimizer: a name in :data:`snippets.lib.optimizers.OPTIMIZERS`.
-        precision: a name in :data:`snippets.lib.step_probe.PRECISIONS`.
-        xla: ``"auto"``, ``"on"`` or ``"off"`` (:func:`snippets.lib.planner.resolve_xla`).
+        precision: a name in :data:`snippets.lib.probe_cache.PRECISIONS`.
+        xla: ``"auto"``, ``"on"`` or ``"off"`` (:func:`snippets.lib.placements.resolve_xla`).
         shape: the whole kernel ``[D, F]`` (the device holds its piece).
         devices: N.
         batch: global batch B.
@@ -124,10 +126,9 @@ def _build(case: StepCase):
     import keras
 
     from snippets.lib import optimizers
-    from snippets import tensor_parallel
 
     kernel, _ = case.program
-    jit = planner.resolve_xla(case.xla, case.placement)
+    jit = placements.resolve_xla(case.xla, case.placement)
     model = keras.Sequential([
         keras.Input((kernel[0],)),
         keras.layers.Dense(kernel[1], use_bias=False, kernel_initializer=case.initializer,
@@ -137,7 +138,7 @@ def _build(case: StepCase):
     # the gradient, which plain SGD consumes in place (no slot, no temporary).
     optimizer = optimizers.make_optimizer("sgd" if case.placement == "parameter_server" else case.optimizer)
     if case.placement in ("column", "row"):
-        tensor_parallel.compile_sharded(model, optimizer, "mean_squared_error", jit_compile=jit)
+        optimizers.compile_sharded(model, optimizer, "mean_squared_error", jit_compile=jit)
     else:
         if case.placement == "mirrored" and case.devices > 1:
             _copy_on_aggregation(optimizer)
@@ -160,37 +161,6 @@ def _copy_on_aggregation(optimizer) -> None:
         return [(tf.raw_ops.DeepCopy(x=g), v) for g, v in grads_and_vars]
 
     optimizer._all_reduce_sum_gradients = aggregate
-
-
-#: How an allocation failure can surface besides ``ResourceExhaustedError``:
-#: TensorFlow also allocates while it builds a step (constant folding, the
-#: slots' initial values), and reports a failure there as a ValueError or an
-#: InvalidArgumentError (seen with TF 2.21 under a tight cap).
-OOM_MARKERS = ("OOM when allocating", "ran out of memory", "Unable to evaluate a constant node",
-               "Cannot parse tensor from proto")
-
-
-def _is_oom(error: Exception) -> bool:
-    import tensorflow as tf
-
-    return isinstance(error, tf.errors.ResourceExhaustedError) or any(m in str(error) for m in OOM_MARKERS)
-
-
-def _phase_of(error: Exception) -> str:
-    """The training phase an OOM's op belongs to, from the op's name in the message.
-
-    Creating the optimizer's slots (their ``Initializer``) happens in the first
-    step before the forward pass ends: the planner counts slots from the
-    forward phase on.
-    """
-    text = str(error)
-    if "/Initializer/" in text:
-        return "forward"
-    if "gradient_tape" in text or "MatMul_1" in text:
-        return "backward"
-    if any(word in text.lower() for word in ("rmsprop", "adam", "sgd", "update", "assign", "apply", "optimizer")):
-        return "update"
-    return "forward"
 
 
 def measure(case: StepCase, steps: int = 1) -> dict:
@@ -218,7 +188,7 @@ def measure(case: StepCase, steps: int = 1) -> dict:
     try:
         model = _build(case)
     except (tf.errors.OpError, ValueError) as error:
-        if not _is_oom(error):
+        if not is_oom(error):
             raise
         # A worker or an offloading device does not initialise the variable;
         # it runs out holding the copy it reads in the forward pass.
@@ -232,7 +202,7 @@ def measure(case: StepCase, steps: int = 1) -> dict:
         # (slots are held from the forward pass on).
         model.optimizer.build(model.trainable_variables)
     except (tf.errors.OpError, ValueError) as error:
-        if not _is_oom(error):
+        if not is_oom(error):
             raise
         result["failed_phase"] = "forward"
         return result
@@ -244,9 +214,9 @@ def measure(case: StepCase, steps: int = 1) -> dict:
         tf.config.experimental.reset_memory_stats(device)
         model.fit(x, y, batch_size=batch, epochs=steps, verbose=0)
     except (tf.errors.OpError, ValueError) as error:
-        if not _is_oom(error):
+        if not is_oom(error):
             raise
-        result["failed_phase"] = _phase_of(error)
+        result["failed_phase"] = phase_of(error)
         result["error"] = [line for line in str(error).splitlines() if "node" in line.lower()][:2]
         return result
     result["step_peak"] = tf.config.experimental.get_memory_info(device)["peak"] - start
@@ -274,7 +244,7 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
     if inter_op_threads is not None:
         env["TF_NUM_INTEROP_THREADS"] = str(inter_op_threads)
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=Path(__file__).resolve().parents[2])
     if done.returncode:
         raise RuntimeError(f"{case.label()} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -295,7 +265,7 @@ def schedule_slack(case: StepCase) -> int:
     Returns:
         0, or the bytes of the device's kernel piece in its variable dtype.
     """
-    if planner.resolve_xla(case.xla, case.placement) or case.placement == "parameter_server":
+    if placements.resolve_xla(case.xla, case.placement) or case.placement == "parameter_server":
         return 0  # compiled, or the worker's plain SGD consumes the gradient in place
     kernel, _ = case.program
     return units.tensor_bytes(kernel, case.var_dtype)
@@ -345,9 +315,6 @@ AGREEMENT_CASES = tuple(
 
 
 # --- scale models -------------------------------------------------------------------
-
-#: The seed kernel.
-SEED_SHAPE = (131072, 65536)
 
 
 def scale_case(placement: str, optimizer: str, precision: str = "float32", xla: str = "auto",
@@ -417,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"placement must be one of {', '.join(PROGRAMS)}, not {case.placement!r}")
         placements.local_shape(case.shape, case.placement if case.placement != "mirrored" else "single",
                            case.devices)
-        step_probe.check_precision(case.precision)
+        probe_cache.check_precision(case.precision)
     except (ValueError, TypeError, KeyError) as error:
         parser.error(str(error).splitlines()[0])
     devices.configure(1, args.cap, "cpu")

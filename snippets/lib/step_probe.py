@@ -24,21 +24,17 @@ A fresh process per figure, because a used BFC allocator has holes: it hands
 a request a whole free chunk when the chunk is less than twice the request and
 the slack is under 128 MiB, and counts the whole chunk (``bfc_allocator.cc``).
 
-The results live in ``snippets/data/step_probes.json`` (with the slot layouts
+The results live in ``snippets/lib/data/step_probes.json`` (with the slot layouts
 of :mod:`snippets.lib.optimizers`), so the planner answers without importing
 TensorFlow; ``python -m snippets.lib.step_probe --write`` re-measures everything
 (about 10 minutes on 2 cores) and the tests re-probe a sample.
 
->>> transient_units("rmsprop", "float32", jit_compile=False)
-4.0
->>> transient_units("rmsprop", "float32", jit_compile=True)
-1.0
+The cache's reader is :mod:`snippets.lib.probe_cache`; this module measures.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import subprocess
@@ -48,53 +44,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from snippets.lib.optimizers import OPTIMIZERS, check_optimizer
+from snippets.lib.probe_cache import (CACHE, PRECISIONS, PROBE_BATCH, PROBE_SHAPE, SLOT_DTYPES, SLOT_RANKS,
+                                      XLA_MODES, check_precision, key, load_cache, rounded_units, xla_mode)
 from snippets.lib.units import POLICIES, tensor_bytes
-
-#: Where the measurements are kept (committed; re-probed by tests/test_step_probe.py).
-CACHE = Path(__file__).with_name("data") / "step_probes.json"
-
-#: Variable precisions probed: plain dtypes, and Keras mixed policies (float32 variables).
-PRECISIONS = ("float32", "float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
-
-#: The probe kernel: 256 MiB in float32.
-PROBE_SHAPE = (16384, 4096)
-PROBE_BATCH = 2
-
-#: Slot layouts are cached for weights of these ranks and dtypes.
-SLOT_RANKS = (0, 1, 2, 3, 4)
-SLOT_DTYPES = ("float32", "float16", "bfloat16")
-
-
-def check_precision(precision: str) -> str:
-    """Return ``precision`` if it is one of :data:`PRECISIONS`, else raise ValueError."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-    return precision
-
-
-#: How XLA is applied: not at all, to the whole training step
-#: (``model.compile(jit_compile=True)``), or to each variable's update alone
-#: on its device (:func:`snippets.tensor_parallel.colocate_updates`, for
-#: models that cannot be compiled whole).
-XLA_MODES = ("no-xla", "xla", "xla-update")
-
-
-def xla_mode(jit_compile: bool | str) -> str:
-    """``False`` -> ``"no-xla"``, ``True`` -> ``"xla"``; a name in :data:`XLA_MODES` passes through.
-
-    Raises:
-        ValueError: for anything else.
-    """
-    if jit_compile is True or jit_compile is False:
-        return "xla" if jit_compile else "no-xla"
-    if jit_compile not in XLA_MODES:
-        raise ValueError(f"XLA mode must be a bool or one of {', '.join(XLA_MODES)}, not {jit_compile!r}")
-    return jit_compile
-
-
-def key(optimizer: str, precision: str, jit_compile: bool | str) -> str:
-    """The cache key, e.g. ``"rmsprop/float32/xla"``, ``".../no-xla"``, ``".../xla-update"``."""
-    return f"{optimizer}/{precision}/{xla_mode(jit_compile)}"
 
 
 def measure_step(optimizer: str, precision: str = "float32", jit_compile: bool | str = False,
@@ -116,7 +68,6 @@ def measure_step(optimizer: str, precision: str = "float32", jit_compile: bool |
     import tensorflow as tf
 
     from snippets.lib import optimizers
-    from snippets import tensor_parallel
 
     check_optimizer(optimizer)
     check_precision(precision)
@@ -127,7 +78,7 @@ def measure_step(optimizer: str, precision: str = "float32", jit_compile: bool |
                               keras.layers.Dense(shape[1], use_bias=False, kernel_initializer="zeros",
                                                  dtype=precision)])
     if mode == "xla-update":
-        tensor_parallel.compile_sharded(model, optimizers.make_optimizer(optimizer), "mean_squared_error", True)
+        optimizers.compile_sharded(model, optimizers.make_optimizer(optimizer), "mean_squared_error", True)
     else:
         model.compile(optimizers.make_optimizer(optimizer), "mean_squared_error", jit_compile=mode == "xla")
     x, y = np.ones((batch, shape[0]), "float32"), np.ones((batch, shape[1]), "float32")
@@ -153,16 +104,11 @@ def probe_fresh(optimizer: str, precision: str = "float32", jit_compile: bool | 
                "--device-memory", f"{cap_mib}MiB"]
     done = subprocess.run(command, capture_output=True, text=True, check=False,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=Path(__file__).resolve().parents[2])
     if done.returncode:
         raise RuntimeError(f"probe {key(optimizer, precision, jit_compile)} failed: "
                            f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def rounded_units(units: float) -> float:
-    """A measured transient rounded to 1/8 of the variable: allocator slack is not a property of Keras."""
-    return round(units * 8) / 8
 
 
 def measure_all(workers: int = 2, known: dict | None = None, save=None) -> dict:
@@ -205,36 +151,12 @@ def versions() -> dict:
     return {"keras": version("keras"), "tensorflow": version("tensorflow")}
 
 
-@functools.lru_cache(maxsize=None)
-def load_cache() -> dict:
-    """The committed measurements: ``{"versions", "probe", "transient_units", "slots"}``.
-
-    Raises:
-        FileNotFoundError: if the cache is missing (``python -m snippets.lib.step_probe --write``).
-    """
-    return json.loads(CACHE.read_text(encoding="utf-8"))
-
-
-def transient_units(optimizer: str, precision: str = "float32", jit_compile: bool | str = False) -> float:
-    """Step transient of ``optimizer`` in units of the variable: gradient + update temporaries.
-
-    From the cache; see the module docstring for how it was measured.
-    ``jit_compile``: False, True (the whole step) or a name in :data:`XLA_MODES`.
-
-    Raises:
-        ValueError: for an unknown optimizer, precision or XLA mode.
-    """
-    check_optimizer(optimizer)
-    check_precision(precision)
-    return load_cache()["transient_units"][key(optimizer, precision, jit_compile)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from snippets.lib import devices
 
     parser = argparse.ArgumentParser(prog="python -m snippets.lib.step_probe",
                                      description="Measure a training step's transient memory per optimizer, "
-                                     "precision and XLA, and keep it in snippets/data/step_probes.json.")
+                                     "precision and XLA, and keep it in snippets/lib/data/step_probes.json.")
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="re-measure everything and rewrite the cache")
     action.add_argument("--show", action="store_true", help="print the cached table")

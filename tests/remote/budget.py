@@ -23,7 +23,7 @@ def seed_json(input_dim: int = 131072, units: int = 65536) -> str:
     """``model.to_json()`` of the seed model, built without allocating its weights."""
     import keras
 
-    from snippets.reproduce import seed_model
+    from snippets.lib.seed import seed_model
 
     with keras.StatelessScope(initialize_variables=False):
         return seed_model(input_dim, units).to_json()
@@ -34,7 +34,7 @@ def seed_weights_and_context() -> tuple[list, bool]:
     from tensorflow.python.eager import context
 
     from snippets import decide
-    from snippets.reproduce import seed_model
+    from snippets.lib.seed import seed_model
 
     weights = decide.model_weights(seed_model)
     return weights, context.context()._context_handle is not None
@@ -51,7 +51,7 @@ def mirrored_model_vs_plan(setup, input_dim: int = 1024, units: int = 256, optim
 
     from snippets.lib import ledger, optimizers, planner
     from snippets import decide
-    from snippets.reproduce import seed_model
+    from snippets.lib.seed import seed_model
 
     weights = decide.model_weights(seed_model, input_dim, units)
     strategy = tf.distribute.MirroredStrategy(setup.devices)

@@ -4,8 +4,8 @@ Each function runs in a kernel, configures devices first (or, for F14's
 first half, deliberately does not), and returns plain data.
 """
 
-from snippets.lib import devices
-from snippets import dtensor
+from snippets import dtensor as ds
+from snippets.lib import devices, pieces
 
 
 def setup4(device_memory="200MiB"):
@@ -34,9 +34,9 @@ def f14_mesh_without_devices():
         except tf.errors.OpError as error:
             errors[name] = (type(error).__name__, error.message)
     try:
-        dtensor.make_mesh(["CPU:0", "CPU:1"], {"x": 2})
+        ds.make_mesh(["CPU:0", "CPU:1"], {"x": 2})
         ours = None
-    except dtensor.MeshError as error:
+    except ds.MeshError as error:
         ours = str(error)
     return {"mesh_created": mesh.num_local_devices(), "errors": errors, "make_mesh": ours}
 
@@ -50,14 +50,14 @@ def f14_dvariable_pieces():
     mesh = dtensor.create_mesh([("model", 4)], devices=list(setup.devices))
     layout = dtensor.Layout([dtensor.UNSHARDED, "model"], mesh)
     variable = dtensor.DVariable(dtensor.call_with_layout(tf.zeros, layout, shape=(1024, 512)))
-    return type(variable).__name__, [(p.device, p.shape, p.nbytes) for p in dtensor.pieces(variable)]
+    return type(variable).__name__, [(p.device, p.shape, p.nbytes) for p in pieces.of_variable(variable)]
 
 
 def train(axes=None, steps=3, relayout_gradients=True, **kwargs):
     """:func:`snippets.dtensor.train` on 4 devices, with the Keras reference for the same steps."""
     setup = setup4()
-    result = dtensor.train(setup, axes, steps=steps, relayout_gradients=relayout_gradients, **kwargs)
-    reference = dtensor.keras_reference(steps=steps, **kwargs)
+    result = ds.train(setup, axes, steps=steps, relayout_gradients=relayout_gradients, **kwargs)
+    reference = ds.keras_reference(steps=steps, **kwargs)
     return {
         "mesh": result["mesh"],
         "losses": result["losses"],
@@ -74,8 +74,8 @@ def random_init_pieces():
     import numpy as np
 
     setup = setup4()
-    mesh = dtensor.make_mesh(setup, {"batch": 2, "model": 2})
-    layer = dtensor.dense_on_mesh(mesh, 1024, 512, seed=3)
+    mesh = ds.make_mesh(setup, {"batch": 2, "model": 2})
+    layer = ds.dense_on_mesh(mesh, 1024, 512, seed=3)
     from tensorflow.experimental import dtensor
 
     parts = [p.numpy() for p in dtensor.unpack(layer.kernel.read_value())]
@@ -98,15 +98,15 @@ def error_line(call):
 
 
 def bad_mesh():
-    return error_line(lambda s: dtensor.make_mesh(s, {"batch": 2, "model": 3}))
+    return error_line(lambda s: ds.make_mesh(s, {"batch": 2, "model": 3}))
 
 
 def bad_units():
-    return error_line(lambda s: dtensor.train(s, None, units=510))
+    return error_line(lambda s: ds.train(s, None, units=510))
 
 
 def bad_batch():
-    return error_line(lambda s: dtensor.train(s, {"batch": 2, "model": 2}, batch=15))
+    return error_line(lambda s: ds.train(s, {"batch": 2, "model": 2}, batch=15))
 
 
 def reserve(shape):
@@ -115,10 +115,10 @@ def reserve(shape):
 
     setup = setup4()
     try:
-        return "ok", dtensor.reserve_training_state(setup, shape)
+        return "ok", ds.reserve_training_state(setup, shape)
     except tf.errors.ResourceExhaustedError as error:
         return type(error).__name__, error.message.splitlines()[0]
 
 
 def summary():
-    return dtensor.shard_summary(setup4())
+    return ds.shard_summary(setup4())

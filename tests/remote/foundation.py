@@ -4,12 +4,12 @@ Each function runs in a fresh kernel, configures devices first, and returns
 plain data for the test process to assert on.
 """
 
-from snippets.lib import devices
+from snippets.lib import devices, pieces
 from snippets import placement
 
 
 def _components(variable):
-    return [(placement.short_device(c.device), c.shape, c.nbytes) for c in placement.components(variable)]
+    return [(pieces.short_device(c.device), c.shape, c.nbytes) for c in pieces.of_variable(variable)]
 
 
 def f01_mirrored_components():

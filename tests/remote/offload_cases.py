@@ -7,7 +7,7 @@ data for the test process to assert on.
 
 from __future__ import annotations
 
-from snippets.lib import devices
+from snippets.lib import devices, pieces
 from snippets import offload
 
 #: 4 logical CPUs sharing a 200 MiB pool: CPU:0 plays the host, CPU:1-3 the GPUs.
@@ -31,9 +31,9 @@ def f12() -> dict:
         big = tf.Variable(tf.zeros([1024, 256]))
     trap = offload.mirrored_despite_device(setup)
     return {
-        "w": (type(w).__name__, [offload.short_device(c.device) for c in w.values]),
-        "big": (type(big).__name__, offload.short_device(big.device), tuple(big.shape)),
-        "trap": (type(trap).__name__, [offload.short_device(c.device) for c in trap.values]),
+        "w": (type(w).__name__, [pieces.short_device(c.device) for c in w.values]),
+        "big": (type(big).__name__, pieces.short_device(big.device), tuple(big.shape)),
+        "trap": (type(trap).__name__, [pieces.short_device(c.device) for c in trap.values]),
     }
 
 
@@ -43,7 +43,7 @@ def transfers(mode: str, input_dim: int = 1024, units: int = 256, batch: int = 3
     placed, moved = offload.run_mode(setup, mode, input_dim, units, batch)
     return {
         "placed": placed,
-        "moved": [(t.src, t.dst, t.shape, t.dtype, t.nbytes, t.kind) for t in moved],
+        "moved": [(t.source, t.destination, t.shape, t.dtype, t.nbytes, t.kind) for t in moved],
     }
 
 

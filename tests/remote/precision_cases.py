@@ -5,7 +5,7 @@ idempotent for the same arguments), so they can run in one kernel in any order:
 4 logical CPUs sharing one BFC allocator capped at 30976 MiB (one V100's worth).
 """
 
-from snippets.lib import devices
+from snippets.lib import devices, pieces
 from snippets import placement, precision
 
 COUNT, DEVICE_MEMORY = 4, "30976MiB"
@@ -42,8 +42,8 @@ def mirrored_float16(shape):
     setup = _setup()
     variable = placement.mirrored_variable(setup, shape, "float16")
     return type(variable).__name__, [
-        (placement.short_device(c.device), c.shape, c.dtype, c.nbytes)
-        for c in placement.components(variable)
+        (pieces.short_device(c.device), c.shape, c.dtype, c.nbytes)
+        for c in pieces.of_variable(variable)
     ]
 
 

@@ -5,6 +5,7 @@ The kernel that runs these starts one cluster (1 worker, 2 ps tasks on free
 stopped, and several strategies can share its resolver.
 """
 
+from snippets.lib import cluster, pieces
 from snippets import parameter_server as ps
 
 _resolver = None
@@ -17,7 +18,7 @@ def resolver():
         from snippets.lib import devices
 
         devices.configure(1, "200MiB", mode="cpu")
-        _resolver = ps.start_in_process_cluster(workers=1, ps=2)
+        _resolver = cluster.start_in_process_cluster(workers=1, ps=2)
     return _resolver
 
 
@@ -32,14 +33,14 @@ def reserve(shape):
 
 
 def _rows(variable):
-    return [(s.device, s.shape, s.nbytes) for s in ps.shards(variable)]
+    return [(s.device, s.shape, s.nbytes) for s in pieces.of_variable(variable)]
 
 
 def f15_partitioned_variables():
     """MinSizePartitioner(256 KiB, max 2): a [2048, 1024] tf.Variable and a Keras 3 Embedding(8192, 64)."""
     import tensorflow as tf
 
-    strategy = ps.make_strategy(resolver(), ps.make_partitioner("min_size", 256 << 10, max_shards=2))
+    strategy = cluster.make_strategy(resolver(), cluster.make_partitioner("min_size", 256 << 10, max_shards=2))
     with strategy.scope():
         variable = tf.Variable(tf.zeros([2048, 1024]))
         embedding = ps.build_model().layers[0]
@@ -54,17 +55,17 @@ def partitioner_shards(kind, value, max_shards=None, shape=(2048, 1024)):
     """Shard shapes and ps tasks of ``tf.Variable(zeros(shape))`` under one partitioner."""
     import tensorflow as tf
 
-    strategy = ps.make_strategy(resolver(), ps.make_partitioner(kind, value, max_shards))
+    strategy = cluster.make_strategy(resolver(), cluster.make_partitioner(kind, value, max_shards))
     with strategy.scope():
         variable = tf.Variable(tf.zeros(shape))
-    return [(s.device.split("/")[3], s.shape) for s in ps.shards(variable)]
+    return [(s.device.split("/")[3], s.shape) for s in pieces.of_variable(variable)]
 
 
 def f16_fit_refusal():
     """Keras 3 Model.fit(numpy) under the strategy, and whether Keras 3 has a DatasetCreator."""
     import keras
 
-    strategy = ps.make_strategy(resolver(), ps.make_partitioner("fixed", 2))
+    strategy = cluster.make_strategy(resolver(), cluster.make_partitioner("fixed", 2))
     message = ps.fit_refusal(strategy)
     per_worker = ps.fit_per_worker_refusal(strategy)
     has_creator = hasattr(keras.utils, "experimental") or hasattr(keras.utils, "DatasetCreator")
@@ -75,7 +76,7 @@ def train(steps=5):
     """Coordinator training vs the unsharded Keras RMSprop replay of the same batches."""
     import numpy as np
 
-    strategy = ps.make_strategy(resolver(), ps.make_partitioner("fixed", 2))
+    strategy = cluster.make_strategy(resolver(), cluster.make_partitioner("fixed", 2))
     result = ps.train(strategy, steps=steps)
     x, y = ps.example_data(8 * 32)
     reference = ps.keras_reference(result["initial"], x, y, steps)
@@ -91,7 +92,7 @@ def train(steps=5):
 
 
 def dense_concat(shape=(1024, 512)):
-    strategy = ps.make_strategy(resolver(), ps.make_partitioner("fixed", 2))
+    strategy = cluster.make_strategy(resolver(), cluster.make_partitioner("fixed", 2))
     return ps.dense_reads_full_kernel(strategy, shape)
 
 

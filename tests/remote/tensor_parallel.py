@@ -7,7 +7,8 @@ returns plain data for the test process to assert on.
 
 from __future__ import annotations
 
-from snippets.lib import devices, planner, units
+from snippets.lib import allocator, devices, full_size, optimizers, pieces, planner, trace, units
+from snippets.lib import layers
 from snippets import tensor_parallel as tp
 
 #: CI scale: 4 logical CPUs sharing a 200 MiB capped pool.
@@ -19,7 +20,7 @@ def _ci():
 
 
 def _shard_rows(variables):
-    return [(tp.short_device(v.device), tuple(int(d) for d in v.shape)) for v in variables]
+    return [(pieces.short_device(v.device), tuple(int(d) for d in v.shape)) for v in variables]
 
 
 def f13_by_hand(seed: int = 0) -> dict:
@@ -46,14 +47,14 @@ def f13_by_hand(seed: int = 0) -> dict:
 def compare(kind: str) -> dict:
     """A sharded layer against keras.layers.Dense with the same weights (outputs and kernel gradients)."""
     result = tp.compare_with_dense(_ci(), kind)
-    result["shards"] = [(s.name, s.device, s.shape, s.nbytes) for s in result["shards"]]
+    result["shards"] = [(s.name, pieces.short_device(s.device), s.shape, s.nbytes) for s in result["shards"]]
     return result
 
 
 def uneven(kind: str, units: int = 30, in_dim: int = 64) -> str:
     """Build a layer whose split dimension 4 does not divide; return the error message."""
     setup = _ci()
-    layer = tp.make_layer(kind, units, setup.devices)
+    layer = layers.make_layer(kind, units, setup.devices)
     try:
         layer.build((None, in_dim))
     except ValueError as error:
@@ -69,12 +70,12 @@ def fit_losses(kind: str) -> dict:
     if kind == "column_row":
         model = tp.megatron_model(setup)
     else:
-        model = keras.Sequential([keras.Input((64,)), tp.make_layer(kind, 32, setup.devices)])
+        model = keras.Sequential([keras.Input((64,)), layers.make_layer(kind, 32, setup.devices)])
     losses = tp.train(model)
     velocity = [
-        (v.path, tp.short_device(v.value.device)) for v in model.optimizer.variables if "velocity" in v.path
+        (v.path, pieces.short_device(v.value.device)) for v in model.optimizer.variables if "velocity" in v.path
     ]
-    return {"losses": losses, "velocity": velocity, "weights": [(s.name, s.device) for s in tp.shards(model)]}
+    return {"losses": losses, "velocity": velocity, "weights": [(s.name, pieces.short_device(s.device)) for s in pieces.of_variables(model.weights)]}
 
 
 def _step(model):
@@ -82,7 +83,7 @@ def _step(model):
 
     x = np.ones((16, 64), "float32")
     y = np.ones((16, model.outputs[0].shape[-1]), "float32")
-    return tp.train_step_function(model), ((x, y),)
+    return trace.train_step_function(model), ((x, y),)
 
 
 def megatron_step(pinned: bool = True) -> dict:
@@ -96,17 +97,17 @@ def megatron_step(pinned: bool = True) -> dict:
     setup = _ci()
     model = keras.Sequential([
         keras.Input((64,)),
-        tp.ColumnParallelDense(128, setup.devices, activation="relu", gather_output=False,
+        layers.ColumnParallelDense(128, setup.devices, activation="relu", gather_output=False,
                                pin_backward=pinned, name="column"),
-        tp.RowParallelDense(32, setup.devices, input_is_parallel=True, pin_backward=pinned, name="row"),
+        layers.RowParallelDense(32, setup.devices, input_is_parallel=True, pin_backward=pinned, name="row"),
     ])
     optimizer = keras.optimizers.RMSprop()
     # Updates without XLA here, so the update's own ops (Square, ...) show where they run;
     # XLA-compiled, each update is one cluster on the same device.
-    model.compile(optimizer=tp.colocate_updates(optimizer, jit_compile=False) if pinned else optimizer,
+    model.compile(optimizer=optimizers.colocate_updates(optimizer, jit_compile=False) if pinned else optimizer,
                   loss="mse", jit_compile=False)
     step, args = _step(model)
-    found = tp.placement(step, *args)
+    found = trace.placement(step, *args)
     placed, moved = found.ops, found.transfers
     return {
         "grad_matmul": sorted((n, d) for t, n, d in placed if t == "MatMul" and n.startswith("gradient_tape")),
@@ -123,10 +124,10 @@ def column_gather_step() -> dict:
     import keras
 
     setup = _ci()
-    model = keras.Sequential([keras.Input((64,)), tp.ColumnParallelDense(32, setup.devices, name="column")])
-    model.compile(optimizer=tp.colocate_updates(keras.optimizers.RMSprop()), loss="mse")
+    model = keras.Sequential([keras.Input((64,)), layers.ColumnParallelDense(32, setup.devices, name="column")])
+    model.compile(optimizer=optimizers.colocate_updates(keras.optimizers.RMSprop()), loss="mse")
     step, args = _step(model)
-    placed = tp.placement(step, *args).ops
+    placed = trace.placement(step, *args).ops
     return {"concat": sorted(d for t, n, d in placed if t == "ConcatV2"),
             "grad_matmul": sorted(d for t, n, d in placed if t == "MatMul" and n.startswith("gradient_tape"))}
 
@@ -144,14 +145,14 @@ def init_peaks(in_dim: int = 4096, units: int = 1024) -> dict:
 
     def sharded(kind):
         def build():
-            layer = tp.make_layer(kind, units, setup.devices)
+            layer = layers.make_layer(kind, units, setup.devices)
             layer.build((None, in_dim))
             return layer
         return build
 
-    result = {"kernel": units.tensor_bytes((in_dim, units))}
+    result = {"kernel": in_dim * units * 4}  # float32
     for name, build in (("dense", dense), ("column", sharded("column")), ("row", sharded("row"))):
-        measured = tp.init_peak(setup, build)
+        measured = allocator.measure(build, setup.devices[0])
         result[name] = (measured["peak"], measured["current"])
         del measured
     return result
@@ -160,18 +161,18 @@ def init_peaks(in_dim: int = 4096, units: int = 1024) -> dict:
 def config_round_trip() -> dict:
     """get_config / from_config keep units, devices and the gather flag."""
     setup = _ci()
-    layer = tp.ColumnParallelDense(32, setup.devices, activation="relu", gather_output=False)
-    clone = tp.ColumnParallelDense.from_config(layer.get_config())
+    layer = layers.ColumnParallelDense(32, setup.devices, activation="relu", gather_output=False)
+    clone = layers.ColumnParallelDense.from_config(layer.get_config())
     return {"units": clone.units, "devices": list(clone.shard_devices), "gather": clone.gather_output,
             "activation": clone.activation.__name__}
 
 
 def full_shape(strategy: str) -> dict:
     """The seed kernel's 4 shards reserved through the capped pool (pages untouched), per device."""
-    setup = devices.configure(4, "30976MiB", cpu_pool=tp.full_shape_pool())
+    setup = devices.configure(4, "30976MiB", cpu_pool=full_size.full_shape_pool())
     report = tp.full_shape(setup, strategy)
     return {
-        "shards": [(s.device, s.shape, s.nbytes) for s in report.shards],
+        "shards": [(pieces.short_device(s.device), s.shape, s.nbytes) for s in report.shards],
         "state": [planner.training_state(b) for b in report.budgets],
         "step": [b.total for b in report.budgets],
         "unfused": report.unfused.total,
@@ -200,8 +201,8 @@ def save_and_load() -> dict:
     x = np.random.default_rng(1).standard_normal((4, 64)).astype("float32")
     return {
         "max_abs_diff": float(np.max(np.abs(clone(x).numpy() - model(x).numpy()))),
-        "shards": [("/".join(s.name.split("/")[-2:]), s.device, s.shape) for s in tp.shards(clone)],
-        "original": [("/".join(s.name.split("/")[-2:]), s.device, s.shape) for s in tp.shards(model)],
+        "shards": [("/".join(s.name.split("/")[-2:]), pieces.short_device(s.device), s.shape) for s in pieces.of_variables(clone.weights)],
+        "original": [("/".join(s.name.split("/")[-2:]), pieces.short_device(s.device), s.shape) for s in pieces.of_variables(model.weights)],
     }
 
 
@@ -211,16 +212,16 @@ def stock_optimizer_slots() -> list[str]:
     import numpy as np
 
     setup = _ci()
-    model = keras.Sequential([keras.Input((64,)), tp.ColumnParallelDense(32, setup.devices)])
+    model = keras.Sequential([keras.Input((64,)), layers.ColumnParallelDense(32, setup.devices)])
     model.compile(optimizer=keras.optimizers.RMSprop(), loss="mse")
     model.fit(np.ones((4, 64), "float32"), np.zeros((4, 32), "float32"), verbose=0)
-    return sorted(tp.short_device(v.value.device) for v in model.optimizer.variables if "velocity" in v.path)
+    return sorted(pieces.short_device(v.value.device) for v in model.optimizer.variables if "velocity" in v.path)
 
 
 def parallel_input_mismatch() -> str:
     """RowParallelDense(input_is_parallel=True) fed one tensor instead of N slices: the error."""
     setup = _ci()
-    layer = tp.RowParallelDense(32, setup.devices, input_is_parallel=True)
+    layer = layers.RowParallelDense(32, setup.devices, input_is_parallel=True)
     try:
         layer.build((None, 64))
     except ValueError as error:
@@ -237,7 +238,7 @@ def mixed_precision(kind: str) -> dict:
     x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
     dense = keras.layers.Dense(32, dtype="mixed_float16")
     dense.build((None, 64))
-    layer = tp.make_layer(kind, 32, setup.devices, dtype="mixed_float16")
+    layer = layers.make_layer(kind, 32, setup.devices, dtype="mixed_float16")
     layer.build((None, 64))
     layer.set_full_weights(*[w.numpy() for w in dense.weights])
     y, y_ref = layer(x), dense(x)
@@ -252,7 +253,7 @@ def update_peaks(shape=(8192, 4096)) -> dict:
     """Pool peak of a fit step of a 4-way column layer, in units of the whole kernel, per XLA choice.
 
     Runs in its own kernel (a 1024 MiB pool): ``"auto"`` and ``"off"`` through
-    :func:`snippets.tensor_parallel.compile_sharded`, and ``"whole"``, the
+    :func:`snippets.lib.optimizers.compile_sharded`, and ``"whole"``, the
     model compiled with ``jit_compile=True`` as Keras's ``"auto"`` would on a
     GPU machine (it raises; its error's first line is returned).
     """
@@ -267,12 +268,12 @@ def update_peaks(shape=(8192, 4096)) -> dict:
     kernel = units.tensor_bytes(shape)
     result = {}
     for mode in ("auto", "off", "whole"):
-        model = keras.Sequential([keras.Input((d,)), tp.ColumnParallelDense(f, setup.devices, use_bias=False,
+        model = keras.Sequential([keras.Input((d,)), layers.ColumnParallelDense(f, setup.devices, use_bias=False,
                                                                           kernel_initializer="zeros")])
         if mode == "whole":
-            model.compile(tp.colocate_updates(keras.optimizers.RMSprop(), False), "mse", jit_compile=True)
+            model.compile(optimizers.colocate_updates(keras.optimizers.RMSprop(), False), "mse", jit_compile=True)
         else:
-            tp.compile_sharded(model, keras.optimizers.RMSprop(), "mse", jit_compile=mode)
+            optimizers.compile_sharded(model, keras.optimizers.RMSprop(), "mse", jit_compile=mode)
         try:
             model.fit(x, y, batch_size=2, verbose=0)
         except tf.errors.InvalidArgumentError as error:

@@ -1,0 +1,103 @@
+"""TensorFlow's errors as a reader sees them: one line, and what an OOM message says.
+
+>>> report = parse_oom("OOM when allocating tensor with shape[131072,65536] and type float on "
+...                    "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
+>>> report.shape, report.dtype, report.nbytes
+((131072, 65536), 'float32', 34359738368)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from snippets.lib import units
+
+
+_TF_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+
+
+def oom_line(error: Exception) -> str:
+    """TensorFlow's ResourceExhaustedError as one line, as a user's log shows it.
+
+    Drops the ``{{function_node ...}}`` prefix TF adds when the op ran inside
+    a function and the trailing ``name:``.
+    """
+    message = _TF_PREFIX.sub("", str(error).strip().splitlines()[0])
+    message = re.sub(r"\s*name:\s*$", "", message)
+    return f"{type(error).__name__}: {message}"
+
+
+#: TensorFlow's names for dtypes in error messages (``DataTypeString`` in
+#: ``tensorflow/core/framework/types.cc``) -> the names used on this site.
+TF_MESSAGE_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}
+_OOM = re.compile(
+    r"OOM when allocating tensor with shape\s*\[(?P<shape>[\d,\s]*)\] and type (?P<type>\w+) "
+    r"on (?P<device>\S+) by allocator (?P<allocator>\S+)(?:.*\[Op:(?P<op>\w+)\])?"
+)
+
+
+@dataclass(frozen=True)
+class OomReport:
+    """The parts of an OOM message: what was asked for, where, and by which op."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+    allocator: str
+    op: str | None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the one tensor the allocator refused."""
+        return units.tensor_bytes(self.shape, self.dtype)
+
+
+def parse_oom(message: str) -> OomReport:
+    """Read a ``ResourceExhaustedError`` message: shape, dtype, device, allocator, op.
+
+    Raises:
+        ValueError: if ``message`` has no "OOM when allocating tensor" part.
+    """
+    match = _OOM.search(message)
+    if match is None:
+        raise ValueError("not a TensorFlow OOM message: no 'OOM when allocating tensor with shape[...]'")
+    shape = tuple(int(d) for d in match["shape"].replace(" ", "").split(",") if d)
+    dtype = TF_MESSAGE_DTYPES.get(match["type"], match["type"])
+    return OomReport(shape, dtype, match["device"], match["allocator"], match["op"])
+
+
+#: How an allocation failure can surface besides ``ResourceExhaustedError``:
+#: TensorFlow also allocates while it builds a step (constant folding, the
+#: slots' initial values), and reports a failure there as a ValueError or an
+#: InvalidArgumentError (seen with TF 2.21 under a tight cap).
+OOM_MARKERS = ("OOM when allocating", "ran out of memory", "Unable to evaluate a constant node",
+               "Cannot parse tensor from proto")
+
+
+def is_oom(error: Exception) -> bool:
+    import tensorflow as tf
+
+    return isinstance(error, tf.errors.ResourceExhaustedError) or any(m in str(error) for m in OOM_MARKERS)
+
+
+def phase_of(error: Exception) -> str:
+    """The training phase an OOM's op belongs to, from the op's name in the message.
+
+    Creating the optimizer's slots (their ``Initializer``) happens in the first
+    step before the forward pass ends: the planner counts slots from the
+    forward phase on.
+    """
+    text = str(error)
+    if "/Initializer/" in text:
+        return "forward"
+    if "gradient_tape" in text or "MatMul_1" in text:
+        return "backward"
+    if any(word in text.lower() for word in ("rmsprop", "adam", "sgd", "update", "assign", "apply", "optimizer")):
+        return "update"
+    return "forward"
+
+
+def summary(error: BaseException) -> str:
+    """``Type: first line of the message`` (TensorFlow's messages can run to pages)."""
+    return f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"

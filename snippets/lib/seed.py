@@ -1,0 +1,88 @@
+"""The seed: the layer from the report this site answers, defined once.
+
+A Keras ``Dense(65536)`` on a 131072-wide input: its kernel ``W[131072, 65536]``
+float32 is 2**35 B = 32 GiB, more than a V100-SXM2-32GB's allocator gets.
+
+>>> SEED_SHAPE, units.tensor_bytes(SEED_SHAPE) == 2**35
+((131072, 65536), True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snippets.lib import units
+
+
+#: The seed layer: input width and units of the Dense layer, dtype of its variables.
+SEED_INPUT_DIM = 131072
+SEED_UNITS = 65536
+
+
+@dataclass(frozen=True)
+class VariableSpec:
+    """A model variable's path, shape, dtype, initializer and trainable flag, read without allocating it.
+
+    ``initializer`` is the Keras initializer's class name (e.g.
+    ``"GlorotUniform"``), or ``"NoneType"`` for a variable created from a value.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    initializer: str = "GlorotUniform"
+    trainable: bool = True
+
+    @property
+    def nbytes(self) -> int:
+        return units.tensor_bytes(self.shape, self.dtype)
+
+
+def seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, dtype=None):
+    """The seed model, uncompiled: ``Input((input_dim,))`` then ``Dense(units)``.
+
+    Its kernel has shape ``[input_dim, units]``; with the defaults,
+    ``[131072, 65536]`` float32 = 34359738368 B.
+    """
+    import keras
+
+    return keras.Sequential([keras.Input((input_dim,)), keras.layers.Dense(units, dtype=dtype)])
+
+
+def build_seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, dtype=None):
+    """:func:`seed_model` compiled with RMSprop and mean squared error, as in the report.
+
+    Call it inside a strategy's ``scope()`` to create the variables under
+    that strategy.
+    """
+    model = seed_model(input_dim, units, dtype)
+    model.compile(optimizer="rmsprop", loss="mean_squared_error")
+    return model
+
+
+def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
+    """Shapes and dtypes of the variables ``build_model(*args, **kwargs)`` creates, allocating none.
+
+    Builds the model under ``keras.StatelessScope(initialize_variables=False)``,
+    in which Keras 3 records each variable's shape and dtype but runs no
+    initializer (Keras API page "StatelessScope"). The seed model builds this
+    way in about 0.01 s.
+    """
+    import keras
+
+    with keras.StatelessScope(initialize_variables=False):
+        model = build_model(*args, **kwargs)
+    return [
+        VariableSpec(
+            v.path,
+            tuple(int(d) for d in v.shape),
+            str(v.dtype),
+            type(getattr(v, "_initializer", None)).__name__,  # Keras keeps no public handle
+            bool(v.trainable),
+        )
+        for v in model.weights
+    ]
+
+
+#: The seed kernel.
+SEED_SHAPE = (131072, 65536)
