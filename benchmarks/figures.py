@@ -158,7 +158,7 @@ def mkdocs_build(runs: int) -> Figure:
 @requires("snippets/plan.py", "snippets/ledger.py")
 def planner_seed(runs: int) -> Figure:
     """Planner on the full seed model (`snippets.plan`)"""
-    from tests.harness import Kernel
+    from harness import Kernel
 
     firsts, bests, peaks = [], [], []
     for _ in range(runs):
@@ -182,7 +182,7 @@ def planner_seed(runs: int) -> Figure:
 @requires("snippets/ledger.py")
 def planner_vs_allocator(runs: int) -> Figure:
     """Planner vs capped-allocator peak (`snippets.ledger.allocator_check`)"""
-    from tests.harness import Kernel
+    from harness import Kernel
 
     worst, names = [], set()
     with Kernel() as kernel:
@@ -206,7 +206,7 @@ def planner_vs_allocator(runs: int) -> Figure:
 def planner_vs_step_peak(runs: int) -> Figure:
     """Planner vs each device's measured training-step peak (`snippets.step_ledger`)"""
     from snippets import step_ledger
-    from tests.harness import Kernel
+    from harness import Kernel
 
     cases = step_ledger.AGREEMENT_CASES
     errors: dict[str, list[float]] = {case.label(): [] for case in cases}
@@ -261,7 +261,7 @@ _sharding_cache: dict[int, dict] = {}
 def _sharding_runs(runs: int) -> dict[str, list[dict]]:
     """One kernel reserves the seed kernel under every method ``runs`` times (shared by two figures)."""
     if runs not in _sharding_cache:
-        from tests.harness import Kernel
+        from harness import Kernel
 
         with Kernel() as kernel:
             _sharding_cache[runs] = kernel.call("benchmarks.remote:sharding", list(SHARDING_LABELS), runs)

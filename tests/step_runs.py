@@ -6,7 +6,7 @@ costs the BFC allocator's 10 s of retries, mostly waiting.
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.harness import Kernel
+from harness import Kernel
 
 
 def run_case(case, cap=None, steps=1):

@@ -21,7 +21,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "api-matrix.md"
 
 @pytest.fixture(scope="module")
 def observed() -> dict[str, Observation]:
-    from tests.harness import Kernel
+    from harness import Kernel
 
     with Kernel() as kernel:
         observations = kernel.call("snippets.probes:observe_all")

@@ -146,7 +146,7 @@ def test_default_capacity_is_a_real_v100s_allocator():
 
 
 def test_cpu_mode_has_a_host_and_runs_unplaced_ops_on_the_first_gpu():
-    from tests.harness import Kernel
+    from harness import Kernel
 
     with Kernel() as kernel:
         setup = kernel.call("snippets.devices:configure", 2, "256MiB")

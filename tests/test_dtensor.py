@@ -8,7 +8,7 @@ F14's first half, which needs a process where no devices were configured.
 import pytest
 
 from snippets import memory
-from tests.harness import Kernel
+from harness import Kernel
 
 REMOTE = "tests.remote.dtensor_cases"
 

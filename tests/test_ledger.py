@@ -10,7 +10,7 @@ own kernel.
 
 import pytest
 
-from tests.harness import Kernel
+from harness import Kernel
 
 SHAPE = (1024, 256)
 MiB = 2**20

@@ -4,7 +4,7 @@ import pytest
 
 from snippets import memory
 from snippets.memory import GiB, MiB, per_device, plan
-from tests.harness import Kernel
+from harness import Kernel
 
 SEED = (131072, 65536)
 

@@ -13,7 +13,7 @@ import pytest
 
 from snippets import memory, memory_growth
 from snippets.memory_growth import MemoryGrowthError
-from tests.harness import Kernel
+from harness import Kernel
 
 REMOTE = "tests.remote.growth_cases"
 

@@ -129,7 +129,7 @@ def test_startup_log_only_in_the_hidden_cell(fresh):
 def test_numbers_are_the_planners_and_verdicts_follow(fresh):
     from snippets import memory
     from snippets.reproduce_oom import seed_model  # the notebook's default build_model
-    from tests.harness import Kernel
+    from harness import Kernel
 
     table = stdout_of(fresh, "peak_per_gpu(strategy, dtype, n)")
     from snippets import hardware

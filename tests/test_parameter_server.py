@@ -11,7 +11,7 @@ import pytest
 
 from snippets import memory
 from snippets import parameter_server as ps
-from tests.harness import Kernel
+from harness import Kernel
 
 REMOTE = "tests.remote.ps_cases"
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.harness import ROOT, Kernel
+from harness import ROOT, Kernel
 
 SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", "rmsprop",
              "--devices", "4", "--card", "V100-SXM2-32GB", "--strategy", "mirrored", "--batch", "64"]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from snippets import memory, precision
-from tests.harness import Kernel, RemoteError
+from harness import Kernel, RemoteError
 
 REMOTE = "tests.remote.precision_cases"
 SEED = (131072, 65536)

@@ -1,22 +1,25 @@
 """Smaller layers (snippets.reduce) and field case F20.
 
-TensorFlow runs in one kernel (tests.harness.Kernel), 1 logical CPU with a
-1024 MiB cap; remote functions are in tests/remote/reduce_cases.py. The
+TensorFlow runs in one kernel (harness.Kernel), 1 logical CPU with a
+1024 MiB cap; each kernel-side function sits above the test that calls it. The
 experiments run here at a smaller scale than in the chapter (which asserts
 the chapter-scale figures itself) to keep the suite fast.
 """
 
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from snippets import memory
-from tests.harness import Kernel
+from harness import Kernel
+from snippets import devices, memory, reduce
 
-REMOTE = "tests.remote.reduce_cases"
 ROOT = Path(__file__).resolve().parents[1]
+
+#: One logical CPU with a 1024 MiB cap, as the Smaller layers chapter uses.
+CI = (1, "1024MiB")
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +28,26 @@ def ci():
         yield kernel
 
 
+def configure_ci() -> devices.DeviceSetup:
+    """Kernel side: the :data:`CI` device (a no-op after the first call)."""
+    return devices.configure(*CI)
+
+
 # --- field case F20 ----------------------------------------------------------------
 
 
+def f20_one_hot_vs_gather() -> dict:
+    """F20: ids=[3,7,3], T=random[100,5]; one_hot(ids,100) @ T vs tf.gather(T, ids)."""
+    import numpy as np
+
+    configure_ci()
+    product, lookup = reduce.onehot_vs_gather([3, 7, 3], 100, 5)
+    return {"shape": product.shape, "equal": bool(np.array_equal(product, lookup)),
+            "rows_equal": bool(np.array_equal(lookup[0], lookup[2]))}
+
+
 def test_F20_one_hot_times_table_equals_gather(ci):
-    result = ci.call(f"{REMOTE}:f20")
+    result = ci.call(f20_one_hot_vs_gather)
     assert result == {"shape": (3, 5), "equal": True, "rows_equal": True}
 
 
@@ -41,21 +59,39 @@ def test_F20_rank_512_factorisation_is_402653184_B_vs_34359738368_B():
 # --- one-hot x Dense vs Embedding ------------------------------------------------------
 
 
+def one_hot_vs_embedding_bytes(vocab: int, dim: int, batch: int) -> list[dict]:
+    """Kernel side: a step's weight, input and gradient bytes, one-hot x Dense then Embedding."""
+    configure_ci()
+    return [asdict(row) for row in reduce.onehot_vs_embedding_bytes(vocab, dim, batch)]
+
+
 def test_embedding_keeps_the_table_but_shrinks_input_and_gradient(ci):
-    dense, embedding = ci.call(f"{REMOTE}:step_bytes", 4096, 64, 32)
+    dense, embedding = ci.call(one_hot_vs_embedding_bytes, 4096, 64, 32)
     assert dense["weights"] == embedding["weights"] == 4096 * 64 * 4
     assert (dense["inputs"], embedding["inputs"]) == (32 * 4096 * 4, 32 * 4)
     assert (dense["gradient"], dense["gradient_type"]) == (4096 * 64 * 4, "Tensor")
     assert (embedding["gradient"], embedding["gradient_type"]) == (32 * 64 * 4 + 32 * 4, "IndexedSlices")
 
 
+def one_hot_vs_embedding_training(**kwargs) -> float:
+    """Kernel side: largest table difference after training both ways from the same start."""
+    configure_ci()
+    return reduce.onehot_vs_embedding_training(**kwargs)
+
+
 def test_embedding_and_one_hot_dense_train_to_the_same_table(ci):
-    assert ci.call(f"{REMOTE}:training_diff", vocab=128, dim=8, batch=32, steps=20) < 1e-6
+    assert ci.call(one_hot_vs_embedding_training, vocab=128, dim=8, batch=32, steps=20) < 1e-6
+
+
+def step_peaks(optimizer: str) -> dict:
+    """Kernel side: each layer's step peak above what stays resident, and the table's bytes."""
+    setup = configure_ci()
+    return reduce.step_peak_bytes(setup.devices[0], optimizer)
 
 
 @pytest.mark.parametrize("optimizer, lookup_tables, dense_tables", [("sgd", 1, 1.5), ("rmsprop", 2, 2)])
 def test_step_peak_keeps_full_size_temporaries_even_for_a_lookup(ci, optimizer, lookup_tables, dense_tables):
-    peaks = ci.call(f"{REMOTE}:step_peaks", optimizer)
+    peaks = ci.call(step_peaks, optimizer)
     table = peaks["table"]
     assert table == 16384 * 64 * 4
     # Exact peaks depend on the executor's op order (measured for the lookup: 1x-2x the table
@@ -69,8 +105,14 @@ def test_step_peak_keeps_full_size_temporaries_even_for_a_lookup(ci, optimizer, 
 # --- low rank and hashing: bytes exact, costs ordered ------------------------------
 
 
+def low_rank_variants(**kwargs) -> list[dict]:
+    """Kernel side: weight bytes and loss of a Dense layer and its low-rank factorisations."""
+    configure_ci()
+    return [asdict(v) for v in reduce.low_rank_experiment(**kwargs)]
+
+
 def test_low_rank_bytes_are_exact_and_loss_grows_as_rank_falls(ci):
-    variants = ci.call(f"{REMOTE}:low_rank", ranks=(None, 16, 1), n=2048, epochs=4, batch=128)
+    variants = ci.call(low_rank_variants, ranks=(None, 16, 1), n=2048, epochs=4, batch=128)
     # Dense(64) on width 128: kernel + bias; rank r: U[128, r] + V[r, 64] + bias.
     assert [v["weight_bytes"] for v in variants] == [
         (128 * 64 + 64) * 4, (128 * 16 + 16 * 64 + 64) * 4, (128 + 64 + 64) * 4]
@@ -79,15 +121,36 @@ def test_low_rank_bytes_are_exact_and_loss_grows_as_rank_falls(ci):
     assert scores[-1] > 0.3 and scores[0] < 0.2
 
 
+def hashing_variants(**kwargs) -> list[dict]:
+    """Kernel side: weight bytes and accuracy of an id model with fewer hash buckets."""
+    configure_ci()
+    return [asdict(v) for v in reduce.hashing_experiment(**kwargs)]
+
+
 def test_hashing_bytes_are_exact_accuracy_falls_with_buckets_and_runs_repeat(ci):
     kwargs = dict(buckets=(None, 256, 16), vocab=1024, n=4096, epochs=2, batch=512)
-    first = ci.call(f"{REMOTE}:hashing", **kwargs)
+    first = ci.call(hashing_variants, **kwargs)
     # Embedding(rows, 16) + Dense(10): rows*16 + 16*10 + 10 float32 numbers.
     assert [v["weight_bytes"] for v in first] == [(r * 16 + 170) * 4 for r in (1024, 256, 16)]
     accuracy = [v["score"] for v in first]
     assert accuracy == sorted(accuracy, reverse=True) and accuracy[0] - accuracy[-1] > 0.1
     # Seeded and op-deterministic: the same figures again.
-    assert ci.call(f"{REMOTE}:hashing", **kwargs) == first
+    assert ci.call(hashing_variants, **kwargs) == first
+
+
+def bad_input_error(case: str) -> str:
+    """Kernel side: the ValueError message for a bad id, rank or bucket count."""
+    configure_ci()
+    calls = {
+        "id": lambda: reduce.onehot_vs_gather([3, 100], 100, 5),
+        "rank": lambda: reduce.factorised_dense(8, 0),
+        "buckets": lambda: reduce.id_model(100, 0),
+    }
+    try:
+        calls[case]()
+    except ValueError as error:
+        return str(error)
+    return "no error"
 
 
 @pytest.mark.parametrize("case, message", [
@@ -96,7 +159,7 @@ def test_hashing_bytes_are_exact_accuracy_falls_with_buckets_and_runs_repeat(ci)
     ("buckets", "buckets must be a positive integer"),
 ])
 def test_bad_input_raises_one_clear_value_error(ci, case, message):
-    assert message in ci.call(f"{REMOTE}:bad_input", case)
+    assert message in ci.call(bad_input_error, case)
 
 
 def test_cli_sizes_needs_no_tensorflow_and_prints_the_seed_figures():

@@ -8,7 +8,7 @@ import pytest
 
 from snippets import memory
 from snippets.reproduce_oom import parse_oom
-from tests.harness import ROOT
+from harness import ROOT
 
 SEED_LINE = (
     "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536] and type float on "

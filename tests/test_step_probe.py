@@ -5,7 +5,7 @@ import json
 import pytest
 
 from snippets import hardware, memory, step_probe
-from tests.harness import Kernel
+from harness import Kernel
 
 CACHE = json.loads(step_probe.CACHE.read_text())
 
@@ -48,7 +48,7 @@ def test_planning_the_seed_imports_no_tensorflow_and_answers_fast():
     import subprocess
     import sys
 
-    from tests.harness import ROOT
+    from harness import ROOT
 
     code = ("import sys, time; t = time.perf_counter(); from snippets import plan; "
             "plan.main(['--shape', '131072', '65536', '--optimizer', 'rmsprop', '--json']); "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from snippets import troubleshooting as ts
-from tests.harness import Kernel, RemoteError
+from harness import Kernel, RemoteError
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 HEADING = re.compile(r"^### `(?P<type>\w+): (?P<message>.+)` \{#(?P<anchor>[\w-]+)\}\s*$", re.MULTILINE)
