@@ -14,9 +14,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from benchmarks import remote
 from benchmarks.measure import ROOT, python, run_child, summary
 from benchmarks.remote import SEED_SHAPE
-from snippets import memory
+from harness import Kernel
+from snippets import devices, memory
 
 #: The line ``python -m snippets.reproduce_oom`` must print for a run to count.
 OOM_LINE = "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536]"
@@ -158,12 +160,10 @@ def mkdocs_build(runs: int) -> Figure:
 @requires("snippets/plan.py", "snippets/ledger.py")
 def planner_seed(runs: int) -> Figure:
     """Planner on the full seed model (`snippets.plan`)"""
-    from harness import Kernel
-
     firsts, bests, peaks = [], [], []
     for _ in range(runs):
         with Kernel() as kernel:  # a fresh process each run: the first call is a cold one
-            result = kernel.call("benchmarks.remote:planner_seed", 3)
+            result = kernel.call(remote.planner_seed, 3)
         firsts.append(result["first_s"])
         bests.append(result["best_s"])
         peaks.append(result["allocated_peak_bytes"])
@@ -182,12 +182,10 @@ def planner_seed(runs: int) -> Figure:
 @requires("snippets/ledger.py")
 def planner_vs_allocator(runs: int) -> Figure:
     """Planner vs capped-allocator peak (`snippets.ledger.allocator_check`)"""
-    from harness import Kernel
-
     worst, names = [], set()
     with Kernel() as kernel:
         for _ in range(runs):
-            rows = kernel.call("benchmarks.remote:planner_vs_allocator")
+            rows = kernel.call(remote.planner_vs_allocator)
             row = max(rows, key=lambda r: abs(r["error"]))
             worst.append(100 * abs(row["error"]))
             names.add(row["name"])
@@ -206,7 +204,6 @@ def planner_vs_allocator(runs: int) -> Figure:
 def planner_vs_step_peak(runs: int) -> Figure:
     """Planner vs each device's measured training-step peak (`snippets.step_ledger`)"""
     from snippets import step_ledger
-    from harness import Kernel
 
     cases = step_ledger.AGREEMENT_CASES
     errors: dict[str, list[float]] = {case.label(): [] for case in cases}
@@ -219,8 +216,8 @@ def planner_vs_step_peak(runs: int) -> Figure:
             (d, f), _batch = case.program
             cap = f"{max(64, 64 * d * f // 2**20)}MiB"  # 16 x the float32 kernel
             with Kernel() as kernel:  # one fresh process per figure: a used allocator has holes
-                kernel.call("snippets.devices:configure", 1, cap, "cpu")
-                row = step_ledger.compare(case, kernel.call("snippets.step_ledger:measure", case))
+                kernel.call(devices.configure, 1, cap, "cpu")
+                row = step_ledger.compare(case, kernel.call(step_ledger.measure, case))
             errors[case.label()].append(100 * row["error"])
             last[case.label()] = row
             one = step_ledger.compare(case, step_ledger.measure_fresh(case, cap, inter_op_threads=1))
@@ -261,10 +258,8 @@ _sharding_cache: dict[int, dict] = {}
 def _sharding_runs(runs: int) -> dict[str, list[dict]]:
     """One kernel reserves the seed kernel under every method ``runs`` times (shared by two figures)."""
     if runs not in _sharding_cache:
-        from harness import Kernel
-
         with Kernel() as kernel:
-            _sharding_cache[runs] = kernel.call("benchmarks.remote:sharding", list(SHARDING_LABELS), runs)
+            _sharding_cache[runs] = kernel.call(remote.sharding, list(SHARDING_LABELS), runs)
     return _sharding_cache[runs]
 
 

@@ -109,6 +109,7 @@ class Kernel:
 
     def __init__(self, env: dict[str, str] | None = None, deadline: float = 600) -> None:
         self.deadline = deadline
+        self._closed = False
         self._deadline_at = time.monotonic() + deadline
         self.log = tempfile.NamedTemporaryFile("w+", prefix="kernel-", suffix=".log", delete=False)
         self.connection, theirs = _forkserver.Pipe()
@@ -131,11 +132,11 @@ class Kernel:
 
     def alive(self) -> bool:
         """True while the kernel process runs."""
-        return self.process.is_alive()
+        return not self._closed and self.process.is_alive()
 
     def kill(self) -> None:
         """End the kernel at once (SIGKILL); it answers no more requests."""
-        if self.process.exitcode is None:
+        if self.alive():
             self.process.kill()
             self.process.join()
 
@@ -195,9 +196,12 @@ class Kernel:
 
     def close(self) -> None:
         """End the kernel: end of input lets it exit; it is killed if it has not within 30 s."""
+        if self._closed:
+            return
         self.connection.close()
         self.process.join(30)
         self.kill()
+        self._closed = True
         self.process.close()
         self.log.close()
         os.unlink(self.log.name)

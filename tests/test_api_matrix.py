@@ -24,7 +24,7 @@ def observed() -> dict[str, Observation]:
     from harness import Kernel
 
     with Kernel() as kernel:
-        observations = kernel.call("snippets.probes:observe_all")
+        observations = kernel.call(probes.observe_all)
     return {o.api: o for o in observations}
 
 

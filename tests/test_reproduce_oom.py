@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
+from harness import ROOT
 from snippets import memory
 from snippets.reproduce_oom import parse_oom
-from harness import ROOT
 
 SEED_LINE = (
     "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536] and type float on "

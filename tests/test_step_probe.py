@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from snippets import hardware, memory, step_probe
 from harness import Kernel
+from snippets import devices, hardware, memory, step_probe
 
 CACHE = json.loads(step_probe.CACHE.read_text())
 
@@ -32,15 +32,15 @@ SAMPLE = [("rmsprop", "float32", "no-xla"), ("rmsprop", "float32", "xla-update")
 @pytest.mark.parametrize("optimizer, precision, jit", SAMPLE)
 def test_sampled_probe_matches_the_cache(optimizer, precision, jit):
     with Kernel() as kernel:
-        kernel.call("snippets.devices:configure", 1, "4096MiB", "cpu")
-        row = kernel.call("snippets.step_probe:measure_step", optimizer, precision, jit)
+        kernel.call(devices.configure, 1, "4096MiB", "cpu")
+        row = kernel.call(step_probe.measure_step, optimizer, precision, jit)
     cached = step_probe.transient_units(optimizer, precision, jit)
     assert abs(row["units"] - cached) <= 0.0625, (row, cached)
 
 
 def test_slot_layouts_in_the_cache_are_what_keras_builds():
     with Kernel() as kernel:
-        live = kernel.call("snippets.step_probe:slot_layouts_live")
+        live = kernel.call(step_probe.slot_layouts_live)
     assert live == CACHE["slots"]
 
 
