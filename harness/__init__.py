@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -36,8 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TAIL = 3000
 
 _forkserver = multiprocessing.get_context("forkserver")
-# Process-wide, and read only when the server starts: set before any kernel exists.
-_forkserver.set_forkserver_preload([kernel.PRELOAD])
+# Process-wide, and read only when the server starts: set before any kernel exists. A kernel
+# imports a test module to unpickle its functions, and test modules import pytest (0.1 s each
+# time): under pytest the server imports it once. kernel.PRELOAD goes last, so its check that
+# the server is still single-threaded covers every preloaded module.
+_forkserver.set_forkserver_preload((["pytest"] if "pytest" in sys.modules else []) + [kernel.PRELOAD])
 _starting = threading.Lock()
 
 

@@ -1,5 +1,8 @@
 """Imported once by the fork server, before its first fork: TensorFlow and Keras.
 
+The last of the server's preloaded modules (see :mod:`harness`), so that
+:data:`THREADS_BEFORE_FORK` counts what all of them left running.
+
 Importing TensorFlow and Keras takes 6-10 s of CPU, and the suite starts
 dozens of kernels. Importing does not start TensorFlow's runtime: devices and
 the CPU allocator's ``TF_CPU_*`` variables are read when the first op runs
