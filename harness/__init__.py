@@ -158,7 +158,7 @@ class Kernel:
                 pass
         if not ready:
             self.kill()
-            raise KernelDied(f"kernel {self.pid} was still busy at its {self.deadline:g} s deadline and "
+            raise KernelDied(f"kernel {self.pid} had not replied by its {self.deadline:g} s deadline and "
                              f"was killed; its last output:\n{self._tail()}")
         self.process.join()
         raise KernelDied(f"kernel {self.pid} exited (code {self.process.exitcode}) without replying; "
