@@ -1,6 +1,6 @@
 """Sybil runs every Python example in docs/ and in snippets/ docstrings.
 
-Each document runs in its own fresh process (see tests/harness), so each
+Each document runs in its own fresh process (see harness/), so each
 chapter can configure TensorFlow's devices the way its first block says.
 """
 
@@ -10,7 +10,7 @@ from sybil import Sybil
 from sybil.evaluators.doctest import NUMBER
 from sybil.parsers.markdown import SkipParser
 
-from tests.harness import sybil_remote as remote
+from harness import sybil_remote as remote
 
 FLAGS = ELLIPSIS | NORMALIZE_WHITESPACE | NUMBER
 

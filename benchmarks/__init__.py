@@ -15,6 +15,8 @@ builds offline from a clean checkout with the last published measurement.
 
 Modules: :mod:`benchmarks.measure` (timing a child process, medians, the
 machine), :mod:`benchmarks.figures` (one small function per measurement),
-:mod:`benchmarks.remote` (the parts that run inside a TensorFlow kernel) and
-:mod:`benchmarks.report` (JSON and the Markdown table).
+:mod:`benchmarks.remote` (the parts that run inside a TensorFlow kernel, a
+:class:`harness.Kernel`) and :mod:`benchmarks.report` (JSON and the Markdown
+table). ``benchmarks/test_tools.py``, collected by ``pytest``, checks the
+measuring and reporting tools themselves.
 """

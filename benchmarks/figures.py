@@ -14,11 +14,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from benchmarks import remote
 from benchmarks.measure import ROOT, python, run_child, summary
 from benchmarks.remote import SEED_SHAPE
-from snippets.lib import placements, units
+from harness import Kernel
+from snippets.lib import devices, placements, units
 
-#: The line ``python -m snippets.reproduce`` must print for a run to count.
+#: The line ``python -m snippets.reproduce_oom`` must print for a run to count.
 OOM_LINE = "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536]"
 
 
@@ -88,12 +90,12 @@ def requires(*paths: str):
 # --- child-process measurements ----------------------------------------------
 
 
-@requires("snippets/reproduce.py")
+@requires("snippets/reproduce_oom.py")
 def oom_reproduction(runs: int) -> Figure:
-    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce`)"""
+    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce_oom`)"""
     walls, cpus, peaks = [], [], []
     for _ in range(runs):
-        child = run_child(python("-m", "snippets.reproduce"))
+        child = run_child(python("-m", "snippets.reproduce_oom"))
         if child.returncode != 0 or OOM_LINE not in child.output:
             raise RuntimeError(f"reproduce_oom did not print the OOM line (exit {child.returncode}):\n"
                                f"{child.output[-2000:]}")
@@ -155,15 +157,13 @@ def mkdocs_build(runs: int) -> Figure:
 # --- kernel measurements (TensorFlow runs in a fresh process per configuration) ---
 
 
-@requires("snippets/decide.py", "snippets/lib/ledger.py")
+@requires("snippets/decide.py", "snippets/ledger.py")
 def planner_seed(runs: int) -> Figure:
     """Planner on the full seed model (`snippets.decide`)"""
-    from tests.harness import Kernel
-
     firsts, bests, peaks = [], [], []
     for _ in range(runs):
         with Kernel() as kernel:  # a fresh process each run: the first call is a cold one
-            result = kernel.call("benchmarks.remote:planner_seed", 3)
+            result = kernel.call(remote.planner_seed, 3)
         firsts.append(result["first_s"])
         bests.append(result["best_s"])
         peaks.append(result["allocated_peak_bytes"])
@@ -179,15 +179,13 @@ def planner_seed(runs: int) -> Figure:
     )
 
 
-@requires("snippets/lib/ledger.py")
+@requires("snippets/ledger.py")
 def planner_vs_allocator(runs: int) -> Figure:
     """Planner vs capped-allocator peak (`snippets.memory_budget.allocator_check`)"""
-    from tests.harness import Kernel
-
     worst, names = [], set()
     with Kernel() as kernel:
         for _ in range(runs):
-            rows = kernel.call("benchmarks.remote:planner_vs_allocator")
+            rows = kernel.call(remote.planner_vs_allocator)
             row = max(rows, key=lambda r: abs(r["error"]))
             worst.append(100 * abs(row["error"]))
             names.add(row["name"])
@@ -202,11 +200,10 @@ def planner_vs_allocator(runs: int) -> Figure:
     )
 
 
-@requires("snippets/lib/step_ledger.py", "snippets/lib/data/step_probes.json")
+@requires("snippets/step_ledger.py", "snippets/data/step_probes.json")
 def planner_vs_step_peak(runs: int) -> Figure:
-    """Planner vs each device's measured training-step peak (`snippets.lib.step_ledger`)"""
+    """Planner vs each device's measured training-step peak (`snippets.step_ledger`)"""
     from snippets.lib import step_ledger
-    from tests.harness import Kernel
 
     cases = step_ledger.AGREEMENT_CASES
     errors: dict[str, list[float]] = {case.label(): [] for case in cases}
@@ -219,8 +216,8 @@ def planner_vs_step_peak(runs: int) -> Figure:
             (d, f), _batch = case.program
             cap = f"{max(64, 64 * d * f // 2**20)}MiB"  # 16 x the float32 kernel
             with Kernel() as kernel:  # one fresh process per figure: a used allocator has holes
-                kernel.call("snippets.lib.devices:configure", 1, cap, "cpu")
-                row = step_ledger.compare(case, kernel.call("snippets.lib.step_ledger:measure", case))
+                kernel.call(devices.configure, 1, cap, "cpu")
+                row = step_ledger.compare(case, kernel.call(step_ledger.measure, case))
             errors[case.label()].append(100 * row["error"])
             last[case.label()] = row
             one = step_ledger.compare(case, step_ledger.measure_fresh(case, cap, inter_op_threads=1))
@@ -248,7 +245,7 @@ def planner_vs_step_peak(runs: int) -> Figure:
     )
 
 
-SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor.py", "snippets/placement.py")
+SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor_sharding.py", "snippets/placement.py")
 SHARDING_LABELS = {
     "column": "column slices, `tf.device` (W[D, F_model])",
     "row": "row slices, `tf.device` (W[D_model, F])",
@@ -261,10 +258,8 @@ _sharding_cache: dict[int, dict] = {}
 def _sharding_runs(runs: int) -> dict[str, list[dict]]:
     """One kernel reserves the seed kernel under every method ``runs`` times (shared by two figures)."""
     if runs not in _sharding_cache:
-        from tests.harness import Kernel
-
         with Kernel() as kernel:
-            _sharding_cache[runs] = kernel.call("benchmarks.remote:sharding", list(SHARDING_LABELS), runs)
+            _sharding_cache[runs] = kernel.call(remote.sharding, list(SHARDING_LABELS), runs)
     return _sharding_cache[runs]
 
 

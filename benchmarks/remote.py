@@ -1,6 +1,6 @@
 """The parts of the benchmarks that run inside a TensorFlow kernel.
 
-:mod:`benchmarks.figures` calls these through :class:`tests.harness.Kernel`,
+:mod:`benchmarks.figures` calls these through :class:`harness.Kernel`,
 one fresh process per device configuration, because TensorFlow fixes its
 devices (and the CPU allocator's cap) once per process. Every function here
 configures its process first and returns plain, picklable data.

@@ -24,7 +24,7 @@ def format_value(value: float | int, unit: str) -> str:
     """A median for the table: seconds to 0.01 s, bytes exactly (with GiB/MiB), ratios to 6 places.
 
     For example 12.3456 s is "12.35 s", a ratio of 1.00000003 is "1.000000" and 2**30 bytes is
-    "1073741824 B (1 GiB)" (tests/test_gates.py checks these).
+    "1073741824 B (1 GiB)" (benchmarks/test_tools.py checks these).
     """
     if unit == "s":
         return f"{value:.2f} s"

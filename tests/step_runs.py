@@ -1,4 +1,4 @@
-"""Run device programs of snippets.lib.step_ledger in fresh kernels, several side by side.
+"""Run device programs of snippets.step_ledger in fresh kernels, several side by side.
 
 Shared by tests/test_step_ledger.py and tests/test_scale_models.py. Side by side because an OOM
 costs the BFC allocator's 10 s of retries, mostly waiting.
@@ -6,7 +6,8 @@ costs the BFC allocator's 10 s of retries, mostly waiting.
 
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.harness import Kernel
+from harness import Kernel
+from snippets.lib import devices, step_ledger
 
 
 def run_case(case, cap=None, steps=1):
@@ -16,8 +17,8 @@ def run_case(case, cap=None, steps=1):
     if cap is None:
         cap = f"{max(64, 16 * kernel_piece[0] * kernel_piece[1] * 4 // 2**20)}MiB"
     with Kernel(deadline=300) as kernel:
-        kernel.call("snippets.lib.devices:configure", 1, cap, "cpu")
-        return kernel.call("snippets.lib.step_ledger:measure", case, steps)
+        kernel.call(devices.configure, 1, cap, "cpu")
+        return kernel.call(step_ledger.measure, case, steps)
 
 
 def run_all(jobs, workers=4):

@@ -146,11 +146,11 @@ def test_default_capacity_is_a_real_v100s_allocator():
 
 
 def test_cpu_mode_has_a_host_and_runs_unplaced_ops_on_the_first_gpu():
-    from tests.harness import Kernel
+    from harness import Kernel
 
     with Kernel() as kernel:
-        setup = kernel.call("snippets.lib.devices:configure", 2, "256MiB")
-        placed = kernel.call("tests.test_devices:_where_things_run")
+        setup = kernel.call(devices.configure, 2, "256MiB")
+        placed = kernel.call(_where_things_run)
     assert setup.host.endswith("device:CPU:0")
     assert [name[-5:] for name in setup.devices] == ["CPU:1", "CPU:2"]
     assert setup.describe() == "cpu mode: host CPU:0, CPU:1-2 play the GPUs; one BFC pool of 256 MiB for all"

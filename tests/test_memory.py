@@ -1,11 +1,11 @@
-"""The planner's arithmetic (snippets.lib.planner); slot counts run in a kernel (Keras)."""
+"""The planner's arithmetic (snippets.memory); slot counts run in a kernel (Keras)."""
 
 import pytest
 
-from snippets.lib import hardware, placements, planner
-from snippets.lib.units import GiB
+from harness import Kernel
+from snippets.lib import devices, hardware, optimizers, placements, planner
+from snippets.lib.units import GiB, MiB
 from snippets.lib.planner import per_device, plan
-from tests.harness import Kernel
 
 SEED = (131072, 65536)
 
@@ -135,25 +135,25 @@ def kernel():
 
 
 def test_F19_optimizer_slots_counted_by_keras(kernel):
-    counts = {name: kernel.call("snippets.lib.optimizers:full_size_slots", name) for name in [
+    counts = {name: kernel.call(optimizers.full_size_slots, name) for name in [
         "sgd", "sgd_momentum", "rmsprop", "rmsprop_momentum", "rmsprop_centered", "adam", "adam_amsgrad"]}
     assert counts == {"sgd": 0, "sgd_momentum": 1, "rmsprop": 1, "rmsprop_momentum": 2,
                       "rmsprop_centered": 2, "adam": 2, "adam_amsgrad": 3}
     # Adafactor: a full-size velocity plus factored rows [1000] and columns [10].
-    assert kernel.call("snippets.lib.optimizers:full_size_slots", "adafactor") == 1
-    assert kernel.call("snippets.lib.optimizers:slot_elements", "adafactor", (1000, 10)) == 10000 + 1000 + 10
-    seed = kernel.call("snippets.lib.planner:per_device", SEED, "float32", "rmsprop", "mirrored", 4)
+    assert kernel.call(optimizers.full_size_slots, "adafactor") == 1
+    assert kernel.call(optimizers.slot_elements, "adafactor", (1000, 10)) == 10000 + 1000 + 10
+    seed = kernel.call(planner.per_device, SEED, "float32", "rmsprop", "mirrored", 4)
     assert len(seed) == 4
     for budget in seed:
         assert (budget.weights, budget.gradients, budget.slots) == (32 * GiB, 32 * GiB, 32 * GiB)
         assert resident(budget) == 96 * GiB
-    column = kernel.call("snippets.lib.planner:per_device", SEED, "float32", "rmsprop", "column", 4)
+    column = kernel.call(planner.per_device, SEED, "float32", "rmsprop", "column", 4)
     assert [resident(b) for b in column] == [24 * GiB] * 4
 
 
 def test_slot_dtype_follows_the_variable_and_counting_starts_no_runtime(kernel):
-    assert kernel.call("snippets.lib.optimizers:slot_bytes", "adam", (1000, 10), "float16") == 2 * 10000 * 2
-    assert kernel.call("snippets.lib.optimizers:slots_per_weight", "adam_amsgrad") == 3
+    assert kernel.call(optimizers.slot_bytes, "adam", (1000, 10), "float16") == 2 * 10000 * 2
+    assert kernel.call(optimizers.slots_per_weight, "adam_amsgrad") == 3
     # Probing happened in a graph: devices can still be configured afterwards.
-    setup = kernel.call("snippets.lib.devices:configure", 2, "256MiB")
+    setup = kernel.call(devices.configure, 2, "256MiB")
     assert setup.mode == "cpu" and len(setup.devices) == 2

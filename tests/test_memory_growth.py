@@ -3,7 +3,8 @@
 The GPU paths of ``snippets.memory_growth`` run here in the test process
 against a stand-in for ``tf.config`` that follows TensorFlow 2.21's own checks
 (``Context.set_memory_growth`` in tensorflow/python/eager/context.py); the CPU
-cases run in one kernel, in the order the chapter runs them.
+cases run in one kernel, in the order the chapter runs them (each kernel-side
+function sits above the test that calls it).
 """
 
 import sys
@@ -11,12 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from snippets.lib import units
+from harness import Kernel
+from snippets.lib import devices, units
 from snippets import memory_growth
 from snippets.memory_growth import MemoryGrowthError
-from tests.harness import Kernel
 
-REMOTE = "tests.remote.growth_cases"
+#: The chapter's devices: 4 logical CPUs capped at 256 MiB.
+COUNT, DEVICE_MEMORY = 4, "256MiB"
 
 
 class FakeConfig:
@@ -141,11 +143,31 @@ def test_these_unit_tests_did_not_import_tensorflow():
 # --- CPU cases in one kernel, in the chapter's order ----------------------------------
 
 
+def error_of(call) -> tuple[str, str] | None:
+    """Kernel side: (exception type name, message) of what ``call()`` raised, or None."""
+    try:
+        call()
+    except Exception as error:  # the test asserts on the type and message
+        return type(error).__name__, str(error)
+    return None
+
+
+def f05_cpu_before_devices():
+    """Kernel side, first call: F05 (CPU form): ``set_memory_growth(cpu, True)`` in a fresh process; then configure."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    result = error_of(lambda: tf.config.experimental.set_memory_growth(cpu, True))
+    grown = memory_growth.enable_memory_growth()  # no GPU here: nothing to set, no error
+    devices.configure(COUNT, DEVICE_MEMORY)  # still allowed: the refusal started nothing
+    return result, grown
+
+
 @pytest.fixture(scope="module")
 def kernel():
     """4 logical CPUs capped at 256 MiB; the CPU growth request is made before configuring."""
     with Kernel() as k:
-        k.f05 = k.call(f"{REMOTE}:f05_cpu_before_devices")
+        k.f05 = k.call(f05_cpu_before_devices)
         yield k
 
 
@@ -155,28 +177,60 @@ def test_F05_cpu_growth_is_refused(kernel):
     assert grown == []  # enable_memory_growth on a GPU-less host: nothing to do, no error
 
 
+def f07_growth_on_split_cpu():
+    """F07: memory growth on the CPU once it is split into 4 logical devices."""
+    import tensorflow as tf
+
+    devices.configure(COUNT, DEVICE_MEMORY)
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    return error_of(lambda: tf.config.experimental.set_memory_growth(cpu, True))
+
+
 def test_F07_growth_on_a_device_split_into_logical_devices(kernel):
-    assert kernel.call(f"{REMOTE}:f07_growth_on_split_cpu") == (
+    assert kernel.call(f07_growth_on_split_cpu) == (
         "ValueError", "Cannot set memory growth on device when virtual devices configured")
 
 
+def allocator_use(shapes):
+    """Kernel side: the allocator's bytes in use before and after allocating each of ``shapes``."""
+    devices.configure(COUNT, DEVICE_MEMORY)
+    return memory_growth.allocator_use([(s, "float32") for s in shapes])
+
+
 def test_growing_allocator_takes_what_tensors_need(kernel):
-    use = kernel.call(f"{REMOTE}:allocator_use", [(16384, 1024), (16384, 1024)])
+    use = kernel.call(allocator_use, [(16384, 1024), (16384, 1024)])
     assert use == [0, 67108864, 134217728]
+
+
+def f09_one_tensor(shape):
+    """F09: the OOM line of one tensor of ``shape`` under the cap, or None if it fits."""
+    devices.configure(COUNT, DEVICE_MEMORY)
+    return memory_growth.one_tensor(shape)
 
 
 def test_F09_growth_does_not_make_room_for_one_tensor(kernel):
     assert units.tensor_bytes([131072, 1024], "float32") == 536870912
-    line = kernel.call(f"{REMOTE}:f09_one_tensor", (131072, 1024))
+    line = kernel.call(f09_one_tensor, (131072, 1024))
     assert line.startswith("ResourceExhaustedError: OOM when allocating tensor with shape[131072,1024]")
     assert "type float" in line and "bfc_cpu_allocator_for_gpu" in line
     assert line.endswith("[Op:RandomUniform]")
     # A tensor well under the cap is served: the cap, not the growth setting, decides.
-    assert kernel.call(f"{REMOTE}:f09_one_tensor", (16384, 1024)) is None
+    assert kernel.call(f09_one_tensor, (16384, 1024)) is None
+
+
+def f04_visible_after_start():
+    """F04 (CPU form): change the visible devices after the first op."""
+    import tensorflow as tf
+
+    devices.configure(COUNT, DEVICE_MEMORY)
+    tf.constant(1.0)
+    same = error_of(lambda: tf.config.set_visible_devices(tf.config.list_physical_devices("CPU"), "CPU"))
+    different = error_of(lambda: tf.config.set_visible_devices([], "CPU"))
+    return same, different
 
 
 def test_F04_visible_devices_after_start(kernel):
-    same, different = kernel.call(f"{REMOTE}:f04_visible_after_start")
+    same, different = kernel.call(f04_visible_after_start)
     assert same is None  # repeating the current list is allowed
     assert different == ("RuntimeError", "Visible devices cannot be modified after being initialized")
 
@@ -184,17 +238,54 @@ def test_F04_visible_devices_after_start(kernel):
 # --- TensorFlow's own rules for growth across GPUs, on stand-in GPUs --------------------
 
 
+def tf_gpu_options(gpus, growth, split=()):
+    """TensorFlow's own GPU-options builder, fed ``gpus`` stand-in GPUs.
+
+    A fresh ``tensorflow.python.eager.context.Context`` (not the process's
+    one, which stays untouched) is given ``gpus`` physical GPUs; memory growth
+    is set on the indexes in ``growth`` and GPUs in ``split`` get two logical
+    devices of 1024 MiB, through the context's own setters. Then the context
+    builds the ``GPUOptions`` it would start the runtime with
+    (``_compute_gpu_options``, TF 2.21), which is where growth is checked
+    across GPUs and combined with logical devices.
+
+    Returns:
+        ``("ok", allow_growth)`` or ``("error", type name, message)``.
+    """
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    ctx = context.Context()
+    devices_ = [context.PhysicalDevice(name=f"/physical_device:GPU:{i}", device_type="GPU")
+                for i in range(gpus)]
+    ctx._physical_devices = devices_
+    ctx._physical_device_to_index = {d: i for i, d in enumerate(devices_)}
+    ctx._pluggable_devices = []
+    ctx._visible_device_list = list(devices_)
+    ctx._memory_growth_map = {d: None for d in devices_}
+    for i in growth:
+        ctx.set_memory_growth(devices_[i], True)
+    for i in split:
+        ctx.set_logical_device_configuration(
+            devices_[i], [tf.config.LogicalDeviceConfiguration(memory_limit=1024)] * 2)
+    try:
+        options = ctx._compute_gpu_options()
+    except ValueError as error:
+        return "error", type(error).__name__, str(error)
+    return "ok", options.allow_growth
+
+
 def test_tf_starts_with_growth_when_every_gpu_has_it(kernel):
-    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, [0, 1, 2, 3]) == ("ok", True)
-    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, []) == ("ok", False)
+    assert kernel.call(tf_gpu_options, 4, [0, 1, 2, 3]) == ("ok", True)
+    assert kernel.call(tf_gpu_options, 4, []) == ("ok", False)
 
 
 def test_tf_refuses_growth_on_only_some_gpus(kernel):
     # Why enable_memory_growth sets every GPU: growth on GPU 0 only stops the runtime from starting.
-    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, [0]) == (
+    assert kernel.call(tf_gpu_options, 4, [0]) == (
         "error", "ValueError", "Memory growth cannot differ between GPU devices")
 
 
 def test_tf_drops_growth_silently_once_a_gpu_is_split(kernel):
     # Growth set first, then GPU 0 split into logical devices: no error, and no growth.
-    assert kernel.call(f"{REMOTE}:tf_gpu_options", 4, [0, 1, 2, 3], [0]) == ("ok", False)
+    assert kernel.call(tf_gpu_options, 4, [0, 1, 2, 3], [0]) == ("ok", False)

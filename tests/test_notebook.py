@@ -127,9 +127,10 @@ def test_startup_log_only_in_the_hidden_cell(fresh):
 
 
 def test_numbers_are_the_planners_and_verdicts_follow(fresh):
-    from snippets.lib import units
+    from harness import Kernel
+    from snippets.lib import planner, units
+    from snippets import decide
     from snippets.lib.seed import seed_model  # the notebook's default build_model
-    from tests.harness import Kernel
 
     table = stdout_of(fresh, "peak_per_gpu(strategy, dtype, n)")
     from snippets.lib import hardware
@@ -139,13 +140,13 @@ def test_numbers_are_the_planners_and_verdicts_follow(fresh):
             for name, card in (("16 GB (V100-16GB)", "V100-PCIE-16GB"), ("32 GB (V100-32GB)", "V100-SXM2-32GB"),
                                ("80 GB (A100-80GB)", "A100-80GB"))}
     with Kernel() as kernel:
-        seed = kernel.call("snippets.decide:model_weights", seed_model)
+        seed = kernel.call(decide.model_weights, seed_model)
         placements = (("MirroredStrategy", "mirrored", None), ("column split W", "column", None),
                       ("column split + float16", "column", "float16"))
         for label, strategy, dtype in placements:
-            weights = kernel.call("snippets.decide:with_precision", seed, dtype)
+            weights = kernel.call(decide.with_precision, seed, dtype)
             for n in (1, 2, 4, 8):
-                peak = max(b.total for b in kernel.call("snippets.lib.planner:plan", weights, "rmsprop", strategy, n))
+                peak = max(b.total for b in kernel.call(planner.plan, weights, "rmsprop", strategy, n))
                 fits = ["fits" if peak <= mib * units.MiB else "OOM" for mib in gpus.values()]
                 row = rf"^{re.escape(label)}.*\s{n}\s+{re.escape(units.human_bytes(peak))}\s+" + r"\s+".join(fits) + r"\s*$"
                 assert re.search(row, table, re.MULTILINE), f"no row {label} x {n}: {row}\n{table}"

@@ -1,8 +1,10 @@
 """CPU offload (snippets.offload) and field case F12.
 
-TensorFlow runs in one kernel (tests.harness.Kernel) with 4 logical CPUs:
-CPU:0 plays the host, CPU:1-4 the GPUs (CPU:1 the default device, as GPU:0 is on a GPU host). Remote functions are in
-tests/remote/offload_cases.py. The arithmetic is tested here directly.
+TensorFlow runs in one kernel (harness.Kernel) with 4 logical CPUs: CPU:0
+plays the host, CPU:1-4 the GPUs (CPU:1 the default device, as GPU:0 is on a
+GPU host). Each kernel-side function sits above the test that calls it; it
+configures devices first (calling again with the same arguments is a no-op)
+and returns plain data. The arithmetic is tested here directly.
 """
 
 import subprocess
@@ -11,15 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from snippets.lib import devices, hardware
+from harness import Kernel
+from snippets.lib import devices, hardware, pieces
 from snippets import offload
-from tests.harness import Kernel
 
-REMOTE = "tests.remote.offload_cases"
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_BYTES = 1024 * 256 * 4  # the CI-scale kernel W[1024, 256] float32
 BIAS_BYTES = 256 * 4
 SEED_W = 34359738368  # W[131072, 65536] float32
+
+#: 4 logical CPUs sharing a 200 MiB pool: CPU:0 plays the host, CPU:1-3 the GPUs.
+CI = (4, "200MiB")
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +36,35 @@ def sends_of(moved, shape):
     return [(src, dst) for src, dst, s, _, _, _ in moved if s == shape]
 
 
+def configure_ci() -> devices.DeviceSetup:
+    """Kernel side: the :data:`CI` devices (a no-op after the first call)."""
+    return devices.configure(*CI)
+
+
 # --- field case F12 ----------------------------------------------------------------
 
 
+def f12_device_inside_and_outside_scope() -> dict:
+    """F12: tf.device("CPU:3") inside MirroredStrategy.scope() vs tf.device("CPU:0") outside it."""
+    import tensorflow as tf
+
+    setup = configure_ci()
+    strategy = tf.distribute.MirroredStrategy(setup.devices)
+    with strategy.scope():
+        with tf.device("CPU:3"):
+            w = tf.Variable(tf.zeros([8]))
+    with tf.device("CPU:0"):
+        big = tf.Variable(tf.zeros([1024, 256]))
+    trap = offload.mirrored_despite_device(setup)
+    return {
+        "w": (type(w).__name__, [pieces.short_device(c.device) for c in w.values]),
+        "big": (type(big).__name__, pieces.short_device(big.device), tuple(big.shape)),
+        "trap": (type(trap).__name__, [pieces.short_device(c.device) for c in trap.values]),
+    }
+
+
 def test_F12_tf_device_inside_scope_is_mirrored_outside_scope_is_plain_on_CPU0(ci):
-    result = ci.call(f"{REMOTE}:f12")
+    result = ci.call(f12_device_inside_and_outside_scope)
     assert result["w"] == ("MirroredVariable", ["CPU:1", "CPU:2", "CPU:3", "CPU:4"])
     assert result["big"] == ("ResourceVariable", "CPU:0", (1024, 256))
     # The snippet's version of the trap: asking for the host inside the scope
@@ -47,10 +75,20 @@ def test_F12_tf_device_inside_scope_is_mirrored_outside_scope_is_plain_on_CPU0(c
 # --- what a step moves, measured from the partitioned graph ------------------------
 
 
+def step_transfers(mode: str, input_dim: int = 1024, units: int = 256, batch: int = 32) -> dict:
+    """Run one step in ``mode`` and return where variables live and every cross-device send."""
+    setup = configure_ci()
+    placed, moved = offload.run_mode(setup, mode, input_dim, units, batch)
+    return {
+        "placed": placed,
+        "moved": [(t.source, t.destination, t.shape, t.dtype, t.nbytes, t.kind) for t in moved],
+    }
+
+
 def test_host_variable_step_moves_the_kernel_five_times(ci):
     # Stock Keras on a GPU host: the update's arithmetic runs on the default device (GPU:0),
     # so the kernel and its velocity are read over the link and the new values sent back.
-    result = ci.call(f"{REMOTE}:transfers", "host-variable")
+    result = ci.call(step_transfers, "host-variable")
     assert {(cls, dev) for _, cls, dev in result["placed"]} == {("ResourceVariable", "CPU:0")}
     assert len(result["placed"]) == 6  # kernel, bias, iteration, learning rate, 2 velocities
     moved = result["moved"]
@@ -61,7 +99,7 @@ def test_host_variable_step_moves_the_kernel_five_times(ci):
 
 
 def test_host_compute_step_moves_activations_only(ci):
-    result = ci.call(f"{REMOTE}:transfers", "host-compute")
+    result = ci.call(step_transfers, "host-compute")
     moved = result["moved"]
     assert [m for m in moved if m[5] == "weights" and m[4] > 8] == []  # the int64 step counter only
     assert sends_of(moved, (1024, 256)) == []
@@ -71,15 +109,35 @@ def test_host_compute_step_moves_activations_only(ci):
 
 
 def test_central_storage_step_reads_the_kernel_once_per_replica(ci):
-    result = ci.call(f"{REMOTE}:transfers", "central-storage")
+    result = ci.call(step_transfers, "central-storage")
     assert {(cls, dev) for _, cls, dev in result["placed"]} == {("AggregatingVariable", "CPU:0")}
     pairs = sorted(sends_of(result["moved"], (1024, 256)))
     assert pairs == sorted([("CPU:0", f"CPU:{i}") for i in (1, 2, 3, 4)]
                            + [(f"CPU:{i}", "CPU:0") for i in (1, 2, 3, 4)])
 
 
+def central_storage_fit() -> dict:
+    """Keras 3 Model.fit under CentralStorageStrategy: where the variables are, and the loss."""
+    import keras
+    import numpy as np
+
+    setup = configure_ci()
+    strategy = offload.central_storage(setup)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4, name="d")], name="m")
+        model.compile(optimizer=keras.optimizers.RMSprop(name="rmsprop"), loss="mean_squared_error")
+    x = np.random.default_rng(0).normal(size=(64, 16)).astype("float32")
+    # 64 examples in batches of 16: about 4x faster to trace here than 48 in 12s (measured).
+    history = model.fit(x, x[:, :4] * 2.0, batch_size=16, epochs=2, verbose=0, shuffle=False)
+    return {
+        "replicas": strategy.num_replicas_in_sync,
+        "placed": offload.variable_devices(model) + offload.variable_devices(model.optimizer.variables),
+        "loss": history.history["loss"],
+    }
+
+
 def test_keras_fit_runs_under_central_storage_with_variables_and_slots_on_the_host(ci):
-    result = ci.call(f"{REMOTE}:central_storage_fit")
+    result = ci.call(central_storage_fit)
     assert result["replicas"] == 4
     assert [p for p, _, _ in result["placed"]] == [
         "m/d/kernel", "m/d/bias", "rmsprop/iteration", "rmsprop/learning_rate",
@@ -89,13 +147,38 @@ def test_keras_fit_runs_under_central_storage_with_variables_and_slots_on_the_ho
     assert len(result["loss"]) == 2 and result["loss"][1] < result["loss"][0]
 
 
+def host_dense_in_scope() -> str:
+    """host_dense called inside a strategy scope: the error message."""
+    import tensorflow as tf
+
+    setup = configure_ci()
+    with tf.distribute.MirroredStrategy(setup.devices).scope():
+        try:
+            offload.host_dense(setup, 8, 4)
+        except RuntimeError as error:
+            return str(error)
+    return "no error"
+
+
 def test_host_dense_refuses_to_build_inside_a_strategy_scope(ci):
-    assert "outside any strategy scope" in ci.call(f"{REMOTE}:host_dense_in_scope")
+    assert "outside any strategy scope" in ci.call(host_dense_in_scope)
+
+
+def copy_seconds_check() -> dict:
+    """copy_seconds between two logical CPUs (the code path a GPU run takes), and its input check."""
+    setup = configure_ci()
+    seconds = offload.copy_seconds(setup.devices[1], 1 << 20, repeats=2)
+    try:
+        offload.copy_seconds(setup.devices[1], 2)
+        error = "no error"
+    except ValueError as e:
+        error = str(e)
+    return {"positive": seconds > 0, "error": error}
 
 
 def test_copy_seconds_runs_the_copy_and_rejects_a_tiny_size(ci):
     # The chapter's GPU-only bandwidth block uses this; here between logical CPUs.
-    result = ci.call(f"{REMOTE}:copy_check")
+    result = ci.call(copy_seconds_check)
     assert result == {"positive": True, "error": "need nbytes >= 4 and repeats >= 1, got 2 and 5"}
 
 

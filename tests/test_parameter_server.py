@@ -1,7 +1,8 @@
 """ParameterServerStrategy (snippets.parameter_server) and field cases F15, F16.
 
 The in-process cluster (1 worker + 2 ps on 127.0.0.1) lives in one kernel
-shared by the module. The multi-process form runs from this (TensorFlow-free)
+shared by the module; each kernel-side function sits above the test that calls
+it. The multi-process form runs from this (TensorFlow-free)
 test process: launch_local starts ps, worker and chief processes and must
 leave none behind, whether the chief succeeds or time runs out.
 """
@@ -9,13 +10,25 @@ leave none behind, whether the chief succeeds or time runs out.
 import psutil
 import pytest
 
-from snippets.lib import cluster as loopback, hardware, planner, units
+from harness import Kernel
+from snippets.lib import devices, hardware, pieces, planner, units
+from snippets.lib import cluster as loopback  # the fixture below is called cluster
 from snippets import parameter_server as ps
-from tests.harness import Kernel
-
-REMOTE = "tests.remote.ps_cases"
 
 PS = "/job:ps/replica:0/task:{}/device:CPU:0"
+
+#: Kernel side: the kernel's cluster, started on first use and kept (tf.distribute.Server
+#: cannot be stopped, and several strategies can share its resolver).
+_resolver = None
+
+
+def cluster_resolver():
+    """Kernel side: the kernel's cluster; the in-process ps tasks share one allocator capped at 200 MiB."""
+    global _resolver
+    if _resolver is None:
+        devices.configure(1, "200MiB", mode="cpu")
+        _resolver = loopback.start_in_process_cluster(workers=1, ps=2)
+    return _resolver
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +37,28 @@ def cluster():
         yield kernel
 
 
+def shard_rows(variable) -> list[tuple]:
+    """Kernel side: (device, shape, bytes) of each shard of ``variable``."""
+    return [(s.device, s.shape, s.nbytes) for s in pieces.of_variable(variable)]
+
+
+def f15_partitioned_variables():
+    """Kernel side: MinSizePartitioner(256 KiB, max 2): a [2048, 1024] tf.Variable and a Keras 3 Embedding(8192, 64)."""
+    import tensorflow as tf
+
+    strategy = loopback.make_strategy(cluster_resolver(), loopback.make_partitioner("min_size", 256 << 10, max_shards=2))
+    with strategy.scope():
+        variable = tf.Variable(tf.zeros([2048, 1024]))
+        embedding = ps.build_model().layers[0]
+    table = embedding.embeddings.value
+    return {
+        "variable": (type(variable).__name__, shard_rows(variable)),
+        "embedding": (type(table).__name__, tuple(table.shape), shard_rows(embedding.embeddings)),
+    }
+
+
 def test_F15_min_size_partitioner_shards_a_variable_and_a_keras_embedding(cluster):
-    result = cluster.call(f"{REMOTE}:f15_partitioned_variables")
+    result = cluster.call(f15_partitioned_variables)
     kind, rows = result["variable"]
     assert kind == "ShardedVariable"
     assert rows == [(PS.format(0), (1024, 1024), 4194304), (PS.format(1), (1024, 1024), 4194304)]
@@ -34,8 +67,19 @@ def test_F15_min_size_partitioner_shards_a_variable_and_a_keras_embedding(cluste
     assert rows == [(PS.format(0), (4096, 64), 1048576), (PS.format(1), (4096, 64), 1048576)]
 
 
+def f16_fit_refusal():
+    """Kernel side: Keras 3 Model.fit(numpy) under the strategy, and whether Keras 3 has a DatasetCreator."""
+    import keras
+
+    strategy = loopback.make_strategy(cluster_resolver(), loopback.make_partitioner("fixed", 2))
+    message = ps.fit_refusal(strategy)
+    per_worker = ps.fit_per_worker_refusal(strategy)
+    has_creator = hasattr(keras.utils, "experimental") or hasattr(keras.utils, "DatasetCreator")
+    return message, per_worker, has_creator, ps.keras_optimizer_refusal(strategy)
+
+
 def test_F16_keras_fit_refuses_a_plain_dataset(cluster):
-    message, per_worker, has_dataset_creator, optimizer = cluster.call(f"{REMOTE}:f16_fit_refusal")
+    message, per_worker, has_dataset_creator, optimizer = cluster.call(f16_fit_refusal)
     assert message == ("To use this dataset, you need to pass this dataset to "
                        "ClusterCoordinator.create_per_worker_dataset.")
     assert has_dataset_creator is False
@@ -46,6 +90,16 @@ def test_F16_keras_fit_refuses_a_plain_dataset(cluster):
     assert optimizer == "NotImplementedError: ShardedVariable doesn't support being used as a reference."
 
 
+def partitioner_shards(kind, value, max_shards=None, shape=(2048, 1024)):
+    """Kernel side: Shard shapes and ps tasks of ``tf.Variable(zeros(shape))`` under one partitioner."""
+    import tensorflow as tf
+
+    strategy = loopback.make_strategy(cluster_resolver(), loopback.make_partitioner(kind, value, max_shards))
+    with strategy.scope():
+        variable = tf.Variable(tf.zeros(shape))
+    return [(s.device.split("/")[3], s.shape) for s in pieces.of_variable(variable)]
+
+
 @pytest.mark.parametrize("kind, value, max_shards, expected", [
     ("fixed", 2, None, [("task:0", (1024, 1024)), ("task:1", (1024, 1024))]),
     # 8 MiB at most 1 MiB a shard: 8 shards of 256 rows, round-robin over 2 ps tasks.
@@ -54,11 +108,30 @@ def test_F16_keras_fit_refuses_a_plain_dataset(cluster):
     ("fixed", 3, None, [("task:0", (683, 1024)), ("task:1", (683, 1024)), ("task:0", (682, 1024))]),
 ])
 def test_partitioners(cluster, kind, value, max_shards, expected):
-    assert cluster.call(f"{REMOTE}:partitioner_shards", kind, value, max_shards) == expected
+    assert cluster.call(partitioner_shards, kind, value, max_shards) == expected
+
+
+def train_with_reference(steps=5):
+    """Kernel side: Coordinator training vs the unsharded Keras RMSprop replay of the same batches."""
+    import numpy as np
+
+    strategy = loopback.make_strategy(cluster_resolver(), loopback.make_partitioner("fixed", 2))
+    result = ps.train(strategy, steps=steps)
+    x, y = ps.example_data(8 * 32)
+    reference = ps.keras_reference(result["initial"], x, y, steps)
+    return {
+        "losses": result["losses"],
+        "reference_losses": reference["losses"],
+        "max_weight_error": max(float(np.abs(a - b).max()) for a, b in zip(result["final"], reference["weights"])),
+        "moved": max(float(np.abs(a - b).max()) for a, b in zip(result["final"], result["initial"])),
+        "embedding": [(s.device, s.shape) for s in result["embedding"]],
+        "kernel": [(s.device, s.shape) for s in result["kernel"]],
+        "velocity": [(s.device, s.shape) for s in result["velocity"]],
+    }
 
 
 def test_coordinator_training_matches_keras_rmsprop(cluster):
-    result = cluster.call(f"{REMOTE}:train", 5)
+    result = cluster.call(train_with_reference, 5)
     assert result["losses"] == pytest.approx(result["reference_losses"], rel=1e-5)
     assert result["max_weight_error"] < 1e-6 < result["moved"]
     assert result["embedding"] == [(PS.format(0), (4096, 64)), (PS.format(1), (4096, 64))]
@@ -69,12 +142,23 @@ def test_coordinator_training_matches_keras_rmsprop(cluster):
                                   (PS.format(0), (1,))]
 
 
+def dense_concat(shape=(1024, 512)):
+    """Kernel side: shapes a Dense layer concatenates on the worker from a 2-way sharded kernel."""
+    strategy = loopback.make_strategy(cluster_resolver(), loopback.make_partitioner("fixed", 2))
+    return ps.dense_reads_full_kernel(strategy, shape)
+
+
 def test_dense_layer_concatenates_the_whole_kernel_on_the_worker(cluster):
-    assert (1024, 512) in cluster.call(f"{REMOTE}:dense_concat", (1024, 512))
+    assert (1024, 512) in cluster.call(dense_concat, (1024, 512))
+
+
+def shard_summary(shape=(1024, 512)):
+    """Kernel side: :func:`snippets.parameter_server.shard_summary` over the 2 ps tasks."""
+    return ps.shard_summary(cluster_resolver(), shape, ps=2)
 
 
 def test_shard_summary_for_the_overview(cluster):
-    summary = cluster.call(f"{REMOTE}:summary", (1024, 512))
+    summary = cluster.call(shard_summary, (1024, 512))
     assert summary["where"] == [PS.format(0), PS.format(1)]
     assert summary["local_shape"] == (512, 512)
     assert summary["kernel_bytes"] == [1048576, 1048576]
@@ -83,15 +167,25 @@ def test_shard_summary_for_the_overview(cluster):
     assert summary["worker_kernel_bytes"] == units.tensor_bytes((1024, 512))
 
 
+def reserve_ps_state(shape):
+    """Kernel side: :func:`snippets.parameter_server.reserve_ps_state` on the 2 ps tasks under the 200 MiB cap."""
+    import tensorflow as tf
+
+    try:
+        return "ok", ps.reserve_ps_state(cluster_resolver(), shape, 2)
+    except tf.errors.ResourceExhaustedError as error:
+        return type(error).__name__, error.message.splitlines()[0]
+
+
 def test_reserve_ps_state_goes_through_the_capped_allocator(cluster):
     # [8192, 1024] in 2 shards + 2 velocities: 4 pieces of 16 MiB under the 200 MiB cap.
-    status, rows = cluster.call(f"{REMOTE}:reserve", (8192, 1024))
+    status, rows = cluster.call(reserve_ps_state, (8192, 1024))
     piece = units.tensor_bytes((4096, 1024))
     assert status == "ok"
     assert [(r["device"], r["velocity_device"], r["shape"], r["kernel"], r["velocity"]) for r in rows] == [
         (PS.format(i), PS.format(i), (4096, 1024), piece, piece) for i in range(2)]
     # [32768, 2048]: 4 pieces of 128 MiB do not fit; the ps task's allocator refuses.
-    status, message = cluster.call(f"{REMOTE}:reserve", (32768, 2048))
+    status, message = cluster.call(reserve_ps_state, (32768, 2048))
     assert status == "ResourceExhaustedError"
     assert "OOM when allocating tensor with shape[16384,2048]" in message
 

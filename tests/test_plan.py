@@ -1,11 +1,18 @@
-"""The CLI ``python -m snippets.decide``: table, verdict, remedies, model inputs, bad input."""
+"""The CLI ``python -m snippets.decide``: table, verdict, remedies, model inputs, bad input.
 
+Runs that may import TensorFlow go to a kernel (the kernel-side functions sit
+above the tests that call them) or to a subprocess.
+"""
+
+import contextlib
+import io
 import subprocess
 import sys
 
 import pytest
 
-from tests.harness import ROOT, Kernel
+from harness import ROOT, Kernel
+from snippets import decide
 
 SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", "rmsprop",
              "--devices", "4", "--card", "V100-SXM2-32GB", "--strategy", "mirrored", "--batch", "64"]
@@ -32,8 +39,19 @@ def test_help_names_the_inputs():
         assert option in out
 
 
+def run_plan_cli(argv: list[str]) -> tuple[int, str]:
+    """Kernel side: run ``python -m snippets.decide`` in the kernel; return (exit status, stdout + stderr)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            status = decide.main(argv)
+        except SystemExit as done:
+            status = done.code if isinstance(done.code, int) else 1
+    return status, out.getvalue()
+
+
 def test_seed_table_verdict_and_ranked_remedies(kernel):
-    code, out = kernel.call("tests.remote.budget:run_cli", SEED_ARGS)
+    code, out = kernel.call(run_plan_cli, SEED_ARGS)
     assert code == 0
     header = next(line for line in out.splitlines() if "weights" in line)
     assert header.split() == ["device", "weights", "grads", "slots", "activ.", "update", "init", "peak",
@@ -56,31 +74,31 @@ def test_seed_table_verdict_and_ranked_remedies(kernel):
 
 
 def test_a_plan_that_fits_lists_no_remedies_and_json_has_every_field(kernel):
-    code, out = kernel.call("tests.remote.budget:run_cli", [
+    code, out = kernel.call(run_plan_cli, [
         "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column"])
     assert code == 0 and "Fits:" in out and "Remedies" not in out
-    code, out = kernel.call("tests.remote.budget:run_cli", [
+    code, out = kernel.call(run_plan_cli, [
         "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column", "--json"])
     import json
 
-    plan = json.loads(out)
+    planned = json.loads(out)
     fields = {"device", "weights", "gradients", "slots", "activations", "update_temporaries", "reserve",
               "init_peak", "step_peak", "capacity", "fits"}
-    assert len(plan["devices"]) == 4 and all(fields <= set(row) for row in plan["devices"])
-    row = plan["devices"][0]
+    assert len(planned["devices"]) == 4 and all(fields <= set(row) for row in planned["devices"])
+    row = planned["devices"][0]
     assert row["capacity"] == 30976 * 2**20 and row["reserve"] == 1050 * 2**20 and row["fits"] is True
     assert row["weights"] == row["gradients"] == row["slots"] == 8 * GiB
-    assert plan["xla"] is True and plan["fits"] is True
+    assert planned["xla"] is True and planned["fits"] is True
 
 
 def test_xla_off_turns_the_column_shard_into_a_miss(kernel):
-    code, out = kernel.call("tests.remote.budget:run_cli", [
+    code, out = kernel.call(run_plan_cli, [
         "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column", "--xla", "off"])
     assert code == 0 and "Does not fit: device 0 peaks at 48.08 GiB in the update phase" in out
 
 
 def test_one_device_never_offers_a_one_way_shard(kernel):
-    code, out = kernel.call("tests.remote.budget:run_cli", [
+    code, out = kernel.call(run_plan_cli, [
         "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "single", "--devices", "1"])
     assert code == 0 and "Does not fit" in out
     assert "1-way" not in out and "parameter servers" not in out
@@ -88,20 +106,30 @@ def test_one_device_never_offers_a_one_way_shard(kernel):
 
 @pytest.mark.parametrize("memory_text", ["30976MiB", "32GiB", "32GB"])
 def test_device_memory_units(kernel, memory_text):
-    code, out = kernel.call("tests.remote.budget:run_cli", [
+    code, out = kernel.call(run_plan_cli, [
         "--shape", "1024", "1024", "--devices", "2", "--device-memory", memory_text, "--initializer", "zeros"])
     capacity = {"30976MiB": "30.25 GiB", "32GiB": "32 GiB", "32GB": "29.8 GiB"}[memory_text]
     assert code == 0 and capacity in out and "Fits:" in out
 
 
+def seed_model_json(input_dim: int = 131072, units: int = 65536) -> str:
+    """Kernel side: ``model.to_json()`` of the seed model, built without allocating its weights."""
+    import keras
+
+    from snippets.lib.seed import seed_model
+
+    with keras.StatelessScope(initialize_variables=False):
+        return seed_model(input_dim, units).to_json()
+
+
 def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
-    by_shapes = kernel.call("tests.remote.budget:run_cli", [
+    by_shapes = kernel.call(run_plan_cli, [
         "--shape", "131072", "65536", "--shape", "65536", "--optimizer", "adam", "--strategy", "column"])
-    by_model = kernel.call("tests.remote.budget:run_cli", [
+    by_model = kernel.call(run_plan_cli, [
         "--model", "snippets.lib.seed:seed_model", "--optimizer", "adam", "--strategy", "column"])
     path = tmp_path / "seed.json"
-    path.write_text(kernel.call("tests.remote.budget:seed_json"))
-    by_json = kernel.call("tests.remote.budget:run_cli", [
+    path.write_text(kernel.call(seed_model_json))
+    by_json = kernel.call(run_plan_cli, [
         "--model-json", str(path), "--optimizer", "adam", "--strategy", "column"])
     assert by_shapes[0] == by_model[0] == by_json[0] == 0
     # Seed kernel Glorot-initialised, bias zeros: the shapes run assumes Glorot for the bias too,
@@ -110,15 +138,25 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     assert by_model[1].splitlines()[:6] == by_shapes[1].splitlines()[:6]
 
 
+def seed_weights_and_context() -> tuple[list, bool]:
+    """Kernel side: the seed model's weights as the planner reads them, and whether TF's runtime started."""
+    from tensorflow.python.eager import context
+
+    from snippets.lib.seed import seed_model
+
+    weights = decide.model_weights(seed_model)
+    return weights, context.context()._context_handle is not None
+
+
 def test_model_is_read_without_allocating(kernel):
-    weights, runtime_started = kernel.call("tests.remote.budget:seed_weights_and_context")
+    weights, runtime_started = kernel.call(seed_weights_and_context)
     assert [(w.shape, w.dtype, w.initializer) for w in weights] == [
         ((131072, 65536), "float32", "GlorotUniform"), ((65536,), "float32", "Zeros")]
     assert runtime_started is False
 
 
 def test_benchmark_returns_figures(kernel):
-    figures = kernel.call("snippets.decide:benchmark", 3)
+    figures = kernel.call(decide.benchmark, 3)
     print(f"planner on the full seed model: first {figures['first_s']:.3f} s, best {figures['best_s']:.3f} s")
     assert figures["repeats"] == 3 and 0 < figures["best_s"] <= figures["first_s"]
 

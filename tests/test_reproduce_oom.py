@@ -1,4 +1,4 @@
-"""`python -m snippets.reproduce`: the seed OOM at full shape, on this CPU-only machine."""
+"""`python -m snippets.reproduce_oom`: the seed OOM at full shape, on this CPU-only machine."""
 
 import subprocess
 import sys
@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
+from harness import ROOT
 from snippets.lib import units
 from snippets.lib.errors import parse_oom
-from tests.harness import ROOT
 
 SEED_LINE = (
     "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536] and type float on "
@@ -19,7 +19,7 @@ SEED_LINE = (
 # Runs the snippet as a child of a small parent that reports the child's peak RSS (KiB on Linux).
 MEASURE = textwrap.dedent("""
     import resource, subprocess, sys
-    done = subprocess.run([sys.executable, "-m", "snippets.reproduce", *sys.argv[1:]],
+    done = subprocess.run([sys.executable, "-m", "snippets.reproduce_oom", *sys.argv[1:]],
                           capture_output=True, text=True)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from snippets.lib import hardware, optimizers, probe_cache
-from tests.harness import Kernel
+from harness import Kernel
+from snippets.lib import devices, hardware, optimizers, probe_cache, step_probe
 
 CACHE = json.loads(probe_cache.CACHE.read_text())
 
@@ -32,15 +32,15 @@ SAMPLE = [("rmsprop", "float32", "no-xla"), ("rmsprop", "float32", "xla-update")
 @pytest.mark.parametrize("optimizer, precision, jit", SAMPLE)
 def test_sampled_probe_matches_the_cache(optimizer, precision, jit):
     with Kernel() as kernel:
-        kernel.call("snippets.lib.devices:configure", 1, "4096MiB", "cpu")
-        row = kernel.call("snippets.lib.step_probe:measure_step", optimizer, precision, jit)
+        kernel.call(devices.configure, 1, "4096MiB", "cpu")
+        row = kernel.call(step_probe.measure_step, optimizer, precision, jit)
     cached = probe_cache.transient_units(optimizer, precision, jit)
     assert abs(row["units"] - cached) <= 0.0625, (row, cached)
 
 
 def test_slot_layouts_in_the_cache_are_what_keras_builds():
     with Kernel() as kernel:
-        live = kernel.call("snippets.lib.step_probe:slot_layouts_live")
+        live = kernel.call(step_probe.slot_layouts_live)
     assert live == CACHE["slots"]
 
 
@@ -48,7 +48,7 @@ def test_planning_the_seed_imports_no_tensorflow_and_answers_fast():
     import subprocess
     import sys
 
-    from tests.harness import ROOT
+    from harness import ROOT
 
     code = ("import sys, time; t = time.perf_counter(); from snippets import decide; "
             "decide.main(['--shape', '131072', '65536', '--optimizer', 'rmsprop', '--json']); "

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import Kernel, RemoteError
 from snippets import troubleshooting as ts
-from tests.harness import Kernel, RemoteError
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
 HEADING = re.compile(r"^### `(?P<type>\w+): (?P<message>.+)` \{#(?P<anchor>[\w-]+)\}\s*$", re.MULTILINE)
@@ -76,7 +76,7 @@ def plain():
 def check_raised(kernel: Kernel, anchor: str) -> None:
     type_name, quoted, _ = ENTRIES[anchor]
     with pytest.raises(RemoteError) as raised:
-        kernel.call("snippets.troubleshooting:trigger", anchor)
+        kernel.call(ts.trigger, anchor)
     assert raised.value.type_name == type_name, raised.value.traceback
     assert pattern(quoted).search(raised.value.message), (
         f"{anchor}: TensorFlow now says\n{raised.value.message}\nbut the index quotes\n{quoted}"
@@ -100,7 +100,7 @@ def test_gpu_only_message_is_in_its_tensorflow_source(plain, anchor):
     _, quoted, body = ENTRIES[anchor]
     target = ts.GPU_ONLY[anchor]
     assert "GPU-only" in body and target.split(":")[1] in body, f"{anchor}: say GPU-only and name {target}"
-    source = plain.call("snippets.troubleshooting:tf_source", target)
+    source = plain.call(ts.tf_source, target)
     assert pattern(quoted).search(source), f"{anchor}: {quoted!r} is no longer in {target}"
 
 

@@ -1,7 +1,7 @@
 """Sybil parsers and evaluators that run every example in a per-document kernel.
 
 Sybil parses the chapters and docstrings in the pytest process, as usual; the
-evaluators here send each example to the document's :class:`~tests.harness.Kernel`
+evaluators here send each example to the document's :class:`~harness.Kernel`
 instead of ``exec``-ing it locally, so each chapter gets a fresh process and can
 configure its devices the way it says it does.
 """
@@ -19,7 +19,7 @@ from sybil.example import NotEvaluated
 from sybil.parsers.abstract.doctest import DocTestStringParser
 from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
 
-from tests.harness import Kernel, RemoteError
+from harness import Kernel, RemoteError
 
 KERNEL_KEY = "__kernel__"
 

@@ -1,1 +1,0 @@
-"""Functions the tests run inside a fresh kernel (see tests.harness.Kernel)."""

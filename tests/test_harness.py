@@ -1,0 +1,86 @@
+"""The kernel every other test relies on (harness.Kernel): one namespace, its own
+environment, errors carried back, a deadline, and a fork server fit to fork.
+
+The kernel-side functions sit above the tests that call them.
+"""
+
+import os
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from harness import ROOT, Kernel, KernelDied, RemoteError
+from harness import kernel as inside
+
+
+def preloaded() -> dict:
+    """Kernel side: what the fork server imported before forking this kernel."""
+    from harness import preload
+
+    return {"tensorflow": "tensorflow" in sys.modules, "keras": "keras" in sys.modules,
+            "threads": preload.THREADS_BEFORE_FORK}
+
+
+def test_a_kernel_is_forked_from_a_single_threaded_server_that_imported_tensorflow():
+    with Kernel() as kernel:
+        assert kernel.call(preloaded) == {"tensorflow": True, "keras": True, "threads": (1, 1)}
+        assert kernel.pid != os.getpid() and kernel.alive()
+    assert "tensorflow" not in sys.modules
+
+
+def test_requests_share_one_namespace_and_prints_reach_the_test(capsys):
+    with Kernel() as kernel:
+        assert kernel.request("code", "x = 20\nprint('set x')", "block.py", 0) == ("ok", None, "set x\n")
+        assert kernel.request("code", "print(x + 1)", "block.py", 2) == ("ok", None, "21\n")
+        kernel.call(print, "from a call")
+    assert capsys.readouterr().out == "from a call\n"
+
+
+def test_env_is_the_kernels_own_and_the_working_directory_is_the_root():
+    with Kernel(env={"TF_CPU_ALLOCATOR_USE_BFC": "true"}) as kernel:
+        assert kernel.call(os.getenv, "TF_CPU_ALLOCATOR_USE_BFC") == "true"
+        assert kernel.call(os.getenv, "TF_CPP_MIN_LOG_LEVEL") == "2"
+        assert kernel.call(os.getcwd) == str(ROOT)
+    assert "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ
+
+
+def fail(message: str) -> None:
+    """Kernel side: raise a LookupError."""
+    raise LookupError(message)
+
+
+def test_remote_errors_carry_type_message_and_traceback():
+    with Kernel() as kernel:
+        with pytest.raises(RemoteError) as raised:
+            kernel.call(fail, "no such thing")
+        # A target that cannot be imported is an error reply too; the kernel lives on.
+        with pytest.raises(RemoteError) as missing:
+            kernel.call("snippets.no_such_module:f")
+        assert kernel.call("os:getpid") == kernel.pid
+    assert (raised.value.type_name, raised.value.message) == ("LookupError", "no such thing")
+    assert "in fail" in raised.value.traceback
+    assert missing.value.type_name == "ModuleNotFoundError"
+
+
+def test_a_kernel_that_dies_shows_the_tail_of_its_output():
+    with Kernel() as kernel, pytest.raises(KernelDied) as died:
+        kernel.request("code", "import os\nos.write(2, b'C-level last words\\n')\nos._exit(3)", "x.py", 0)
+    assert "exited (code 3)" in str(died.value) and "C-level last words" in str(died.value)
+
+
+def test_a_hung_kernel_is_killed_at_its_deadline():
+    with Kernel(deadline=3) as kernel, pytest.raises(KernelDied) as died:
+        kernel.request("code", "import os, time\nos.write(1, b'about to hang\\n')\ntime.sleep(60)", "x.py", 0)
+    assert not kernel.alive()
+    assert "deadline" in str(died.value) and "about to hang" in str(died.value)
+
+
+def test_a_server_with_threads_or_without_tensorflow_is_refused(monkeypatch):
+    # preload_problem reads what the server left in sys.modules; faked here, in the test process.
+    monkeypatch.setitem(sys.modules, inside.PRELOAD, SimpleNamespace(THREADS_BEFORE_FORK=(1, 1)))
+    assert inside.preload_problem() is None
+    monkeypatch.setitem(sys.modules, inside.PRELOAD, SimpleNamespace(THREADS_BEFORE_FORK=(1, 2)))
+    assert "1 Python thread(s) and 2 OS thread(s)" in inside.preload_problem()
+    monkeypatch.delitem(sys.modules, inside.PRELOAD)
+    assert "did not import harness.preload" in inside.preload_problem()
