@@ -1,4 +1,4 @@
-"""Field cases F01, F02, F03, F06, F08, F12, F17 (../shared/cases/CASES.md), each in a fresh kernel.
+"""Field cases F01, F02, F03, F06, F08, F12, F17 (docs/field-cases.md), each in a fresh kernel.
 
 Each kernel-side function sits above the test that calls it, configures
 devices first and returns plain data.
