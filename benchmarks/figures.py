@@ -20,7 +20,7 @@ from benchmarks.remote import SEED_SHAPE
 from harness import Kernel
 from snippets.lib import devices, placements, units
 
-#: The line ``python -m snippets.reproduce_oom`` must print for a run to count.
+#: The line ``python -m snippets.reproduce`` must print for a run to count.
 OOM_LINE = "ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536]"
 
 
@@ -90,12 +90,12 @@ def requires(*paths: str):
 # --- child-process measurements ----------------------------------------------
 
 
-@requires("snippets/reproduce_oom.py")
+@requires("snippets/reproduce.py")
 def oom_reproduction(runs: int) -> Figure:
-    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce_oom`)"""
+    """Full-shape OOM reproduction on CPU (`python -m snippets.reproduce`)"""
     walls, cpus, peaks = [], [], []
     for _ in range(runs):
-        child = run_child(python("-m", "snippets.reproduce_oom"))
+        child = run_child(python("-m", "snippets.reproduce"))
         if child.returncode != 0 or OOM_LINE not in child.output:
             raise RuntimeError(f"reproduce_oom did not print the OOM line (exit {child.returncode}):\n"
                                f"{child.output[-2000:]}")
@@ -157,7 +157,7 @@ def mkdocs_build(runs: int) -> Figure:
 # --- kernel measurements (TensorFlow runs in a fresh process per configuration) ---
 
 
-@requires("snippets/decide.py", "snippets/ledger.py")
+@requires("snippets/decide.py", "snippets/lib/ledger.py")
 def planner_seed(runs: int) -> Figure:
     """Planner on the full seed model (`snippets.decide`)"""
     firsts, bests, peaks = [], [], []
@@ -179,7 +179,7 @@ def planner_seed(runs: int) -> Figure:
     )
 
 
-@requires("snippets/ledger.py")
+@requires("snippets/lib/ledger.py")
 def planner_vs_allocator(runs: int) -> Figure:
     """Planner vs capped-allocator peak (`snippets.memory_budget.allocator_check`)"""
     worst, names = [], set()
@@ -200,9 +200,9 @@ def planner_vs_allocator(runs: int) -> Figure:
     )
 
 
-@requires("snippets/step_ledger.py", "snippets/data/step_probes.json")
+@requires("snippets/lib/step_ledger.py", "snippets/data/step_probes.json")
 def planner_vs_step_peak(runs: int) -> Figure:
-    """Planner vs each device's measured training-step peak (`snippets.step_ledger`)"""
+    """Planner vs each device's measured training-step peak (`snippets.lib.step_ledger`)"""
     from snippets.lib import step_ledger
 
     cases = step_ledger.AGREEMENT_CASES
@@ -245,7 +245,7 @@ def planner_vs_step_peak(runs: int) -> Figure:
     )
 
 
-SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor_sharding.py", "snippets/placement.py")
+SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor.py", "snippets/placement.py")
 SHARDING_LABELS = {
     "column": "column slices, `tf.device` (W[D, F_model])",
     "row": "row slices, `tf.device` (W[D_model, F])",

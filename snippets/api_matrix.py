@@ -89,7 +89,7 @@ def mirrored() -> Observation:
     strategy = tf.distribute.MirroredStrategy(setup().devices)
     with strategy.scope():
         w = tf.Variable(tf.zeros(PROBE_SHAPE))
-    return Observation("`tf.distribute.MirroredStrategy`", True, type(w).__name__, tuple(pieces.pieces(w.values)))
+    return Observation("`tf.distribute.MirroredStrategy`", True, type(w).__name__, tuple(pieces.of_tensors(w.values)))
 
 
 def central_storage() -> Observation:
@@ -105,7 +105,7 @@ def central_storage() -> Observation:
     with strategy.scope():
         w = tf.Variable(tf.zeros(PROBE_SHAPE))
     return Observation(
-        "`tf.distribute.experimental.CentralStorageStrategy`", True, type(w).__name__, tuple(pieces.pieces([w]))
+        "`tf.distribute.experimental.CentralStorageStrategy`", True, type(w).__name__, tuple(pieces.of_tensors([w]))
     )
 
 
@@ -143,7 +143,7 @@ def keras_model_parallel() -> Observation:
         kd.set_distribution(None)
     return Observation(
         "`keras.distribution.ModelParallel` + `LayoutMap`", True,
-        type(kernel).__name__, tuple(pieces.pieces([kernel.value])),
+        type(kernel).__name__, tuple(pieces.of_tensors([kernel.value])),
     )
 
 
@@ -153,7 +153,7 @@ def tf_device_whole() -> Observation:
 
     with tf.device(setup().devices[-1]):  # the last device, not the default one
         w = tf.Variable(tf.zeros(PROBE_SHAPE))
-    return Observation("`tf.device`, one variable", True, type(w).__name__, tuple(pieces.pieces([w])))
+    return Observation("`tf.device`, one variable", True, type(w).__name__, tuple(pieces.of_tensors([w])))
 
 
 def tf_device_slices() -> Observation:
@@ -168,7 +168,7 @@ def tf_device_slices() -> Observation:
             slices.append(tf.Variable(tf.zeros((PROBE_SHAPE[0], width))))
     return Observation(
         "`tf.device`, one column block per device", True,
-        f"{len(slices)} x {type(slices[0]).__name__}", tuple(pieces.pieces(slices)),
+        f"{len(slices)} x {type(slices[0]).__name__}", tuple(pieces.of_tensors(slices)),
     )
 
 
@@ -183,7 +183,7 @@ def dtensor_sharded() -> Observation:
     w = dtensor.DVariable(dtensor.call_with_layout(tf.zeros, layout, shape=PROBE_SHAPE))
     return Observation(
         "`tf.experimental.dtensor` `Layout([UNSHARDED, \"model\"])`", True,
-        type(w).__name__, tuple(pieces.pieces(dtensor.unpack(w.read_value()))),
+        type(w).__name__, tuple(pieces.of_tensors(dtensor.unpack(w.read_value()))),
     )
 
 
@@ -204,7 +204,7 @@ def ps_unpartitioned() -> Observation:
         w = tf.Variable(tf.zeros(PROBE_SHAPE))
     return Observation(
         "`ParameterServerStrategy` without a partitioner, `tf.Variable`", True,
-        type(w).__name__, tuple(pieces.pieces(getattr(w, "variables", [w]))),
+        type(w).__name__, tuple(pieces.of_tensors(getattr(w, "variables", [w]))),
     )
 
 
@@ -216,7 +216,7 @@ def ps_variable() -> Observation:
         w = tf.Variable(tf.zeros(PROBE_SHAPE))
     return Observation(
         "`ParameterServerStrategy(variable_partitioner=...)`, `tf.Variable`", True,
-        type(w).__name__, tuple(pieces.pieces(w.variables)),
+        type(w).__name__, tuple(pieces.of_tensors(w.variables)),
     )
 
 
@@ -258,7 +258,7 @@ def ps_coordinator_loop() -> Observation:
     changed = sum(not np.array_equal(b, s.numpy()) for b, s in zip(before, shards))
     return Observation(
         "Keras 3 `Dense` under that strategy, `ClusterCoordinator` loop", True,
-        f"{type(model.layers[0].kernel).__name__}({type(sharded).__name__})", tuple(pieces.pieces(shards)),
+        f"{type(model.layers[0].kernel).__name__}({type(sharded).__name__})", tuple(pieces.of_tensors(shards)),
         f"1 step scheduled, loss fetched ({'finite' if np.isfinite(loss.fetch()) else 'not finite'}), "
         f"{changed} of {len(shards)} shards updated",
     )
@@ -284,7 +284,7 @@ def ps_fit() -> Observation:
     return Observation(
         "Keras 3 `Dense` under that strategy, `Model.fit(numpy)`", True,
         f"{type(model.layers[0].kernel).__name__}({type(sharded).__name__})",
-        tuple(pieces.pieces(getattr(sharded, "variables", [sharded]))), outcome,
+        tuple(pieces.of_tensors(getattr(sharded, "variables", [sharded]))), outcome,
     )
 
 

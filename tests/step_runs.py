@@ -1,4 +1,4 @@
-"""Run device programs of snippets.step_ledger in fresh kernels, several side by side.
+"""Run device programs of snippets.lib.step_ledger in fresh kernels, several side by side.
 
 Shared by tests/test_step_ledger.py and tests/test_scale_models.py. Side by side because an OOM
 costs the BFC allocator's 10 s of retries, mostly waiting.

@@ -1,6 +1,6 @@
 """The API matrix page is what the probes observe on the installed TensorFlow / Keras.
 
-One kernel (4 logical CPUs, 256 MiB cap) runs every probe of snippets.probes, the
+One kernel (4 logical CPUs, 256 MiB cap) runs every probe of snippets.api_matrix, the
 parameter-server ones last (they start an in-process cluster). The table rendered from those
 observations must equal the table committed in docs/api-matrix.md, so an upgrade that changes a
 cell fails here; the facts the site's argument rests on are also asserted one by one, so a
@@ -43,7 +43,7 @@ def test_committed_table_matches_what_the_probes_observe(observed):
     fresh = api_matrix.matrix(list(observed.values()))
     assert committed == fresh, (
         "docs/api-matrix.md differs from what TensorFlow/Keras do now; review, then run "
-        "python -m snippets.probes --write docs/api-matrix.md"
+        "python -m snippets.api_matrix --write docs/api-matrix.md"
     )
 
 

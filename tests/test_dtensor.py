@@ -1,4 +1,4 @@
-"""DTensor sharding (snippets.dtensor_sharding) and field case F14, in fresh kernels.
+"""DTensor sharding (snippets.dtensor) and field case F14, in fresh kernels.
 
 One kernel with 4 logical CPUs under a 200 MiB cap serves every test but
 F14's first half, which needs a process where no devices were configured.
@@ -77,7 +77,7 @@ def f14_dvariable_pieces():
     mesh = dtensor.create_mesh([("model", 4)], devices=list(setup.devices))
     layout = dtensor.Layout([dtensor.UNSHARDED, "model"], mesh)
     variable = dtensor.DVariable(dtensor.call_with_layout(tf.zeros, layout, shape=(1024, 512)))
-    return type(variable).__name__, [(p.device, p.shape, p.nbytes) for p in pieces.pieces(variable)]
+    return type(variable).__name__, [(p.device, p.shape, p.nbytes) for p in pieces.of_variable(variable)]
 
 
 def test_F14_dvariable_unpacks_to_four_column_pieces(four_cpus):
@@ -211,7 +211,7 @@ def test_reserve_training_state_goes_through_the_capped_allocator(four_cpus):
 
 
 def test_seed_figures_per_device():
-    # The full-shape run (python -m snippets.dtensor_sharding --full-shape)
+    # The full-shape run (python -m snippets.dtensor --full-shape)
     # reserves exactly these pieces; the arithmetic is checked here.
     local = splits.layout_local_shape((131072, 65536), [None, "model"], {"model": 4})
     assert local == (131072, 16384)

@@ -1,4 +1,4 @@
-"""The planner's arithmetic (snippets.memory); slot counts run in a kernel (Keras)."""
+"""The planner's arithmetic (snippets.lib.planner); slot counts run in a kernel (Keras)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Smaller layers (snippets.reduce) and field case F20.
+"""Smaller layers (snippets.smaller_layers) and field case F20.
 
 TensorFlow runs in one kernel (harness.Kernel), 1 logical CPU with a
 1024 MiB cap; each kernel-side function sits above the test that calls it. The
@@ -164,7 +164,7 @@ def test_bad_input_raises_one_clear_value_error(ci, case, message):
 
 
 def test_cli_sizes_needs_no_tensorflow_and_prints_the_seed_figures():
-    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "snippets.reduce", "sizes"],
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "snippets.smaller_layers", "sizes"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0
     assert "402653184 B (384 MiB)" in run.stdout and "34359738368 B (32 GiB)" in run.stdout
@@ -172,25 +172,25 @@ def test_cli_sizes_needs_no_tensorflow_and_prints_the_seed_figures():
 
 
 def test_cli_bad_rank_exits_2_with_one_line():
-    run = subprocess.run([sys.executable, "-m", "snippets.reduce", "sizes", "--rank", "0"],
+    run = subprocess.run([sys.executable, "-m", "snippets.smaller_layers", "sizes", "--rank", "0"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].endswith("--rank must be a positive integer, not 0")
 
 
 def test_cli_rank_above_min_d_f_exits_2_with_one_line():
-    run = subprocess.run([sys.executable, "-m", "snippets.reduce", "sizes", "--rank", "100000"],
+    run = subprocess.run([sys.executable, "-m", "snippets.smaller_layers", "sizes", "--rank", "100000"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1] == (
-        "python -m snippets.reduce: error: --rank 100000 exceeds min(D, F) = 65536 of W[131072, 65536]; "
+        "python -m snippets.smaller_layers: error: --rank 100000 exceeds min(D, F) = 65536 of W[131072, 65536]; "
         "use a rank from 1 to 65536")
 
 
 @pytest.mark.parametrize("rank, larger", [(43690, False), (43691, True), (65536, True)])
 def test_cli_says_when_the_factors_outgrow_the_full_table(rank, larger):
     # (131072 + 65536) * r * 4 B passes 131072 * 65536 * 4 B between rank 43690 and 43691.
-    run = subprocess.run([sys.executable, "-m", "snippets.reduce", "sizes", "--rank", str(rank)],
+    run = subprocess.run([sys.executable, "-m", "snippets.smaller_layers", "sizes", "--rank", str(rank)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0
     note = (f"note: the rank-{rank} factors ({(131072 + 65536) * rank * 4} B")

@@ -1,4 +1,4 @@
-"""`python -m snippets.reproduce_oom`: the seed OOM at full shape, on this CPU-only machine."""
+"""`python -m snippets.reproduce`: the seed OOM at full shape, on this CPU-only machine."""
 
 import subprocess
 import sys
@@ -19,7 +19,7 @@ SEED_LINE = (
 # Runs the snippet as a child of a small parent that reports the child's peak RSS (KiB on Linux).
 MEASURE = textwrap.dedent("""
     import resource, subprocess, sys
-    done = subprocess.run([sys.executable, "-m", "snippets.reproduce_oom", *sys.argv[1:]],
+    done = subprocess.run([sys.executable, "-m", "snippets.reproduce", *sys.argv[1:]],
                           capture_output=True, text=True)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)

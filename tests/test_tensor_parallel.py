@@ -93,7 +93,7 @@ def f13_seed_kernel_shards(strategy: str) -> dict:
     setup = devices.configure(4, "30976MiB", cpu_pool=full_size.full_shape_pool())
     report = tp.full_shape(setup, strategy)
     return {
-        "shards": [(s.device, s.shape, s.nbytes) for s in report.shards],
+        "shards": [(pieces.short_device(s.device), s.shape, s.nbytes) for s in report.shards],
         "state": [planner.training_state(b) for b in report.budgets],
         "step": [b.total for b in report.budgets],
         "unfused": report.unfused.total,
@@ -130,7 +130,7 @@ def compare_with_dense(kind: str) -> dict:
     from snippets import tensor_parallel as tp
 
     result = tp.compare_with_dense(configure_ci(), kind)
-    result["shards"] = [(s.name, s.device, s.shape, s.nbytes) for s in result["shards"]]
+    result["shards"] = [(s.name, pieces.short_device(s.device), s.shape, s.nbytes) for s in result["shards"]]
     return result
 
 
@@ -184,7 +184,7 @@ def fit_losses(kind: str) -> dict:
     velocity = [
         (v.path, pieces.short_device(v.value.device)) for v in model.optimizer.variables if "velocity" in v.path
     ]
-    return {"losses": losses, "velocity": velocity, "weights": [(s.name, s.device) for s in tp.shards(model)]}
+    return {"losses": losses, "velocity": velocity, "weights": [(s.name, pieces.short_device(s.device)) for s in pieces.of_variables(model.weights)]}
 
 
 @pytest.mark.parametrize("kind", ["column", "row", "column_row"])
@@ -323,8 +323,7 @@ def init_peaks(in_dim: int = 4096, units: int = 1024) -> dict:
     """Allocator peak and resident bytes while building Dense, column and row layers of [in_dim, units]."""
     import keras
 
-    from snippets.lib import full_size, layers, optimizers, pieces, trace
-    from snippets import tensor_parallel as tp
+    from snippets.lib import layers
 
     setup = configure_ci()
 
@@ -340,7 +339,7 @@ def init_peaks(in_dim: int = 4096, units: int = 1024) -> dict:
             return layer
         return build
 
-    result = {"kernel": units.tensor_bytes((in_dim, units))}
+    result = {"kernel": in_dim * units * 4}  # float32; "units" is the layer width here
     for name, build in (("dense", dense), ("column", sharded("column")), ("row", sharded("row"))):
         measured = allocator.measure(build, setup.devices[0])
         result[name] = (measured["peak"], measured["current"])
@@ -404,8 +403,8 @@ def save_and_load() -> dict:
     x = np.random.default_rng(1).standard_normal((4, 64)).astype("float32")
     return {
         "max_abs_diff": float(np.max(np.abs(clone(x).numpy() - model(x).numpy()))),
-        "shards": [("/".join(s.name.split("/")[-2:]), s.device, s.shape) for s in tp.shards(clone)],
-        "original": [("/".join(s.name.split("/")[-2:]), s.device, s.shape) for s in tp.shards(model)],
+        "shards": [("/".join(s.name.split("/")[-2:]), pieces.short_device(s.device), s.shape) for s in pieces.of_variables(clone.weights)],
+        "original": [("/".join(s.name.split("/")[-2:]), pieces.short_device(s.device), s.shape) for s in pieces.of_variables(model.weights)],
     }
 
 
@@ -486,7 +485,7 @@ def test_config_round_trip(ci):
     }
 
 
-# --- the communication arithmetic (snippets.memory, no TensorFlow) ----------------------------
+# --- the communication arithmetic (snippets.lib.planner, no TensorFlow) ----------------------------
 
 
 def test_ring_collectives_send_the_nccl_bus_factors():

@@ -237,14 +237,14 @@ def _gradients(layers, strategy, names, shape, batch, dist) -> list[pieces.Piece
         per_replica = dist.run(step, args=(layers[0], x))
         for variable, grad in zip(layers[0].trainable_variables, per_replica):
             for piece in grad.values:
-                items.extend(pieces.pieces([piece], variable.path, "gradients"))
+                items.extend(pieces.of_tensors([piece], variable.path, "gradients"))
         return items
     for layer in layers:
         kernel = layer.kernel
         with tf.device(pieces.unwrap(kernel).device):
             x = tf.ones((batch, kernel.shape[0]))
             for variable, grad in zip(layer.trainable_variables, step(layer, x)):
-                items.extend(pieces.pieces([grad], variable.path, "gradients"))
+                items.extend(pieces.of_tensors([grad], variable.path, "gradients"))
     return items
 
 
@@ -263,7 +263,7 @@ def _build_offload(host, accelerators, shape, dtype, optimizer, initializer, bat
                     loss = tf.reduce_sum(tf.cast(layer(x), "float32"))
                 for variable, grad in zip(layer.trainable_variables,
                                           tape.gradient(loss, layer.trainable_variables)):
-                    result.extend(pieces.pieces([grad], variable.path, "gradients"))
+                    result.extend(pieces.of_tensors([grad], variable.path, "gradients"))
     return result
 
 

@@ -104,7 +104,7 @@ def tensors_of(variable) -> list:
     return [value]
 
 
-def pieces(tensors: Iterable, name: str = "", kind: str = "weights") -> list[Piece]:
+def of_tensors(tensors: Iterable, name: str = "", kind: str = "weights") -> list[Piece]:
     """One :class:`Piece` per tensor or variable in ``tensors`` (anything with ``.device``,
     ``.shape`` and ``.dtype``), in order."""
     result = []
@@ -118,7 +118,7 @@ def pieces(tensors: Iterable, name: str = "", kind: str = "weights") -> list[Pie
 def of_variable(variable, kind: str = "weights") -> list[Piece]:
     """The pieces of one variable (mirrored, sharded, DTensor, Keras or plain), in device order."""
     name = getattr(variable, "path", None) or getattr(variable, "name", "")
-    return pieces(tensors_of(variable), name, kind)
+    return of_tensors(tensors_of(variable), name, kind)
 
 
 def of_variables(variables: Iterable, kind: str = "weights") -> list[Piece]:
