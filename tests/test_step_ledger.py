@@ -20,17 +20,18 @@ def agreement():
     return [step_ledger.compare(case, row) for case, row in zip(SAMPLE, run_all([(c,) for c in SAMPLE], 2))]
 
 
-def test_planner_within_5_percent_of_each_devices_measured_step_peak(agreement):
+def test_planner_is_each_devices_measured_step_peak_or_just_above(agreement):
     assert len(step_ledger.AGREEMENT_CASES) >= 20 and len(agreement) >= 7
     assert {case.placement for case in SAMPLE} == {"single", "column", "row", "mirrored"}
     for row in agreement:
         print(f"{row['label']:60} planned {row['planned'] / 2**20:8.1f} MiB measured "
               f"{row['measured'] / 2**20:8.1f} MiB ({row['error']:+.2%}, slack {row['slack'] / 2**20:.0f} MiB)")
-    # Never under by more than 5%: a "fits" must fit. Over by at most 5% plus one variable where
-    # the executor's order of a no-XLA update may reuse one more buffer (schedule_slack).
+    # Never under by more than 5%: a "fits" must fit. Over by at most 5% plus the schedule
+    # slack where the executor's order of a no-XLA update decides how many buffers live at once.
     assert all(step_ledger.within_bounds(row) for row in agreement), agreement
     # Compiled updates have one buffer assignment: those are held to 5% both ways.
     assert all(abs(row["error"]) < 0.05 for row in agreement if not row["slack"])
+    assert any(row["slack"] for row in agreement) and any(not row["slack"] for row in agreement)
 
 
 #: The case CI once measured one buffer lower than here: TensorFlow's default inter-op pool
@@ -44,18 +45,20 @@ def test_one_inter_op_thread_saves_one_update_buffer_and_the_planner_holds_both(
     with ThreadPoolExecutor(2) as pool:
         two, one = pool.map(lambda n: step_ledger.compare(SCHEDULED, step_ledger.measure_fresh(SCHEDULED, None, 1, n)),
                             (2, 1))
-    variable = step_ledger.schedule_slack(SCHEDULED)
-    assert variable == 4096 * 3072 * 4
+    variable = 4096 * 3072 * 4
+    assert step_ledger.schedule_slack(SCHEDULED) == 2 * variable
     assert abs(two["measured"] - one["measured"] - variable) < 0.05 * variable, (two, one)
-    assert abs(two["error"]) < 0.05 and step_ledger.within_bounds(one) and one["error"] > 0.05
+    assert step_ledger.within_bounds(two) and step_ledger.within_bounds(one)
+    assert two["planned"] >= two["measured"] and one["planned"] >= one["measured"]
 
 
 def test_compiled_updates_and_the_parameter_server_worker_have_no_schedule_slack():
     assert step_ledger.schedule_slack(step_ledger.StepCase("column", "rmsprop", "float32", "on", (4096, 4096))) == 0
     assert step_ledger.schedule_slack(step_ledger.StepCase("parameter_server", "rmsprop", "float32", "off",
                                                            (4096, 4096))) == 0
+    assert step_ledger.schedule_slack(step_ledger.StepCase("single", "sgd", "float32", "off", (4096, 4096))) == 0
     assert step_ledger.schedule_slack(step_ledger.StepCase("column", "adam", "bfloat16", "off", (4096, 4096))) \
-        == 4096 * 1024 * 2
+        == 2 * 4096 * 1024 * 2
 
 
 def test_agreement_covers_placements_optimizers_xla_and_precisions():

@@ -1,26 +1,111 @@
 """Placements: where each weight, gradient, slot and update of a training step lives.
 
-A placement is a way to put a model on N devices: ``single``, ``mirrored``
-(MirroredStrategy), ``column`` / ``row`` (tensor-parallel shards, tf.device
-or DTensor), ``parameter_server``, ``offload``. This module is the one place
-that knows how each splits a weight.
+A placement is a way to put a model on N devices. Each is one
+:class:`Placement` in :data:`PLACEMENTS`: how it splits a weight, where the
+gradient, the optimizer's slots and the update live, and what Keras does
+with XLA under it. The planner (:mod:`snippets.lib.planner`) reads these
+objects and nothing else about a placement, so a new remedy is one new
+entry here (CONTRIBUTING.md says what else it needs: a page, a module, a
+test file).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from snippets.lib.splits import check_count, check_split
 from snippets.lib.units import check_shape
 
 
+@dataclass(frozen=True)
+class Placement:
+    """One way to put a model's weights on N devices, as the planner needs to know it.
+
+    Attributes:
+        name: the name the planner, the command lines and the pages use.
+        split: which axis of a weight is split over the devices: ``"last"``
+            (any rank >= 1), ``"first"`` (rank >= 2; vectors are replicated),
+            ``"first-any"`` (rank >= 1), or None (every device holds it whole).
+        chapter: the page that builds it for real.
+        only_device_0: everything lives on device 0 (one GPU, nothing split).
+        reads_whole: the device that runs a layer reads its whole variable
+            from elsewhere (a parameter server's shards, host RAM).
+        updates_on_device: the optimizer's slots and update run on the device.
+        holds_variables_on_host: the variables themselves live in host RAM.
+        all_reduce: gradients are all-reduced between replicas into a new buffer.
+        batch_split: each device sees ``batch / N`` of the batch.
+        reads_input_slice: each device reads ``D / N`` of the input (row split).
+        initialises: ``"each"`` (every device draws its own piece), ``"first"``
+            (device 0 draws, the others copy: MirroredStrategy's replica 0),
+            or None (initialised elsewhere).
+        xla_auto: what Keras's ``jit_compile="auto"`` resolves to on a GPU host.
+        xla_compiles: what XLA compiles when on: ``"xla"`` (the whole step) or
+            ``"xla-update"`` (each variable's update alone, on its device).
+    """
+
+    name: str
+    split: str | None
+    chapter: str
+    only_device_0: bool = False
+    reads_whole: bool = False
+    updates_on_device: bool = True
+    holds_variables_on_host: bool = False
+    all_reduce: bool = False
+    batch_split: bool = False
+    reads_input_slice: bool = False
+    initialises: str | None = "each"
+    xla_auto: bool = False
+    xla_compiles: str = "xla"
+
+    @property
+    def hosted(self) -> bool:
+        """The weights live off the device (parameter servers or host RAM)."""
+        return self.reads_whole
+
+
+#: Every placement the planner knows, by name. ``parameter_server`` is
+#: ParameterServerStrategy with ``FixedShardsPartitioner(N)``: the plan is the
+#: worker's device, which concatenates the shards to run the layer and computes
+#: the whole gradient (the shards and, with Keras 3.15, the full-size slots
+#: live elsewhere, see :func:`snippets.lib.planner.host_bytes`). ``offload``:
+#: variables and slots in host RAM, each device reading a copy of the variables
+#: and, since on a GPU host the update's arithmetic runs on the default device,
+#: of the slots. Keras's ``jit_compile="auto"`` (``_resolve_auto_jit_compile``
+#: in keras/src/trainers/trainer.py, Keras 3.15) is False under any
+#: ``tf.distribute`` strategy, True on a GPU machine otherwise; an offloaded
+#: model cannot be compiled whole; the ``tf.device`` layers compile each
+#: shard's update on its device (:func:`snippets.lib.optimizers.colocate_updates`).
+PLACEMENTS = {p.name: p for p in (
+    Placement("single", None, "placement.md", only_device_0=True, initialises="first", xla_auto=True),
+    Placement("mirrored", None, "placement.md", all_reduce=True, batch_split=True, initialises="first"),
+    Placement("column", "last", "tensor-parallel.md", xla_auto=True, xla_compiles="xla-update"),
+    Placement("row", "first", "tensor-parallel.md", reads_input_slice=True, xla_auto=True,
+              xla_compiles="xla-update"),
+    Placement("parameter_server", "first-any", "parameter-server.md", reads_whole=True,
+              updates_on_device=False, initialises=None),
+    Placement("offload", None, "offload.md", reads_whole=True, holds_variables_on_host=True, initialises=None),
+)}
+
+#: Placement names, in the order tables list them.
+STRATEGIES = tuple(PLACEMENTS)
+
+
+def get(strategy: str) -> Placement:
+    """The :class:`Placement` called ``strategy``.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    return PLACEMENTS[check_strategy(strategy)]
+
+
 def shard_axis(shape: Sequence[int], strategy: str) -> int | None:
     """Axis of ``shape`` that ``strategy`` splits across devices, or None if replicated."""
-    if strategy == "column" and len(shape) >= 1:
+    split = get(strategy).split
+    if split == "last" and len(shape) >= 1:
         return len(shape) - 1
-    if strategy == "row" and len(shape) >= 2:
-        return 0
-    if strategy == "parameter_server" and len(shape) >= 1:
+    if (split == "first" and len(shape) >= 2) or (split == "first-any" and len(shape) >= 1):
         return 0
     return None
 
@@ -48,20 +133,6 @@ def local_shape(shape: Sequence[int], strategy: str = "mirrored", devices: int =
         return dims
     check_split(f"dimension {axis} of shape {list(dims)}", dims[axis], devices)
     return dims[:axis] + (dims[axis] // devices,) + dims[axis + 1 :]
-
-
-#: Placements the planner knows. ``single``: everything on device 0;
-#: ``mirrored``: MirroredStrategy, a full copy per replica; ``column``: each
-#: weight split along its last axis, ``W[D, F_N]`` (DTensor layout
-#: ``[UNSHARDED, "model"]``); ``row``: split along its first axis, ``W[D_N, F]``,
-#: rank-1 weights replicated; ``parameter_server``: ParameterServerStrategy with
-#: ``FixedShardsPartitioner(N)``: the plan is the worker's device, which
-#: concatenates the shards to run the layer and computes the whole gradient
-#: (the shards and, with Keras 3.15, the full-size slots live elsewhere, see
-#: :func:`host_bytes`); ``offload``: variables and slots in host RAM, each
-#: device reading a copy of the variables and, since on a GPU host the
-#: update's arithmetic runs on the default device, of the slots.
-STRATEGIES = ("single", "mirrored", "column", "row", "parameter_server", "offload")
 
 
 def check_strategy(strategy: str) -> str:
@@ -103,7 +174,7 @@ def resolve_xla(xla: str | bool, strategy: str) -> bool:
         raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, not {xla!r}")
     if xla != "auto":
         return xla == "on"
-    return strategy in ("single", "column", "row")
+    return get(strategy).xla_auto
 
 
 def xla_mode(jit: bool, strategy: str) -> str:
@@ -112,4 +183,4 @@ def xla_mode(jit: bool, strategy: str) -> str:
     whose model cannot be compiled whole)."""
     if not jit:
         return "no-xla"
-    return "xla-update" if strategy in ("column", "row") else "xla"
+    return get(strategy).xla_compiles

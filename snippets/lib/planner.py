@@ -21,12 +21,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from snippets.lib.optimizers import check_optimizer
-from snippets.lib.placements import check_strategy, local_shape, resolve_xla, xla_mode
+from snippets.lib import placements
+from snippets.lib.placements import local_shape, resolve_xla, xla_mode
 from snippets.lib.splits import check_count
 from snippets.lib.units import GiB, POLICIES, check_shape, dtype_bytes, human_bytes, tensor_bytes  # noqa: F401 (GiB, human_bytes: doctests)
 
 
 # --- per-device budgets of a training step -----------------------------------
+
+
+#: Update temporaries beyond the probe's, in units of the variable, for an
+#: update that runs without XLA. Without XLA the update is a dataflow graph
+#: whose independent ops TensorFlow's executor runs in whatever order its
+#: threads reach them, and an elementwise op reuses its input's buffer only
+#: when it is that input's last reader; so the same step holds one buffer
+#: more or one fewer than the probe measured, depending on the order
+#: (measured: up to 1.07 variables above the probe under load, one below with
+#: one inter-op thread; benchmarks, ``planner_vs_step_peak``). A compiled
+#: update has one buffer assignment and gets no margin.
+SCHEDULE_MARGIN = 1
 
 
 #: Peak bytes while initialising one variable, as a multiple of the variable,
@@ -198,8 +211,9 @@ def dense_activations(shape: Sequence[int], strategy: str, devices: int, batch: 
     if len(shape) != 2:
         return 0
     d, f = shape
-    local_batch = batch // devices if strategy == "mirrored" else batch
-    d_in = d // devices if strategy == "row" else d
+    placement = placements.get(strategy)
+    local_batch = batch // devices if placement.batch_split else batch
+    d_in = d // devices if placement.reads_input_slice else d
     outputs = 3 if training else 1
     return (tensor_bytes((max(local_batch, 1), d_in), "float32")
             + outputs * tensor_bytes((max(local_batch, 1), f), "float32"))
@@ -244,7 +258,7 @@ def plan(
             batch, xla or device count, or a split that does not divide a dimension.
     """
     check_optimizer(optimizer)
-    check_strategy(strategy)
+    placement = placements.get(strategy)
     check_count(devices)
     check_count(batch, "batch size")
     if policy is not None and policy not in POLICIES:
@@ -263,10 +277,10 @@ def plan(
             compute = var_dtype
             if policy is not None and var_dtype.startswith(("float", "bfloat")):
                 var_dtype, compute = POLICIES[policy]
-            if strategy == "single" and device:
+            if placement.only_device_0 and device:
                 continue
             shape = local_shape(w.shape, strategy, devices)
-            if strategy in ("parameter_server", "offload"):
+            if placement.reads_whole:
                 # The device that runs the layer reads the whole variable.
                 shape = tuple(w.shape)
             nbytes = tensor_bytes(shape, var_dtype)
@@ -275,7 +289,7 @@ def plan(
             resident += nbytes
             if trains:
                 grads += nbytes
-            if trains and strategy != "parameter_server":
+            if trains and placement.updates_on_device:
                 from snippets.lib import optimizers as _slots  # reads the probe cache; imports Keras only on a miss
                 from snippets.lib import probe_cache
 
@@ -284,22 +298,23 @@ def plan(
                 if precision in probe_cache.PRECISIONS:
                     units = probe_cache.transient_units(optimizer, precision, xla_mode(jit, strategy))
                     update_tmp += round((units - 1) * nbytes)
+                    if not jit and units > 1:
+                        # One more buffer for the executor's order of the update's ops (SCHEDULE_MARGIN).
+                        update_tmp += SCHEDULE_MARGIN * nbytes
             elif compute != var_dtype:
                 update_tmp += tensor_bytes(shape, compute)
-            if trains and strategy == "mirrored" and devices > 1:
+            if trains and placement.all_reduce and devices > 1:
                 aggregation += nbytes
             # MirroredStrategy runs the initializer on replica 0 only; the
             # other replicas start from tf.identity of replica 0's value
             # (_get_variable_creator_initial_value in
             # tensorflow/python/distribute/mirrored_strategy.py, TF 2.21).
-            hosted = strategy in ("parameter_server", "offload")
-            if not hosted and (strategy not in ("single", "mirrored") or device == 0):
+            if placement.initialises == "each" or (placement.initialises == "first" and device == 0):
                 init_tmp = max(init_tmp, (init_peak(w.initializer) - 1) * nbytes)
         step_tmp = activations + max(update_tmp, aggregation)
         transient = max(step_tmp, init_tmp - grads - slot_total, 0)
         budgets.append(DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp,
-                                    step_tmp, activations, update_tmp, aggregation,
-                                    strategy in ("parameter_server", "offload")))
+                                    step_tmp, activations, update_tmp, aggregation, placement.hosted))
     return budgets
 
 
@@ -317,13 +332,13 @@ def host_bytes(
     coordinator (measured by :mod:`snippets.lib.ledger`). Other strategies: 0.
     Accepts ``weights`` as :func:`plan` does.
     """
-    check_strategy(strategy)
-    if strategy not in ("offload", "parameter_server"):
+    placement = placements.get(strategy)
+    if not placement.hosted:
         return 0
     total = 0
     for w in (_as_weight(item) for item in weights):
         var_dtype = POLICIES[policy][0] if policy and w.dtype.startswith(("float", "bfloat")) else w.dtype
-        if strategy == "offload":
+        if placement.holds_variables_on_host:
             total += tensor_bytes(w.shape, var_dtype)
         if optimizer is not None and w.trainable:
             from snippets.lib import optimizers as _slots

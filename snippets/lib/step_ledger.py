@@ -251,24 +251,27 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
 
 
 def schedule_slack(case: StepCase) -> int:
-    """Bytes by which the order of a step's independent ops may lower ``case``'s measured peak.
+    """Bytes by which ``case``'s measured peak may fall below the planner's, from the order of its ops.
 
     Without XLA, TensorFlow's executor runs an update's independent ops in
     whatever order its threads reach them, and an elementwise op reuses its
     input's buffer only when it is that input's last reader. The planner
-    counts the temporaries of the order that keeps most alive (what two or
-    more inter-op threads gave here); with one inter-op thread every no-XLA
-    update measured one buffer of the variable's size fewer (21
-    configurations; benchmarks, ``planner_vs_step_peak``). A compiled update
-    has one fixed buffer assignment: no slack.
+    counts the probe's order plus :data:`snippets.lib.planner.SCHEDULE_MARGIN`
+    (one buffer the size of the variable), so that no order exceeds it; a
+    quiet run measures one buffer below it, and one inter-op thread two
+    (benchmarks, ``planner_vs_step_peak``). A compiled update has one buffer
+    assignment: no slack.
 
     Returns:
-        0, or the bytes of the device's kernel piece in its variable dtype.
+        0, or ``SCHEDULE_MARGIN + 1`` buffers of the device's kernel piece in its variable dtype.
     """
     if placements.resolve_xla(case.xla, case.placement) or case.placement == "parameter_server":
         return 0  # compiled, or the worker's plain SGD consumes the gradient in place
+    precision = case.precision
+    if probe_cache.transient_units(case.optimizer, precision, False) <= 1:
+        return 0  # an update without temporaries (plain SGD) has no order to vary
     kernel, _ = case.program
-    return units.tensor_bytes(kernel, case.var_dtype)
+    return (planner.SCHEDULE_MARGIN + 1) * units.tensor_bytes(kernel, case.var_dtype)
 
 
 def compare(case: StepCase, measured: dict) -> dict:
