@@ -39,7 +39,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, devices, pieces, planner, splits, units
+from snippets.lib import allocator, cli, devices, pieces, planner, splits, units
 from snippets.lib.optimizers import rmsprop_update
 from snippets.lib.seed import SEED_SHAPE
 
@@ -421,7 +421,7 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
     Returns:
         ``{"method": "DTensor", "where": [device per piece], "local_shape": (D, F/N),
         "kernel_bytes": [per device], "measured": [weights + gradients + slots
-        per device, read], "ledger": [the same from snippets.lib.planner.per_device
+        per device, read], "planned": [the same from snippets.lib.planner.per_device
         for strategy "column", no reserve]}``.
     """
     import numpy as np
@@ -442,18 +442,16 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
 
     held = (pieces.of_variables([layer.kernel], "weights") + pieces.of_variables([gradient()], "gradients")
             + pieces.of_variables([layer.kernel_velocity], "slots"))
-    measured = ledger.by_device(held, setup.devices)
-    kernel = pieces.of_variable(layer.kernel)
     planned = planner.per_device(shape, "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
-    return ledger.comparison_row("DTensor", kernel, measured, planned)
+    return ledger.comparison_row("DTensor", held, setup.devices, planned)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.dtensor", description=__doc__.split("\n\n")[0]
     )
-    devices.add_arguments(parser)
+    cli.add_device_arguments(parser)
     parser.add_argument("--mesh", default=None, metavar="AXES",
                         help="mesh axes, e.g. model=4 (default: model=N) or batch=2,model=2")
     parser.add_argument("--shape", type=int, nargs=2, default=[1024, 512], metavar=("D", "F"),
@@ -464,9 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="reserve the seed kernel W[131072, 65536] + gradient + RMSprop "
                              "velocity piece by piece (allocation only) instead of training")
     args = parser.parse_args(argv)
-    for name in ("batch", "steps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer, not {getattr(args, name)}")
+    cli.check_positive(parser, batch=args.batch, steps=args.steps)
     try:
         axes = parse_mesh(args.mesh) if args.mesh else None
         if axes and BATCH in axes and not args.full_shape:
@@ -482,12 +478,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if per_device > units.parse_size(args.device_memory):
                 parser.error(f"{units.format_bytes(per_device)} per device does not fit "
                              f"{args.device_memory}; use more devices")
-            setup = devices.configure_from_args(args, parser, cpu_pool=pool)
+            setup = cli.configure_from_args(args, parser, cpu_pool=pool)
         else:
             splits.layout_local_shape(args.shape, [None, MODEL], axes or {MODEL: args.devices})
             allocator.check_host_can_hold(4 * units.tensor_bytes(args.shape) * args.devices,
                                        "training this kernel")
-            setup = devices.configure_from_args(args, parser)
+            setup = cli.configure_from_args(args, parser)
             if axes:
                 check_mesh(axes, setup.devices)
     except (ValueError, allocator.HostMemoryError) as error:

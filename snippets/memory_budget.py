@@ -18,7 +18,7 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, devices, ledger, optimizers, placements, planner, splits, units
+from snippets.lib import allocator, cli, devices, ledger, optimizers, placements, planner, splits, units
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Build a Dense layer for real under a placement on N logical devices and "
         "print what each device holds next to the planner's figures.",
     )
-    devices.add_arguments(parser)
+    cli.add_device_arguments(parser)
     parser.set_defaults(devices=4, device_memory="1024MiB")
     parser.add_argument("--shape", type=int, nargs=2, default=[1024, 256], metavar=("INPUT_DIM", "UNITS"))
     parser.add_argument("--dtype", default="float32", choices=sorted(units.DTYPE_BYTES))
@@ -229,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             units.check_shape(args.shape)
         except ValueError as error:
             parser.error(str(error))
-        devices.configure_from_args(args, parser)
+        cli.configure_from_args(args, parser)
         print(json.dumps(allocator_check(args.shape)))
         return 0
     try:
@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "building this layer for real")
     except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
-    setup = devices.configure_from_args(args, parser)
+    setup = cli.configure_from_args(args, parser)
     from tabulate import tabulate
 
     planned, held = ledger.compare(setup, args.shape, args.dtype, args.optimizer, args.strategy)

@@ -43,7 +43,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, communication, devices, hardware, optimizers, pieces, trace, units
+from snippets.lib import allocator, cli, communication, devices, hardware, optimizers, pieces, trace, units
 from snippets.lib.units import check_shape  # a Dense layer's "units" argument shadows the module in two functions
 
 MODES = ("host-compute", "host-variable", "central-storage")
@@ -341,7 +341,7 @@ def copy_seconds(device: str, nbytes: int = 256 * units.MiB, repeats: int = 5) -
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snippets.offload",
                                      description=__doc__.split("\n\n")[0])
-    devices.add_arguments(parser)
+    cli.add_device_arguments(parser)
     parser.set_defaults(devices=5)
     parser.add_argument("--offload", choices=MODES, default="central-storage",
                         help="how to keep the layer's variables on the host (default central-storage)")
@@ -349,8 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="kernel shape to run at CI scale (default 1024 256)")
     parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     args = parser.parse_args(argv)
-    if args.batch < 1:
-        parser.error(f"--batch must be a positive integer, not {args.batch}")
+    cli.check_positive(parser, batch=args.batch)
     try:
         units.check_shape(args.shape)
     except ValueError as error:
@@ -361,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "this offload run")
     except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
-    setup = devices.configure_from_args(args, parser)
+    setup = cli.configure_from_args(args, parser)
     try:
         host, compute = roles(setup)
     except devices.DeviceConfigError as error:

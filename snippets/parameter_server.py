@@ -50,8 +50,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from snippets.lib import allocator, devices, pieces, placements, planner, splits, units
-from snippets.lib import cluster
+from snippets.lib import allocator, cli, cluster, devices, ledger, pieces, placements, planner, splits, units
 from snippets.lib.cluster import ClusterError, LOOPBACK, PARTITIONERS, make_partitioner, make_strategy, start_in_process_cluster
 
 
@@ -67,10 +66,9 @@ def check_even_shards(shape: Sequence[int], shards: int) -> tuple[int, ...]:
 
     >>> check_even_shards([2048, 1024], 2)
     (1024, 1024)
-    >>> check_even_shards([2048, 1024], 3)
-    Traceback (most recent call last):
-    ...
-    ValueError: cannot split dimension 0 of shape [2048, 1024] (size 2048) into 3 equal shards: 3 does not divide 2048; use a shard count that divides 2048, or pad it to 2049
+
+    Raises:
+        ValueError: for a shard count that does not divide ``shape[0]`` (:func:`snippets.lib.splits.check_split`).
     """
     return placements.local_shape(shape, "parameter_server", shards)
 
@@ -355,7 +353,7 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
         ``{"method": "ParameterServerStrategy", "where": [ps device per shard],
         "local_shape": shard shape, "kernel_bytes": [per shard],
         "measured": [weights + slots per ps task, read by snippets.lib.ledger],
-        "ledger": [the planned weight shard per ps task],
+        "planned": [the planned weight shard per ps task],
         "worker_kernel_bytes": bytes a worker concatenates to run Dense}``.
         The planner's ``parameter_server`` row counts only the weight shards:
         it models Keras's optimizer, whose slots stay on the coordinator; the
@@ -366,8 +364,6 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
     """
     import tensorflow as tf
 
-    from snippets.lib import ledger
-
     check_even_shards(shape, ps)
     strategy = make_strategy(resolver, make_partitioner("fixed", ps))
     with strategy.scope():
@@ -376,15 +372,12 @@ def shard_summary(resolver, shape: Sequence[int] = (1024, 512), ps: int = 2) -> 
         for piece in pieces.tensors_of(variable):
             with strategy.extended.colocate_vars_with(piece):
                 velocities.append(tf.Variable(tf.zeros(piece.shape)))
-    kernel_pieces = pieces.of_variable(variable)
-    where = [p.device for p in kernel_pieces]
     held = pieces.of_variables([variable], "weights") + pieces.of_variables(velocities, "slots")
-    measured = ledger.by_device(held, where)
     # The planner's parameter_server budget is the worker's device; a ps task plans its shard.
     shard = units.tensor_bytes(placements.local_shape(shape, "parameter_server", ps))
     planned = [planner.DeviceBudget(i, shard, 0, 0, 0, 0) for i in range(ps)]
     concat = dense_reads_full_kernel(strategy, shape)
-    row = ledger.comparison_row("ParameterServerStrategy", kernel_pieces, measured, planned)
+    row = ledger.comparison_row("ParameterServerStrategy", held, [p.device for p in held[:ps]], planned)
     row["worker_kernel_bytes"] = max(units.tensor_bytes(s) for s in concat)
     return row
 
@@ -516,14 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --full-shape: memory per ps task and per worker (default 30976MiB)")
     args = parser.parse_args(argv)
     num_shards = args.ps if args.shards is None else args.shards
-    # Name the option, not "device count": each of these is a count the reader typed.
-    counts = [("--workers", args.workers), ("--ps", args.ps), ("--steps", args.steps),
-              ("--shards", args.shards)]
-    if args.partitioner != "fixed" or args.full_shape:
-        counts.append(("--shard-bytes", args.shard_bytes))
-    for option, value in counts:
-        if value is not None and value < 1:
-            parser.error(f"{option} must be a positive integer, not {value}")
+    cli.check_positive(parser, workers=args.workers, ps=args.ps, steps=args.steps, shards=args.shards,
+                       shard_bytes=args.shard_bytes if args.partitioner != "fixed" or args.full_shape else None)
     if not args.timeout > 0:  # also refuses nan
         parser.error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from snippets.lib import allocator, devices, pieces, units
+from snippets.lib import allocator, cli, devices, pieces, units
 
 
 def mirrored_variable(setup: devices.DeviceSetup, shape: Sequence[int], dtype: str = "float32"):
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.placement", description=__doc__.split("\n\n")[0]
     )
-    devices.add_arguments(parser)
+    cli.add_device_arguments(parser)
     parser.add_argument("--shape", type=int, nargs="+", default=[1024, 256],
                         help="shape of the variable to mirror (default 1024 256)")
     args = parser.parse_args(argv)
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (ValueError, allocator.HostMemoryError) as error:
         parser.error(str(error))
-    setup = devices.configure_from_args(args, parser)
+    setup = cli.configure_from_args(args, parser)
     print(setup.describe())
     import tensorflow as tf
 

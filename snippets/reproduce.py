@@ -26,7 +26,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, devices, planner, units
+from snippets.lib import allocator, cli, devices, planner, units
 from snippets.lib.errors import oom_line
 from snippets.lib.seed import SEED_INPUT_DIM, SEED_UNITS, VariableSpec, build_seed_model, seed_model, variable_specs
 
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Reproduce the seed OOM (Dense kernel [131072, 65536] float32 under "
         "MirroredStrategy) on real GPUs, a split GPU or CPU emulation, then diagnose it.",
     )
-    devices.add_arguments(parser)
+    cli.add_device_arguments(parser)
     parser.add_argument("--shape", type=int, nargs=2, default=[SEED_INPUT_DIM, SEED_UNITS],
                         metavar=("INPUT_DIM", "UNITS"),
                         help="kernel shape of the Dense layer (default 131072 65536)")
@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         units.check_shape(args.shape)
     except ValueError as error:
         parser.error(str(error))
-    setup = devices.configure_from_args(args, parser)
+    setup = cli.configure_from_args(args, parser)
     specs = variable_specs(seed_model, *args.shape)
     try:
         check_host_safe(specs, setup)

@@ -31,7 +31,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import communication, units
+from snippets.lib import cli, communication, units
 from snippets.lib.seed import SEED_SHAPE
 
 #: Seed the chapter and the tests use; every experiment is deterministic for a given seed.
@@ -464,9 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="batch size for the full-size table (default 64)")
     parser.add_argument("--seed", type=int, default=SEED, help="random seed (default 0)")
     args = parser.parse_args(argv)
-    for name in ("rank", "buckets", "batch"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be a positive integer, not {getattr(args, name)}")
+    cli.check_positive(parser, rank=args.rank, buckets=args.buckets, batch=args.batch)
     if args.rank > min(SEED_SHAPE):
         # A rank above min(D, F) is no factorisation: W[D, F] has rank at most min(D, F).
         parser.error(f"--rank {args.rank} exceeds min(D, F) = {min(SEED_SHAPE)} of W{list(SEED_SHAPE)}; "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from snippets.lib import allocator, devices, full_size, pieces, planner, splits, units
+from snippets.lib import allocator, cli, devices, full_size, pieces, planner, splits, units
 from snippets.lib.optimizers import colocate_updates, compile_sharded
 from snippets.lib.seed import SEED_SHAPE
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m snippets.tensor_parallel",
         description="Column- and row-parallel Keras Dense layers built with tf.device.",
     )
-    devices.add_arguments(parser)
+    cli.add_device_arguments(parser)
     parser.add_argument("--full-shape", action="store_true",
                         help="reserve the seed kernel [131072, 65536] float32 as N shards "
                              "(pages untouched) and print per-device bytes")
@@ -217,7 +217,7 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
     Returns:
         ``{"method": "tf.device layers", "where": [device per shard],
         "local_shape": (D, F/N), "kernel_bytes": [per device], "measured":
-        [weights + gradients + slots per device, read], "ledger": [the same
+        [weights + gradients + slots per device, read], "planned": [the same
         from snippets.lib.planner.per_device for strategy "column", no reserve]}``.
     """
     import numpy as np
@@ -238,11 +238,9 @@ def shard_summary(setup: devices.DeviceSetup, shape: Sequence[int] = (1024, 512)
     held = (pieces.of_variables(layer.trainable_variables, "weights")
             + pieces.of_variables(gradients, "gradients")
             + pieces.of_variables(ledger.slot_variables(optimizer), "slots"))
-    measured = ledger.by_device(held, setup.devices)
     planned = planner.per_device((d, f), "float32", "rmsprop", "column", len(setup.devices),
                                 initializer="glorot_uniform", reserve=0)
-    built = pieces.of_variables(layer.weights)
-    return ledger.comparison_row("tf.device layers", built, measured, planned)
+    return ledger.comparison_row("tf.device layers", held, setup.devices, planned)
 
 
 # --- full shape without the memory -----------------------------------------------------
@@ -309,13 +307,13 @@ def main(argv: Sequence[str] | None = None, parsed=None) -> int:
     """The command line; ``parsed`` is :func:`parse_args`' result when the module runs as a script."""
     parser, args = parsed or parse_args(argv)
     if args.full_shape:
-        setup = devices.configure_from_args(args, parser, cpu_pool=full_size.full_shape_pool())
+        setup = cli.configure_from_args(args, parser, cpu_pool=full_size.full_shape_pool())
         print(setup.describe())
         for strategy in ("column", "row"):
             # The first layout's shards are freed before the second is built (init_peak collects).
             print("\n".join(full_shape(setup, strategy).lines()))
         return 0
-    setup = devices.configure_from_args(args, parser)
+    setup = cli.configure_from_args(args, parser)
     if args.seed_layer:
         if setup.mode == "cpu":
             parser.error("--seed-layer initialises the 32 GiB seed kernel for real and needs GPUs "

@@ -230,7 +230,7 @@ def test_shard_summary_for_the_overview(four_cpus):
     assert summary["where"] == [CPU.format(i) for i in range(1, 5)]
     assert summary["local_shape"] == (1024, 128)
     assert summary["kernel_bytes"] == [524288] * 4
-    assert summary["measured"] == summary["ledger"] == [3 * 524288] * 4
+    assert summary["measured"] == summary["planned"] == [3 * 524288] * 4
 
 
 def test_cli_rejects_a_mesh_that_does_not_match(capsys):

@@ -163,7 +163,7 @@ def test_shard_summary_for_the_overview(cluster):
     assert summary["local_shape"] == (512, 512)
     assert summary["kernel_bytes"] == [1048576, 1048576]
     assert summary["measured"] == [2 * 1048576] * 2   # shard + colocated velocity
-    assert summary["ledger"] == [1048576] * 2         # planner: weight shards only
+    assert summary["planned"] == [1048576] * 2         # planner: weight shards only
     assert summary["worker_kernel_bytes"] == units.tensor_bytes((1024, 512))
 
 

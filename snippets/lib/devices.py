@@ -436,22 +436,3 @@ def jit_compile(placement: str = "single") -> bool:
     return resolve_xla("auto", placement)
 
 
-def add_arguments(parser) -> None:
-    """Add ``--devices``, ``--device-memory`` and ``--mode`` to an argparse parser."""
-    parser.add_argument("--devices", type=int, default=4, metavar="N",
-                        help="number of devices (replicas); default 4")
-    parser.add_argument("--device-memory", default=DEFAULT_DEVICE_MEMORY, metavar="SIZE",
-                        help=f"memory per device: {DEFAULT_DEVICE_MEMORY} (what TensorFlow's allocator gets on a "
-                        "V100-SXM2-32GB, default), 32GiB (2^30 B), 32GB (10^9 B); a bare number is MiB")
-    parser.add_argument("--mode", choices=MODES, default="auto",
-                        help="auto: real GPUs, else one GPU split, else CPU emulation")
-
-
-def configure_from_args(args, parser, **kwargs) -> DeviceSetup:
-    """:func:`configure` from parsed arguments; bad input exits 2 with one line."""
-    # A command-line run wants its own output, not TensorFlow's start-up INFO lines.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        return configure(args.devices, args.device_memory, args.mode, **kwargs)
-    except (DeviceConfigError, ValueError) as error:
-        parser.error(str(error))

@@ -57,26 +57,29 @@ def model_ledger(model, device_names: Sequence[str], optimizer=None) -> list[pla
     return by_device(held, device_names)
 
 
-def comparison_row(method: str, kernel_pieces, measured, planned) -> dict:
+def comparison_row(method: str, held: Sequence[pieces.Piece], device_names: Sequence[str], planned) -> dict:
     """One row of the sharding comparison (docs/sharding.md): where a kernel's pieces live and what each device holds.
 
     Args:
         method: the method's name as the table shows it.
-        kernel_pieces: the kernel's per-device pieces (``placement.Component``).
-        measured: :func:`by_device` rows read from the built variables.
+        held: the pieces read from the built variables (:func:`snippets.lib.pieces.of_variables`),
+            the kernel as ``"weights"``, its gradient and its optimizer slots.
+        device_names: the devices, in the order of ``planned``.
         planned: :func:`snippets.lib.planner.per_device` rows for the same placement.
 
     Returns:
-        ``{"method", "where", "local_shape", "kernel_bytes", "measured", "ledger"}``;
-        ``measured`` and ``ledger`` are weights + gradients + slots per device, in bytes.
+        ``{"method", "where", "local_shape", "kernel_bytes", "measured", "planned"}``;
+        ``measured`` (read) and ``planned`` are weights + gradients + slots per device, in bytes.
     """
+    kernel = [p for p in held if p.kind == "weights"]
+    measured = by_device(held, device_names)
     return {
         "method": method,
-        "where": [p.device for p in kernel_pieces],
-        "local_shape": kernel_pieces[0].shape,
-        "kernel_bytes": [p.nbytes for p in kernel_pieces],
+        "where": [p.device for p in kernel],
+        "local_shape": kernel[0].shape,
+        "kernel_bytes": [p.nbytes for p in kernel],
         "measured": [b.weights + b.gradients + b.slots for b in measured],
-        "ledger": [b.weights + b.gradients + b.slots for b in planned],
+        "planned": [b.weights + b.gradients + b.slots for b in planned],
     }
 
 

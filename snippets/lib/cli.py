@@ -1,0 +1,44 @@
+"""What every ``python -m snippets.<page>`` shares: device options and one convention for bad input.
+
+Bad input exits with status 2 and one line naming the fix (argparse's
+``parser.error``), never a traceback; a run that fails on its own terms
+(an OOM it set out to show, a cluster that did not finish) exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+
+from snippets.lib import devices
+
+
+def add_device_arguments(parser) -> None:
+    """Add ``--devices``, ``--device-memory`` and ``--mode`` to an argparse parser."""
+    parser.add_argument("--devices", type=int, default=4, metavar="N",
+                        help="number of devices (replicas); default 4")
+    parser.add_argument("--device-memory", default=devices.DEFAULT_DEVICE_MEMORY, metavar="SIZE",
+                        help=f"memory per device: {devices.DEFAULT_DEVICE_MEMORY} (what TensorFlow's allocator gets on a "
+                        "V100-SXM2-32GB, default), 32GiB (2^30 B), 32GB (10^9 B); a bare number is MiB")
+    parser.add_argument("--mode", choices=devices.MODES, default="auto",
+                        help="auto: real GPUs, else one GPU split, else CPU emulation")
+
+
+def configure_from_args(args, parser, **kwargs) -> devices.DeviceSetup:
+    """:func:`configure` from parsed arguments; bad input exits 2 with one line."""
+    # A command-line run wants its own output, not TensorFlow's start-up INFO lines.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        return devices.configure(args.devices, args.device_memory, args.mode, **kwargs)
+    except (devices.DeviceConfigError, ValueError) as error:
+        parser.error(str(error))
+
+
+def check_positive(parser, **options: int | None) -> None:
+    """Exit 2 with ``--name must be a positive integer, not N`` for the first option below 1.
+
+    Keyword names are the options without dashes (``check_positive(parser, batch=args.batch)``);
+    None means "not given" and passes.
+    """
+    for name, value in options.items():
+        if value is not None and (isinstance(value, bool) or value < 1):
+            parser.error(f"--{name.replace('_', '-')} must be a positive integer, not {value}")
