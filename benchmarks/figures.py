@@ -179,7 +179,7 @@ def planner_seed(runs: int) -> Figure:
     )
 
 
-@requires("snippets/lib/ledger.py")
+@requires("snippets/lib/ledger.py", "snippets/memory_budget.py")
 def planner_vs_allocator(runs: int) -> Figure:
     """Planner vs capped-allocator peak (`snippets.memory_budget.allocator_check`)"""
     worst, names = [], set()
@@ -200,7 +200,7 @@ def planner_vs_allocator(runs: int) -> Figure:
     )
 
 
-@requires("snippets/lib/step_ledger.py", "snippets/data/step_probes.json")
+@requires("snippets/lib/step_ledger.py", "snippets/lib/data/step_probes.json")
 def planner_vs_step_peak(runs: int) -> Figure:
     """Planner vs each device's measured training-step peak (`snippets.lib.step_ledger`)"""
     from snippets.lib import step_ledger
