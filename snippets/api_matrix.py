@@ -266,14 +266,10 @@ def ps_coordinator_loop() -> Observation:
 
 def ps_fit() -> Observation:
     """That Keras model compiled in scope, then ``Model.fit`` on NumPy arrays: refused."""
-    import numpy as np
 
     strategy = cluster.ps_strategy()
-    model = cluster.ps_model(strategy, PROBE_SHAPE)
-    with strategy.scope():
-        model.compile(optimizer="sgd", loss="mean_squared_error")
-    x = np.ones((8, PROBE_SHAPE[0]), "float32")
-    y = np.ones((8, PROBE_SHAPE[1]), "float32")
+    model = cluster.ps_model(strategy, PROBE_SHAPE, compile=True)
+    x, y = cluster.ones_batch(PROBE_SHAPE)
     try:
         model.fit(x, y, steps_per_epoch=1, epochs=1, verbose=0)
     except Exception as error:  # the refusal is the observation

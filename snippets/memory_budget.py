@@ -176,7 +176,7 @@ def allocator_check_fresh(shape: Sequence[int] = (16384, 1024), cap: str = "1024
     (``kMaxInternalFragmentation``; ``BFCAllocator::SplitChunk`` is skipped
     in ``bfc_allocator.cc``), and counts the whole chunk as in use. After other
     work has left holes, a 32 MiB tensor can count as 63 MiB. A fresh process
-    has no holes, so the check runs in one: ``python -m snippets.lib.ledger
+    has no holes, so the check runs in one: ``python -m snippets.memory_budget
     --allocator-check``.
     """
     import json
@@ -186,7 +186,7 @@ def allocator_check_fresh(shape: Sequence[int] = (16384, 1024), cap: str = "1024
     from pathlib import Path
 
     shape = units.check_shape(shape)
-    command = [sys.executable, "-m", "snippets.lib.ledger", "--allocator-check", "--devices", "1",
+    command = [sys.executable, "-m", "snippets.memory_budget", "--allocator-check", "--devices", "1",
                "--device-memory", cap, "--shape", *map(str, shape)]
     environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(command, capture_output=True, text=True, env=environ,

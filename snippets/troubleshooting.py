@@ -183,16 +183,11 @@ def per_worker_dataset() -> None:
         ValueError: "To use this dataset, you need to pass this dataset to
             ClusterCoordinator.create_per_worker_dataset."
     """
-    import numpy as np
-
 
     _emulated()
     strategy = cluster.ps_strategy()
-    model = cluster.ps_model(strategy, PROBE_SHAPE)
-    with strategy.scope():
-        model.compile(optimizer="sgd", loss="mean_squared_error")
-    x = np.ones((8, PROBE_SHAPE[0]), "float32")
-    y = np.ones((8, PROBE_SHAPE[1]), "float32")
+    model = cluster.ps_model(strategy, PROBE_SHAPE, compile=True)
+    x, y = cluster.ones_batch(PROBE_SHAPE)
     model.fit(x, y, steps_per_epoch=1, epochs=1, verbose=0)
 
 

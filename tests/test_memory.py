@@ -90,8 +90,9 @@ def test_offload_moves_variables_to_the_host_but_the_device_reads_a_copy():
 def test_step_peak_follows_the_measured_update_temporaries():
     mirrored = per_device(SEED, "float32", "rmsprop", "mirrored", 4)[0]
     # RMSprop without XLA (MirroredStrategy): gradient + three temporaries on top of weight and velocity.
-    assert mirrored.update_temporaries == 3 * 32 * GiB
-    assert mirrored.step_peak == 6 * 32 * GiB + mirrored.activations
+    # Three measured temporaries, and one buffer of margin for the executor's order (SCHEDULE_MARGIN).
+    assert mirrored.update_temporaries == (3 + planner.SCHEDULE_MARGIN) * 32 * GiB
+    assert mirrored.step_peak == (6 + planner.SCHEDULE_MARGIN) * 32 * GiB + mirrored.activations
     assert mirrored.phases["aggregation"] == 4 * 32 * GiB + mirrored.activations
     column = per_device(SEED, "float32", "rmsprop", "column", 4)[0]
     assert column.update_temporaries == 0 and column.total < hardware.V100_CAPACITY

@@ -274,8 +274,11 @@ def ps_strategy(max_shards: int = 2):
     return make_strategy(start_in_process_cluster(1, 2), partitioner)
 
 
-def ps_model(strategy, shape: Sequence[int] = (1024, 512)):
-    """``Sequential([Input((D,)), Dense(F, use_bias=False)])`` for ``shape`` ``[D, F]``, built in ``strategy.scope()``."""
+def ps_model(strategy, shape: Sequence[int] = (1024, 512), compile: bool = False):
+    """``Sequential([Input((D,)), Dense(F, use_bias=False)])`` for ``shape`` ``[D, F]``, built in ``strategy.scope()``.
+
+    ``compile=True`` also compiles it there, with SGD and a squared-error loss.
+    """
     import keras
 
     with strategy.scope():
@@ -283,4 +286,13 @@ def ps_model(strategy, shape: Sequence[int] = (1024, 512)):
             keras.Input((shape[0],)),
             keras.layers.Dense(shape[1], use_bias=False, name="probe_dense"),
         ])
+        if compile:
+            model.compile(optimizer="sgd", loss="mean_squared_error")
     return model
+
+
+def ones_batch(shape: Sequence[int] = (1024, 512), examples: int = 8):
+    """NumPy ``(x[examples, D], y[examples, F])`` of ones, float32, for a model of ``shape`` ``[D, F]``."""
+    import numpy as np
+
+    return np.ones((examples, shape[0]), "float32"), np.ones((examples, shape[1]), "float32")

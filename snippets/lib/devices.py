@@ -238,12 +238,9 @@ _active_request: tuple[int, int, str, int] | None = None
 
 
 def _runtime_started() -> bool:
-    # TensorFlow has no public "is the runtime up?" call; its own
-    # set_logical_device_configuration checks this same handle to decide
-    # whether to raise "cannot be modified after being initialized".
-    from tensorflow.python.eager import context
+    from snippets.lib import private
 
-    return context.context()._context_handle is not None
+    return private.runtime_started()
 
 
 def _gpu_memory_mib() -> list[int]:

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from snippets.lib import cluster, devices, optimizers, pieces, placements, planner, units
+from snippets.lib import cluster, devices, optimizers, pieces, placements, planner, private, units
 
 
 def slot_variables(optimizer) -> list:
     """The optimizer's per-weight slots: its variables except ``iterations`` and the learning rate."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer wraps one
-    skip = {id(pieces.unwrap(v)) for v in (inner.iterations, getattr(inner, "_learning_rate", None)) if v is not None}
+    skip = {id(pieces.unwrap(v)) for v in (inner.iterations, private.learning_rate_variable(inner)) if v is not None}
     return [v for v in inner.variables if id(pieces.unwrap(v)) not in skip]
 
 

@@ -35,7 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import placements, probe_cache
+from snippets.lib import placements, private, probe_cache
 from snippets.lib.units import check_shape, dtype_bytes
 
 #: Probe dimensions: distinct primes, so a slot dimension names its weight axis.
@@ -239,7 +239,7 @@ def colocate_updates(optimizer, jit_compile: bool | str = "auto"):
 
     jit = placements.resolve_xla(jit_compile, "column")
     update_step = optimizer.update_step
-    all_reduce = optimizer._all_reduce_sum_gradients
+    all_reduce = private.gradient_aggregation(optimizer)
     add_slot = optimizer.add_variable_from_reference
     compiled = {}
 
@@ -265,7 +265,7 @@ def colocate_updates(optimizer, jit_compile: bool | str = "auto"):
 
     optimizer.update_step = colocated_update_step
     optimizer.add_variable_from_reference = colocated_slot
-    optimizer._all_reduce_sum_gradients = all_reduce_if_distributed
+    private.set_gradient_aggregation(optimizer, all_reduce_if_distributed)
     return optimizer
 
 

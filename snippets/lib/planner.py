@@ -8,7 +8,7 @@ allocator gets (:mod:`snippets.lib.hardware`).
 
 >>> b = per_device([131072, 65536], "float32", "rmsprop", "mirrored", 4)[0]
 >>> human_bytes(b.step_peak), b.peak_phase
-('192.02 GiB', 'update')
+('224.02 GiB', 'update')
 
 Nothing here imports TensorFlow: slot layouts and update temporaries come
 from the probe cache (:mod:`snippets.lib.step_probe`).
@@ -374,7 +374,7 @@ def per_device(
     >>> len(b), b[0].weights // GiB, b[0].gradients // GiB, b[0].slots // GiB
     (4, 32, 32, 32)
     >>> b[0].update_temporaries // GiB, b[0].step_peak // GiB, b[0].peak_phase
-    (96, 192, 'update')
+    (128, 224, 'update')
     >>> [(x.weights + x.gradients + x.slots) // GiB for x in per_device(
     ...     [131072, 65536], "float32", "rmsprop", "column", 4)]
     [24, 24, 24, 24]

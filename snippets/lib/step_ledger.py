@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from snippets.lib import hardware, placements, planner, probe_cache, units
+from snippets.lib import hardware, placements, planner, private, probe_cache, units
 from snippets.lib.errors import is_oom, phase_of
 from snippets.lib.seed import SEED_SHAPE
 
@@ -160,7 +160,7 @@ def _copy_on_aggregation(optimizer) -> None:
     def aggregate(grads_and_vars):
         return [(tf.raw_ops.DeepCopy(x=g), v) for g, v in grads_and_vars]
 
-    optimizer._all_reduce_sum_gradients = aggregate
+    private.set_gradient_aggregation(optimizer, aggregate)
 
 
 def measure(case: StepCase, steps: int = 1) -> dict:

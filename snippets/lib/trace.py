@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from snippets.lib import private
 from snippets.lib.pieces import short_device
 from snippets.lib.units import tensor_bytes
 
@@ -91,14 +92,7 @@ def placement(function, *args) -> Placement:
     Raises:
         ValueError: if no graph was recorded (the function had already run).
     """
-    from tensorflow.python.eager import context
-
-    context.enable_run_metadata()
-    try:
-        function(*args)
-        metadata = context.export_run_metadata()
-    finally:
-        context.disable_run_metadata()
+    metadata = private.run_metadata(lambda: function(*args))
     graph = function.get_concrete_function(*args).graph  # the trace just run, not a new one
     ops, moved = [], []
     for function_graph in metadata.function_graphs:

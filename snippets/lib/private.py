@@ -1,0 +1,65 @@
+"""Every private TensorFlow and Keras access of this site, in one place.
+
+Each function says which private name it uses and the version it was checked
+against; ``tests/test_private.py`` is the canary that fails first when an
+upgrade moves one. Nothing else in ``snippets/`` reaches into ``tensorflow.python``,
+``keras.src`` or an underscored attribute of TensorFlow or Keras.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+#: The versions these accesses were checked against.
+CHECKED_WITH = {"tensorflow": "2.21.0", "keras": "3.15.1"}
+
+
+def runtime_started() -> bool:
+    """Whether TensorFlow's eager runtime has started in this process (an op ran, devices were listed).
+
+    TensorFlow has no public call for it; its own ``set_logical_device_configuration``
+    checks the same handle before raising "cannot be modified after being
+    initialized". Private: ``tensorflow.python.eager.context.context()._context_handle``.
+    """
+    from tensorflow.python.eager import context
+
+    return context.context()._context_handle is not None
+
+
+def run_metadata(call: Callable[[], object]):
+    """Run ``call()`` with run-metadata collection on; return the ``RunMetadata`` it recorded.
+
+    The partitioned graphs of a ``tf.function`` instantiated during ``call``
+    (one per device: the placer's decision) are in ``.function_graphs``; the
+    mechanism behind TensorBoard's graph view. Private:
+    ``tensorflow.python.eager.context.{enable,export,disable}_run_metadata``.
+    """
+    from tensorflow.python.eager import context
+
+    context.enable_run_metadata()
+    try:
+        call()
+        return context.export_run_metadata()
+    finally:
+        context.disable_run_metadata()
+
+
+def gradient_aggregation(optimizer) -> Callable:
+    """The Keras 3 TensorFlow optimizer's gradient all-reduce hook (``list of (grad, var)`` in and out).
+
+    Private: ``keras.src.backend.tensorflow.optimizer.TFOptimizer._all_reduce_sum_gradients``.
+    """
+    return optimizer._all_reduce_sum_gradients
+
+
+def set_gradient_aggregation(optimizer, hook: Callable) -> None:
+    """Replace :func:`gradient_aggregation`'s hook on this optimizer instance."""
+    optimizer._all_reduce_sum_gradients = hook
+
+
+def learning_rate_variable(optimizer):
+    """The variable a Keras 3 optimizer keeps its learning rate in, or None.
+
+    Private: ``keras.src.optimizers.base_optimizer.BaseOptimizer._learning_rate``.
+    """
+    return getattr(optimizer, "_learning_rate", None)
