@@ -137,7 +137,7 @@ def test_cli_rejects_a_bad_shape(capsys):
 
 
 def test_these_unit_tests_did_not_import_tensorflow():
-    assert "tensorflow" not in sys.modules
+    assert "tensorflow" not in sys.modules, sorted(m for m in sys.modules if m.startswith(("snippets", "keras", "harness", "tests", "benchmarks")))
 
 
 # --- CPU cases in one kernel, in the chapter's order ----------------------------------

@@ -108,7 +108,7 @@ def test_cli_rejects_an_uneven_split(capsys):
 
 def test_these_unit_tests_did_not_import_tensorflow():
     # Runs after the unit tests above and before the kernel fixture below.
-    assert "tensorflow" not in sys.modules
+    assert "tensorflow" not in sys.modules, sorted(m for m in sys.modules if m.startswith(("snippets", "keras", "harness", "tests", "benchmarks")))
 
 
 # --- in a kernel: what Keras and the allocator actually do -----------------------------

@@ -194,6 +194,7 @@ class _ShardedDense(keras.layers.Layer):
         }
 
 
+# --8<-- [start:column]
 @keras.saving.register_keras_serializable(package="snippets")
 class ColumnParallelDense(_ShardedDense):
     """``Dense(units)`` with its kernel split by columns: W[D, F_model] over N devices.
@@ -261,6 +262,7 @@ class ColumnParallelDense(_ShardedDense):
 
     def get_config(self):
         return {**super().get_config(), "gather_output": self.gather_output}
+# --8<-- [end:column]
 
 
 def _concat(ys):
