@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from snippets.lib import allocator, hardware, optimizers, placements, planner, units
 
 #: Keras dtype policies this module compares (``keras.DTypePolicy`` names).
-POLICIES = ("float32", "mixed_float16", "float16", "mixed_bfloat16", "bfloat16")
+DTYPE_POLICIES = ("float32", "mixed_float16", "float16", "mixed_bfloat16", "bfloat16")
 
 #: Oldest NVIDIA compute capability with bfloat16 Tensor Cores: Ampere (A100 = 8.0).
 BFLOAT16_MIN_CAPABILITY = (8, 0)
@@ -51,9 +51,9 @@ V100_CAPABILITY = (7, 0)
 
 
 def check_policy(policy: str) -> str:
-    """Return ``policy`` if it is one of :data:`POLICIES`, else raise ValueError naming them."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown dtype policy {policy!r}; use one of {', '.join(POLICIES)}")
+    """Return ``policy`` if it is one of :data:`DTYPE_POLICIES`, else raise ValueError naming them."""
+    if policy not in DTYPE_POLICIES:
+        raise ValueError(f"unknown dtype policy {policy!r}; use one of {', '.join(DTYPE_POLICIES)}")
     return policy
 
 
@@ -81,7 +81,7 @@ def layer_dtypes(policy: str) -> LayerDtypes:
     afterwards, so later cells are unaffected.
 
     Raises:
-        ValueError: for a policy not in :data:`POLICIES`.
+        ValueError: for a policy not in :data:`DTYPE_POLICIES`.
     """
     import keras
 
@@ -441,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.precision", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--policy", action="append", choices=POLICIES,
+    parser.add_argument("--policy", action="append", choices=DTYPE_POLICIES,
                         help="dtype policy to describe (repeatable; default: all)")
     parser.add_argument("--shape", type=int, nargs=2, default=[131072, 65536],
                         metavar=("INPUT_DIM", "UNITS"), help="Dense kernel shape (default 131072 65536)")
@@ -461,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tabulate import tabulate
 
     rows = []
-    for policy in args.policy or POLICIES:
+    for policy in args.policy or DTYPE_POLICIES:
         spec = seed_kernel(policy, *args.shape)
         budget_policy = policy if policy in units.POLICIES else None
         mirrored = planner.per_device(args.shape, spec.dtype, args.optimizer, "mirrored", args.devices,

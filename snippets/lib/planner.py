@@ -71,7 +71,7 @@ def _initializer_name(initializer) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if not name.islower() else name
 
 
-def init_peak(initializer) -> int:
+def init_multiplier(initializer) -> int:
     """Peak while initialising one variable, as a multiple of it (see :data:`INIT_PEAK`).
 
     Accepts a Keras initializer name (``"glorot_uniform"``), class name
@@ -310,7 +310,7 @@ def plan(
             # (_get_variable_creator_initial_value in
             # tensorflow/python/distribute/mirrored_strategy.py, TF 2.21).
             if placement.initialises == "each" or (placement.initialises == "first" and device == 0):
-                init_tmp = max(init_tmp, (init_peak(w.initializer) - 1) * nbytes)
+                init_tmp = max(init_tmp, (init_multiplier(w.initializer) - 1) * nbytes)
         step_tmp = activations + max(update_tmp, aggregation)
         transient = max(step_tmp, init_tmp - grads - slot_total, 0)
         budgets.append(DeviceBudget(device, resident, grads, slot_total, transient, reserve, init_tmp,
