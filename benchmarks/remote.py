@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import time
 
-from snippets.lib import allocator, devices, full_size, initializers, pieces, splits, units
+from snippets.lib import allocator, devices, full_size, pieces, splits, units
 from snippets.lib.seed import SEED_INPUT_DIM, SEED_UNITS
 
 #: The seed kernel W[D, F], its device count and each device's memory (a V100-SXM2-32GB).
@@ -70,6 +70,8 @@ def _tf_slices(setup, kind: str) -> dict:
     from snippets.lib import layers
 
     d, f = SEED_SHAPE
+    from snippets.lib import initializers  # imports Keras: only inside a kernel
+
     layer = layers.make_layer(kind, f, setup.devices, use_bias=False, kernel_initializer=initializers.Uninitialized())
     measured = allocator.measure(lambda: layer.build((None, d)), setup.devices[0])
     per_device = pieces.bytes_per_device(pieces.of_variables(layer.weights))
