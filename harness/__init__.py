@@ -13,6 +13,13 @@ new kernel is a ``fork`` of it and costs milliseconds, not TensorFlow's
 6-10 s import. Requests and replies travel over a :func:`multiprocessing.Pipe`;
 what runs inside a kernel is :mod:`harness.kernel`.
 
+A second kind of kernel runs Keras on the JAX backend (``Kernel(backend="jax")``):
+the fork server's Keras is bound to TensorFlow for good, so a JAX kernel is a
+plain new interpreter (:mod:`multiprocessing`'s "spawn" method) whose
+environment (:data:`JAX_ENV`: ``KERAS_BACKEND=jax``, 4 emulated CPU devices)
+is set before it imports JAX and Keras (:mod:`harness.preload_jax`). It costs
+JAX's import (a few seconds) instead of a fork, and serves the same requests.
+
 Used by ``tests/``, by ``conftest.py`` (through :mod:`harness.sybil_remote`)
 and by ``benchmarks/``.
 """
@@ -42,7 +49,24 @@ _forkserver = multiprocessing.get_context("forkserver")
 # time): under pytest the server imports it once. kernel.PRELOAD goes last, so its check that
 # the server is still single-threaded covers every preloaded module.
 _forkserver.set_forkserver_preload((["pytest"] if "pytest" in sys.modules else []) + [kernel.PRELOAD])
+_spawn = multiprocessing.get_context("spawn")
 _starting = threading.Lock()
+
+#: What a JAX kernel's environment adds (``env`` given to :class:`Kernel` wins): Keras on JAX,
+#: JAX on the CPU only, with XLA's host platform split into 4 devices (read when JAX's CPU
+#: backend starts, i.e. after the import and before the first array).
+JAX_ENV = {
+    "KERAS_BACKEND": "jax",
+    "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+}
+
+#: Backend name -> (multiprocessing context, module the kernel needs imported before it serves,
+#: environment it adds). The TensorFlow kernel's module is imported by the fork server.
+BACKENDS = {
+    "tensorflow": (_forkserver, kernel.PRELOAD, {}),
+    "jax": (_spawn, kernel.PRELOAD_JAX, JAX_ENV),
+}
 
 
 class RemoteError(Exception):
@@ -91,12 +115,15 @@ class Kernel:
 
     Args:
         env: variables added to the test process's environment inside the
-            kernel, set before its first TensorFlow op (TensorFlow reads
+            kernel (after the backend's own, :data:`JAX_ENV` for JAX), set before its first TensorFlow op (TensorFlow reads
             ``TF_CPU_*`` and the like when its runtime starts, not on import).
             TensorFlow's INFO logs are silenced unless ``env`` says otherwise.
         deadline: seconds the kernel may live. A request still running past
             it kills the kernel and raises :class:`KernelDied`, so a hung
             TensorFlow call fails its test instead of hanging the suite.
+        backend: ``"tensorflow"`` (the default: a fork of the server that
+            preloaded TensorFlow and Keras) or ``"jax"`` (a new interpreter
+            with :data:`JAX_ENV` that imports JAX and Keras on the JAX backend).
 
     What requests print to ``sys.stdout`` is printed again in the calling
     process; everything else the kernel writes to its fd 1 and 2 (TensorFlow's
@@ -108,18 +135,26 @@ class Kernel:
 
     Raises:
         KernelDied: the kernel ended before it was ready.
-        RuntimeError: the fork server cannot fork safely (see :mod:`harness.preload`).
+        RuntimeError: the fork server cannot fork safely (see :mod:`harness.preload`), or
+            the JAX kernel's Keras is not on the JAX backend.
+        ValueError: an unknown ``backend``.
     """
 
-    def __init__(self, env: dict[str, str] | None = None, deadline: float = 600) -> None:
+    def __init__(self, env: dict[str, str] | None = None, deadline: float = 600,
+                 backend: str = "tensorflow") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown kernel backend {backend!r}; known: {', '.join(BACKENDS)}")
+        context, preload, backend_env = BACKENDS[backend]
+        self.backend = backend
         self.deadline = deadline
         self._closed = False
         self._deadline_at = time.monotonic() + deadline
         self.log = tempfile.NamedTemporaryFile("w+", prefix="kernel-", suffix=".log", delete=False)
-        self.connection, theirs = _forkserver.Pipe()
+        self.connection, theirs = context.Pipe()
         # daemon: a kernel a test forgot to close is killed when the test process exits.
-        self.process = _forkserver.Process(
-            target=kernel.main, args=(theirs, kernel_environment(env), self.log.name, str(ROOT)),
+        self.process = context.Process(
+            target=kernel.main,
+            args=(theirs, kernel_environment({**backend_env, **(env or {})}), self.log.name, str(ROOT), preload),
             name="kernel", daemon=True,
         )
         _start(self.process)

@@ -24,9 +24,11 @@ from types import SimpleNamespace
 
 #: The module the fork server imports before it forks (see :mod:`harness.preload`).
 PRELOAD = "harness.preload"
+#: The module a JAX kernel (a new interpreter, not a fork) imports itself once its environment is set.
+PRELOAD_JAX = "harness.preload_jax"
 
 
-def main(connection, env: dict[str, str], log: str, root: str) -> None:
+def main(connection, env: dict[str, str], log: str, root: str, preload: str = PRELOAD) -> None:
     """Entry point of a kernel process, forked by the fork server: set up, then serve.
 
     Args:
@@ -34,6 +36,9 @@ def main(connection, env: dict[str, str], log: str, root: str) -> None:
         env: the whole environment of the kernel (set before any TensorFlow op runs).
         log: file that receives fd 1 and 2, appended to.
         root: the repository root, the kernel's working directory.
+        preload: :data:`PRELOAD` for a fork of the TensorFlow fork server (checked, not
+            imported), or a module this process imports itself after setting ``env``
+            (:data:`PRELOAD_JAX`, for a spawned JAX kernel).
 
     Never returns: the process ends with ``os._exit`` once the parent closes its end.
     """
@@ -46,7 +51,7 @@ def main(connection, env: dict[str, str], log: str, root: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    problem = preload_problem()
+    problem = preload_problem() if preload == PRELOAD else import_problem(preload)
     if problem:
         connection.send(("refused", problem, ""))
     else:
@@ -72,6 +77,18 @@ def preload_problem() -> str | None:
                 f"its children, so no kernel is started. Some library imported by {PRELOAD} "
                 f"started a thread pool: limit it with an environment variable there.")
     return None
+
+
+def import_problem(module: str) -> str | None:
+    """Import ``module`` (a JAX kernel's preload); why it failed or refused, or None.
+
+    The module may define ``PROBLEM`` (a string, or None when all is well).
+    """
+    try:
+        loaded = importlib.import_module(module)
+    except Exception:
+        return f"importing {module} failed:\n{traceback.format_exc()}"
+    return getattr(loaded, "PROBLEM", None)
 
 
 def serve(connection) -> None:

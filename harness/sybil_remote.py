@@ -4,6 +4,10 @@ Sybil parses the chapters and docstrings in the pytest process, as usual; the
 evaluators here send each example to the document's :class:`~harness.Kernel`
 instead of ``exec``-ing it locally, so each chapter gets a fresh process and can
 configure its devices the way it says it does.
+
+A document runs in the TensorFlow kernel unless one of its first lines
+declares another backend (:func:`declared_backend`): ``<!-- kernel: jax -->``
+in a chapter, ``# kernel: jax`` in a module whose docstrings hold examples.
 """
 
 from __future__ import annotations
@@ -28,10 +32,31 @@ KERNEL_KEY = "__kernel__"
 PYTHON_FENCE = r"(?:python|py|pycon)(?:[ \t]+[^\n]*)?"
 
 
+#: A backend declaration: a line of its own, alone (an HTML comment in Markdown, a comment in Python).
+KERNEL_DECLARATION = re.compile(r"^[ \t]*(?:<!--[ \t]*kernel:[ \t]*(?P<html>[\w-]+)[ \t]*-->"
+                                r"|#[ \t]*kernel:[ \t]*(?P<comment>[\w-]+))[ \t]*$")
+#: How many lines from the top a declaration may sit.
+DECLARATION_LINES = 3
+
+
+def declared_backend(text: str) -> str:
+    """The kernel backend a document declares in its first :data:`DECLARATION_LINES` lines.
+
+    Returns:
+        ``"tensorflow"`` when nothing is declared, else the declared name
+        (``"jax"``; :class:`harness.Kernel` refuses an unknown one with ``ValueError``).
+    """
+    for line in text.splitlines()[:DECLARATION_LINES]:
+        match = KERNEL_DECLARATION.match(line)
+        if match:
+            return match.group("html") or match.group("comment")
+    return "tensorflow"
+
+
 def kernel_for(example: Example) -> Kernel:
     namespace = example.document.namespace
     if KERNEL_KEY not in namespace:
-        namespace[KERNEL_KEY] = Kernel()
+        namespace[KERNEL_KEY] = Kernel(backend=declared_backend(example.document.text))
     return namespace[KERNEL_KEY]
 
 

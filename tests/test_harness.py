@@ -84,3 +84,33 @@ def test_a_server_with_threads_or_without_tensorflow_is_refused(monkeypatch):
     assert "1 Python thread(s) and 2 OS thread(s)" in inside.preload_problem()
     monkeypatch.delitem(sys.modules, inside.PRELOAD)
     assert "did not import harness.preload" in inside.preload_problem()
+
+
+def jax_side() -> dict:
+    """Kernel side, in a JAX kernel: Keras's backend, JAX's devices, and whether TensorFlow came along."""
+    import jax
+    import keras
+
+    return {"backend": keras.backend.backend(), "devices": jax.device_count(),
+            "platform": jax.devices()[0].platform, "xla_flags": os.environ["XLA_FLAGS"]}
+
+
+def test_a_jax_kernel_runs_keras_on_jax_over_4_cpu_devices():
+    with Kernel(backend="jax", deadline=120) as kernel:
+        assert kernel.call(jax_side) == {"backend": "jax", "devices": 4, "platform": "cpu",
+                                         "xla_flags": "--xla_force_host_platform_device_count=4"}
+        assert kernel.request("code", "y = 2\nprint(y * 3)", "block.py", 0) == ("ok", None, "6\n")
+    assert "jax" not in sys.modules and "keras" not in sys.modules
+    with pytest.raises(ValueError, match="unknown kernel backend"):
+        Kernel(backend="torch")
+
+
+def test_a_document_declares_its_kernel_on_its_first_lines():
+    from harness.sybil_remote import declared_backend
+
+    assert declared_backend("<!-- kernel: jax -->\n# Title\n") == "jax"
+    assert declared_backend("# kernel: jax\n\"\"\"Docstring.\"\"\"\n") == "jax"
+    assert declared_backend("# Title\n\nText.\n") == "tensorflow"
+    # Too far down, or inside a sentence, it declares nothing.
+    assert declared_backend("# Title\n\n\n\n<!-- kernel: jax -->\n") == "tensorflow"
+    assert declared_backend("Run it in a <!-- kernel: jax --> kernel.\n") == "tensorflow"
