@@ -345,8 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.set_defaults(devices=5)
     parser.add_argument("--offload", choices=MODES, default="central-storage",
                         help="how to keep the layer's variables on the host (default central-storage)")
-    parser.add_argument("--shape", type=int, nargs=2, default=[1024, 256], metavar=("D", "F"),
-                        help="kernel shape to run at CI scale (default 1024 256)")
+    cli.add_shape(parser, [1024, 256], "the layer to run at CI scale")
     parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     args = parser.parse_args(argv)
     cli.check_positive(parser, batch=args.batch)
