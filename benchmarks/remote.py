@@ -18,10 +18,9 @@ import gc
 import time
 
 from snippets.lib import allocator, devices, full_size, pieces, splits, units
-from snippets.lib.seed import SEED_INPUT_DIM, SEED_UNITS
+from snippets.lib.seed import SEED_SHAPE
 
 #: The seed kernel W[D, F], its device count and each device's memory (a V100-SXM2-32GB).
-SEED_SHAPE = (SEED_INPUT_DIM, SEED_UNITS)
 DEVICES = 4
 DEVICE_MEMORY = "30976MiB"
 

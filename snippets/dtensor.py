@@ -454,8 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.add_device_arguments(parser)
     parser.add_argument("--mesh", default=None, metavar="AXES",
                         help="mesh axes, e.g. model=4 (default: model=N) or batch=2,model=2")
-    parser.add_argument("--shape", type=int, nargs=2, default=[1024, 512], metavar=("D", "F"),
-                        help="kernel W[D, F] to train at CI scale (default 1024 512)")
+    cli.add_shape(parser, [1024, 512], "the kernel to train at CI scale")
     parser.add_argument("--batch", type=int, default=16, help="global batch size (default 16)")
     parser.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
     parser.add_argument("--full-shape", action="store_true",

@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     cli.add_device_arguments(parser)
     parser.set_defaults(devices=4, device_memory="1024MiB")
-    parser.add_argument("--shape", type=int, nargs=2, default=[1024, 256], metavar=("INPUT_DIM", "UNITS"))
+    cli.add_shape(parser, [1024, 256], "the layer to build for real")
     parser.add_argument("--dtype", default="float32", choices=sorted(units.DTYPE_BYTES))
     parser.add_argument("--optimizer", default=None, choices=sorted(optimizers.OPTIMIZERS))
     parser.add_argument("--strategy", default="mirrored",

@@ -50,7 +50,7 @@ import argparse
 import os
 from collections.abc import MutableMapping, Sequence
 
-from snippets.lib import allocator, hardware, units  # noqa: F401 (hardware: the doctests)
+from snippets.lib import allocator, cli, hardware, units  # noqa: F401 (hardware: the doctests)
 
 #: Environment variable read by every GPU BFC allocator when it is created.
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -187,8 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m snippets.memory_growth", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--shape", type=int, nargs="+", default=[131072, 1024],
-                        help="shape of the one tensor to allocate (default 131072 1024)")
+    cli.add_shape(parser, [131072, 1024], 'shape of the one tensor to allocate', kernel=False)
     parser.add_argument("--cap", default="256MiB",
                         help="CPU mode: allocator cap, e.g. 256MiB (default); ignored with a GPU")
     parser.add_argument("--devices", type=int, default=1, metavar="N",

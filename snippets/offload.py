@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from snippets.lib import allocator, cli, communication, devices, hardware, optimizers, pieces, trace, units
+from snippets.lib.seed import SEED_SHAPE
 from snippets.lib.units import check_shape  # a Dense layer's "units" argument shadows the module in two functions
 
 MODES = ("host-compute", "host-variable", "central-storage")
@@ -266,7 +267,7 @@ class StepCost:
     layer_seconds: float
 
 
-def step_cost(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64,
+def step_cost(kernel_shape: Sequence[int] = SEED_SHAPE, batch: int = 64,
               compute: str = "device", dtype: str = "float32",
               bytes_per_s: float = hardware.PCIE3_X16_BYTES_PER_S) -> StepCost:
     """:class:`StepCost` of ``W[D, F]`` kept on the host, from :mod:`snippets.lib.communication` arithmetic.
@@ -290,7 +291,7 @@ def step_cost(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64,
     return StepCost(compute, moved["host_to_device"], moved["device_to_host"], seconds, layer)
 
 
-def cost_table(kernel_shape: Sequence[int] = (131072, 65536), batch: int = 64) -> str:
+def cost_table(kernel_shape: Sequence[int] = SEED_SHAPE, batch: int = 64) -> str:
     """Both ways of offloading ``W[D, F]``: bytes each way per step and least seconds, as a table."""
     from tabulate import tabulate
 
@@ -345,8 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.set_defaults(devices=5)
     parser.add_argument("--offload", choices=MODES, default="central-storage",
                         help="how to keep the layer's variables on the host (default central-storage)")
-    parser.add_argument("--shape", type=int, nargs=2, default=[1024, 256], metavar=("D", "F"),
-                        help="kernel shape to run at CI scale (default 1024 256)")
+    cli.add_shape(parser, [1024, 256], "the layer to run at CI scale")
     parser.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     args = parser.parse_args(argv)
     cli.check_positive(parser, batch=args.batch)

@@ -497,8 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "and for max_size (default: no cap)")
     parser.add_argument("--shard-bytes", type=int, default=256 << 10,
                         help="bytes for min_size/max_size (default 262144)")
-    parser.add_argument("--shape", type=int, nargs=2, default=[2048, 1024], metavar=("ROWS", "COLS"),
-                        help="variable to partition in the in-process demo (default 2048 1024)")
+    cli.add_shape(parser, [2048, 1024], 'the variable to partition in the in-process demo')
     parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for the chief with --launch-local (default 180)")

@@ -75,8 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m snippets.placement", description=__doc__.split("\n\n")[0]
     )
     cli.add_device_arguments(parser)
-    parser.add_argument("--shape", type=int, nargs="+", default=[1024, 256],
-                        help="shape of the variable to mirror (default 1024 256)")
+    cli.add_shape(parser, [1024, 256], 'shape of the variable to mirror', kernel=False)
     args = parser.parse_args(argv)
     try:
         allocator.check_host_can_hold(

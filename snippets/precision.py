@@ -38,7 +38,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import allocator, hardware, optimizers, placements, planner, units
+from snippets.lib import allocator, cli, hardware, optimizers, placements, planner, units
 
 #: Keras dtype policies this module compares (``keras.DTypePolicy`` names).
 DTYPE_POLICIES = ("float32", "mixed_float16", "float16", "mixed_bfloat16", "bfloat16")
@@ -443,8 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--policy", action="append", choices=DTYPE_POLICIES,
                         help="dtype policy to describe (repeatable; default: all)")
-    parser.add_argument("--shape", type=int, nargs=2, default=[131072, 65536],
-                        metavar=("INPUT_DIM", "UNITS"), help="Dense kernel shape (default 131072 65536)")
+    cli.add_shape(parser, [131072, 65536], 'the Dense kernel')
     parser.add_argument("--optimizer", default="rmsprop",
                         help="optimizer for the per-replica budget (default rmsprop)")
     parser.add_argument("--devices", type=int, default=4, metavar="N",

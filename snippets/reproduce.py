@@ -130,9 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "MirroredStrategy) on real GPUs, a split GPU or CPU emulation, then diagnose it.",
     )
     cli.add_device_arguments(parser)
-    parser.add_argument("--shape", type=int, nargs=2, default=[SEED_INPUT_DIM, SEED_UNITS],
-                        metavar=("INPUT_DIM", "UNITS"),
-                        help="kernel shape of the Dense layer (default 131072 65536)")
+    cli.add_shape(parser, [SEED_INPUT_DIM, SEED_UNITS], "the Dense layer's kernel")
     args = parser.parse_args(argv)
     try:
         units.check_shape(args.shape)

@@ -42,3 +42,17 @@ def check_positive(parser, **options: int | None) -> None:
     for name, value in options.items():
         if value is not None and (isinstance(value, bool) or value < 1):
             parser.error(f"--{name.replace('_', '-')} must be a positive integer, not {value}")
+
+
+def add_shape(parser, default, what: str, kernel: bool = True) -> None:
+    """Add ``--shape``: ``D F`` for a Dense kernel ``W[D, F]`` (``kernel=True``), else any rank.
+
+    ``what`` completes the help: "--shape D F: <what> (default D F)".
+    """
+    dims = " ".join(map(str, default))
+    if kernel:
+        parser.add_argument("--shape", type=int, nargs=2, default=list(default), metavar=("D", "F"),
+                            help=f"{what}, a kernel W[D, F] (default {dims})")
+    else:
+        parser.add_argument("--shape", type=int, nargs="+", default=list(default), metavar="DIM",
+                            help=f"{what} (default {dims})")

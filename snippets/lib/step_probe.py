@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from snippets.lib import cli
 from snippets.lib.optimizers import OPTIMIZERS, check_optimizer
 from snippets.lib.probe_cache import (CACHE, PRECISIONS, PROBE_BATCH, PROBE_SHAPE, SLOT_DTYPES, SLOT_RANKS,
                                       XLA_MODES, check_precision, key, load_cache, rounded_units, xla_mode)
@@ -163,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     action.add_argument("--measure", nargs=3, metavar=("OPTIMIZER", "PRECISION", "XLA"),
                         help=f"measure one configuration in this process (XLA: {', '.join(XLA_MODES)}); "
                         "prints JSON")
-    parser.add_argument("--shape", type=int, nargs=2, default=list(PROBE_SHAPE), metavar=("D", "F"))
+    cli.add_shape(parser, list(PROBE_SHAPE), "the probe's kernel")
     parser.add_argument("--batch", type=int, default=PROBE_BATCH)
     parser.add_argument("--device-memory", default="4096MiB", metavar="SIZE")
     parser.add_argument("--keep", action="store_true",
