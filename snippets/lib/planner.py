@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from snippets.lib import optimizers, placements, probe_cache
 from snippets.lib.optimizers import check_optimizer
-from snippets.lib import placements
 from snippets.lib.placements import local_shape, resolve_xla, xla_mode
 from snippets.lib.splits import check_count
 from snippets.lib.units import GiB, POLICIES, check_shape, dtype_bytes, human_bytes, tensor_bytes  # noqa: F401 (GiB, human_bytes: doctests)
@@ -290,10 +290,7 @@ def plan(
             if trains:
                 grads += nbytes
             if trains and placement.updates_on_device:
-                from snippets.lib import optimizers as _slots  # reads the probe cache; imports Keras only on a miss
-                from snippets.lib import probe_cache
-
-                slot_total += _slots.slot_bytes(optimizer, shape, var_dtype)
+                slot_total += optimizers.slot_bytes(optimizer, shape, var_dtype)
                 precision = policy if policy is not None and compute != var_dtype else var_dtype
                 if precision in probe_cache.PRECISIONS:
                     units = probe_cache.transient_units(optimizer, precision, xla_mode(jit, strategy))
@@ -341,9 +338,7 @@ def host_bytes(
         if placement.holds_variables_on_host:
             total += tensor_bytes(w.shape, var_dtype)
         if optimizer is not None and w.trainable:
-            from snippets.lib import optimizers as _slots
-
-            total += _slots.slot_bytes(optimizer, w.shape, var_dtype)
+            total += optimizers.slot_bytes(optimizer, w.shape, var_dtype)
     return total
 
 

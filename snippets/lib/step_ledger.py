@@ -136,7 +136,7 @@ def _build(case: StepCase):
     ])
     # The parameter servers update the variable; the worker only computes
     # the gradient, which plain SGD consumes in place (no slot, no temporary).
-    optimizer = optimizers.make_optimizer("sgd" if case.placement == "parameter_server" else case.optimizer)
+    optimizer = optimizers.make_optimizer(case.optimizer if placements.get(case.placement).updates_on_device else "sgd")
     if case.placement in ("column", "row"):
         optimizers.compile_sharded(model, optimizer, "mean_squared_error", jit_compile=jit)
     else:
@@ -265,7 +265,7 @@ def schedule_slack(case: StepCase) -> int:
     Returns:
         0, or ``SCHEDULE_MARGIN + 1`` buffers of the device's kernel piece in its variable dtype.
     """
-    if placements.resolve_xla(case.xla, case.placement) or case.placement == "parameter_server":
+    if placements.resolve_xla(case.xla, case.placement) or not placements.get(case.placement).updates_on_device:
         return 0  # compiled, or the worker's plain SGD consumes the gradient in place
     precision = case.precision
     if probe_cache.transient_units(case.optimizer, precision, False) <= 1:
