@@ -324,3 +324,52 @@ def test_modules_used_counts_imports_and_runs():
     assert {"snippets.lib.devices", "snippets.lib.planner", "snippets.placement", "snippets.decide",
             "snippets.reproduce", "snippets.sharding"} <= modules_used(source)
     assert modules_used("import numpy\nprint('snippet')\n") == set()
+
+
+# --- every figure in a page's answer is one the page computes ------------------
+
+#: A figure with its unit, as the "In short" answers state them (``24.08 GiB``, ``4.362 s``).
+FIGURE = re.compile(r"(?<![\w.-])(\d[\d,]*(?:\.\d+)?)\s?(GiB|MiB|KiB|GB|B|s)\b")
+_ABSTRACT = re.compile(r'^!!! abstract "In short"\n((?:    .*\n|\n)+?)(?=\S)', re.M)
+_FENCED = re.compile(r"^ *```[^\n]*\n(.*?)^ *```", re.S | re.M)
+
+
+def answer_figures(text: str) -> list[str]:
+    """The figures (number and unit) in a page's ``!!! abstract "In short"`` answer."""
+    match = _ABSTRACT.search(text)
+    return [f"{number} {unit}" for number, unit in FIGURE.findall(match.group(1))] if match else []
+
+
+def computed_text(text: str) -> str:
+    """What a page's executed blocks show (fenced blocks other than diffs), and its generated
+    decide table, with the answer taken out."""
+    text = _ABSTRACT.sub("", text)
+    blocks = [body for body in _FENCED.findall(text) if not body.lstrip().startswith(("-", "+"))]
+    generated = re.findall(r"<!-- decide:begin.*?<!-- decide:end -->", text, flags=re.S)
+    return "\n".join(blocks + generated)
+
+
+def shows(shown: str, figure: str) -> bool:
+    """Whether ``shown`` has ``figure``: with its unit, or, for a number too specific to be a
+    coincidence (a decimal point or four digits or more), as a bare token (``4.362``,
+    ``17,179,869,184``)."""
+    number, unit = figure.split(" ")
+    if figure in shown or figure.replace(" ", "") in shown:
+        return True
+    specific = "." in number or len(number.replace(",", "")) >= 4
+    return specific and re.search(rf"(?<![\w.,]){re.escape(number)}(?![\w,]|\.\d)", shown) is not None
+
+
+@pytest.mark.parametrize("path", chapter_paths(), ids=lambda p: str(p.relative_to(DOCS)))
+def test_the_answer_quotes_only_computed_figures(path):
+    text = path.read_text(encoding="utf-8")
+    shown = computed_text(text).replace("\u202f", " ")
+    missing = [figure for figure in answer_figures(text) if not shows(shown, figure)]
+    assert not missing, f"{path.name}: the answer states {missing}, which no executed block on the page shows"
+
+
+def test_answer_figures_are_read_from_the_abstract():
+    page = '# T\n\n!!! abstract "In short"\n    peaks at 24.08 GiB, of 30976 MiB, in 4.362 s.\n\nBody 1 GiB.\n'
+    assert answer_figures(page) == ["24.08 GiB", "30976 MiB", "4.362 s"]
+    assert shows("4.362\n", "4.362 s") and shows("'24.08 GiB'", "24.08 GiB")
+    assert not shows("12", "12 GiB") and not shows("24.081", "24.08 GiB")
