@@ -373,3 +373,108 @@ def test_answer_figures_are_read_from_the_abstract():
     assert answer_figures(page) == ["24.08 GiB", "30976 MiB", "4.362 s"]
     assert shows("4.362\n", "4.362 s") and shows("'24.08 GiB'", "24.08 GiB")
     assert not shows("12", "12 GiB") and not shows("24.081", "24.08 GiB")
+
+
+# --- every figure in a page's prose is computed somewhere ------------------------
+
+def _stated_figures() -> dict[str, tuple[str, str]]:
+    """Figures the prose states without a block on the same page printing them.
+
+    Each is ``figure -> (the same figure computed from snippets.lib, what it is)``; the
+    test recomputes every one, so a change in the planner or the card table that
+    leaves prose behind fails here. Figures that are names or inputs, not results,
+    are in :data:`GIVEN_FIGURES`.
+    """
+    from snippets.lib import hardware, planner
+    from snippets.lib.seed import SEED_SHAPE as S
+    from snippets.lib.step_ledger import StepCase, planned
+    from snippets.lib.units import MiB, dtype_bytes
+    from snippets.lib.units import human_bytes as h
+    from snippets.lib.units import tensor_bytes as t
+
+    v100 = hardware.CARDS[hardware.DEFAULT_CARD]
+    allocator = hardware.allocator_bytes()
+    mixed = planned(StepCase("column", "rmsprop", "mixed_float16", "auto", S, 4, 64, "zeros"))
+    column_no_xla = planner.per_device(list(S), "float32", "rmsprop", "column", 4, xla="off")[0]
+    return {
+        "30976 MiB": (f"{v100.allocator_mib} MiB", "what a V100-SXM2-32GB gives TensorFlow's allocator"),
+        "30.25 GiB": (h(allocator), "the same, in GiB"),
+        "32510 MiB": (f"{v100.total_mib} MiB", "a V100-SXM2-32GB's nvidia-smi total"),
+        "1050 MiB": (f"{hardware.min_system_memory_mib(v100.compute_capability)} MiB",
+                     "TensorFlow's MinSystemMemory for compute capability 7.x"),
+        "1.5 GiB": (h((v100.total_mib - v100.allocator_mib) * MiB), "a V100's total minus its allocator"),
+        "1936 MiB": (f"{v100.allocator_mib // 16} MiB",
+                     "1/16 of a V100's allocator: the scale models' cap"),
+        "32 GiB": (h(t(S)), "the seed kernel, float32"),
+        "34359738368 B": (f"{t(S)} B", "the seed kernel, float32, in bytes"),
+        "16 GiB": (h(t(S, "float16")), "the seed kernel stored float16"),
+        "17179869184 B": (f"{t(S, 'float16')} B", "the same, in bytes"),
+        "48 GiB": (h(3 * t(S, "float16")), "float16 weight, gradient and RMSprop slot"),
+        "8 GiB": (h(t(S) // 4), "a quarter of the seed kernel: one of 4 shards"),
+        "96 GiB": (h(3 * t(S)), "float32 weight, gradient and RMSprop slot; or Glorot's 3x at initialisation"),
+        "128 GiB": (h(4 * t(S)), "4 mirrored copies of the seed kernel"),
+        "137438953472 B": (f"{4 * t(S)} B", "the same, in bytes"),
+        "256 GiB": (h(8 * t(S)), "8 mirrored copies of the seed kernel"),
+        "56.08 GiB": (h(column_no_xla.total), "a 4-way column shard's step peak without XLA"),
+        "512 MiB": (h(t(S) // 16 // 4), "a shard of the 1/16 scale model; also [131072, 1024] float32"),
+        "139 MiB": (h((allocator - mixed.total) // 16), "the planner's headroom for mixed_float16 column, at 1/16"),
+        "64 MiB": (h(t((16384, 1024))), "a [16384, 1024] float32 variable"),
+        "256 MiB": (h(4 * t((16384, 1024))), "four copies of it"),
+        "2 MiB": (h(t((1024, 512))), "the CI-scale kernel [1024, 512] float32"),
+        "4 MiB": (h(2 * t((1024, 512))), "twice the CI-scale kernel"),
+        "8 MiB": (h(t((2048, 1024))), "a [2048, 1024] float32 kernel"),
+        "3072 B": (f"{2 * 3 * 16 * 32 * dtype_bytes('float32') // 4} B",
+                   "what each of 4 devices sends in a ring all-reduce of y[16, 32] float32: 2 (N-1)/N of 2048 B"),
+        "4 B": (f"{dtype_bytes('float32')} B", "one float32"),
+        "8 KiB": (h(t((32, 64))), "the lookup's SGD gradient: 32 rows of 64 float32 (step_peak_bytes' batch, dim)"),
+        "150 GB": (f"{hardware.V100_NVLINK_BYTES_PER_S / 1e9:.0f} GB", "NVLink 2.0 on a V100-SXM2: 6 links"),
+        "25 GB": (f"{hardware.V100_NVLINK_BYTES_PER_S / 6 / 1e9:.0f} GB", "one NVLink 2.0 link, per direction"),
+        "1 GiB": (h(int(hardware_pool_slack())), "the full-shape run's slack above its shards"),
+    }
+
+
+def hardware_pool_slack() -> int:
+    """Bytes the full-shape tensor-parallel run's pool adds to the seed kernel."""
+    from snippets.lib import full_size, units
+    from snippets.lib.seed import SEED_SHAPE
+
+    return units.parse_size(full_size.full_shape_pool()) - units.tensor_bytes(SEED_SHAPE)
+
+
+#: Figures in the prose that are names or inputs, not results: product names, caps a page
+#: chooses, the report's own words, constants quoted from TensorFlow's source, run-time guides.
+GIVEN_FIGURES = {
+    "32 GB": "the V100-32GB's name (and NVIDIA's PCIe '32 GB/s')",
+    "80 GB": "the A100/H100-80GB's name",
+    "141 GB": "the H200's name",
+    "128 GB": "the report's 'the four GPUs hold 128 GB': 4 x 32 GB as sold",
+    "200 MiB": "the cap a page chooses for its emulated devices",
+    "384 MiB": "a field case's cap, as chosen by its test",
+    "1 MiB": "the MaxSizePartitioner example's max_shard_bytes, an input",
+    "128 MiB": "the BFC allocator's split threshold, a constant in bfc_allocator.cc",
+    "20 s": "a page's approximate run time (a guide, not a measured figure)",
+    "30 s": "a page's approximate run time (a guide, not a measured figure)",
+}
+
+
+def prose_figures(text: str) -> list[str]:
+    """Figures in a page's prose: outside fenced blocks, inline code and the generated decide table."""
+    prose = re.sub(r"^ *```[^\n]*\n.*?^ *```", "", text, flags=re.S | re.M)
+    prose = re.sub(r"<!-- decide:begin.*?<!-- decide:end -->", "", prose, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    return [f"{number} {unit}" for number, unit in FIGURE.findall(prose)]
+
+
+def test_stated_figures_are_what_the_code_computes():
+    wrong = {figure: computed for figure, (computed, _) in _stated_figures().items() if computed != figure}
+    assert not wrong, f"prose figures that the code no longer gives (stated: computed): {wrong}"
+
+
+@pytest.mark.parametrize("path", chapter_paths(), ids=lambda p: str(p.relative_to(DOCS)))
+def test_every_prose_figure_is_computed(path):
+    text = path.read_text(encoding="utf-8")
+    shown = computed_text(text)
+    known = set(_stated_figures()) | set(GIVEN_FIGURES)
+    unknown = sorted({f for f in prose_figures(text) if not shows(shown, f) and f not in known})
+    assert not unknown, (f"{path.name} states {unknown}: print them from a block on the page, or add them "
+                         "to _stated_figures() with the code that computes them")
