@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets.lib import hardware, optimizers, placements, planner, splits, units
+from snippets.lib import hardware, optimizers, pictures, placements, planner, splits, units
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -262,34 +262,18 @@ def report(
 
 #: The configurations the "Memory budget" chapter's stacked bar plot compares:
 #: (label, strategy, variable dtype, policy, xla), all with the seed layer on 4 devices.
-FIGURE_CONFIGS = (
-    ("mirrored float32", "mirrored", "float32", None, "auto"),
-    ("mirrored mixed_float16", "mirrored", "float32", "mixed_float16", "auto"),
-    ("mirrored float16", "mirrored", "float16", None, "auto"),
-    ("offload float32", "offload", "float32", None, "auto"),
-    ("column x4 float32 no XLA", "column", "float32", None, "off"),
-    ("column x4 float32 XLA", "column", "float32", None, "auto"),
-    ("row x4 float32 XLA", "row", "float32", None, "auto"),
-    ("column x4 float16 no XLA", "column", "float16", None, "off"),
-)
-
-
-def seed_weights(dtype: str = "float32") -> list[planner.Weight]:
-    """The seed layer's weights without Keras: Glorot kernel [131072, 65536], zero bias [65536]."""
-    return [planner.Weight((131072, 65536), dtype, "glorot_uniform"), planner.Weight((65536,), dtype, "zeros")]
+#: Defined in the shared layer (snippets.lib.pictures), which the build hook draws from.
+FIGURE_CONFIGS = pictures.REMEDY_CONFIGS
 
 
 def figure_data(optimizer: str | None = "rmsprop", devices: int = 4) -> list[tuple[str, planner.DeviceBudget]]:
     """(label, fullest device's budget) for each of :data:`FIGURE_CONFIGS`: what the plot draws.
 
-    The site's build hook (``hooks/plots.py``) plots exactly this list, and
-    the chapter prints it, so the picture and the text come from one call.
+    The site's build hook (``hooks/plots.py``) draws exactly this list
+    (:func:`snippets.lib.pictures.remedy_rows`), and the chapter prints it,
+    so the picture and the text come from one call.
     """
-    rows = []
-    for label, strategy, dtype, policy, xla in FIGURE_CONFIGS:
-        budgets = planner.plan(seed_weights(dtype), optimizer, strategy, devices, policy, xla=xla)
-        rows.append((label, max(budgets, key=lambda b: b.total)))
-    return rows
+    return pictures.remedy_rows(optimizer, devices)
 
 
 def benchmark(repeats: int = 5) -> dict:
