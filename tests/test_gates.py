@@ -451,6 +451,7 @@ GIVEN_FIGURES = {
     "200 MiB": "the cap a page chooses for its emulated devices",
     "384 MiB": "a field case's cap, as chosen by its test",
     "1 MiB": "the MaxSizePartitioner example's max_shard_bytes, an input",
+    "2 GiB": "a bound performance.md asserts in code (rss < 2 * units.GiB)",
     "128 MiB": "the BFC allocator's split threshold, a constant in bfc_allocator.cc",
     "20 s": "a page's approximate run time (a guide, not a measured figure)",
     "30 s": "a page's approximate run time (a guide, not a measured figure)",
