@@ -119,7 +119,8 @@ class DeviceSetup:
         plan: the :class:`DevicePlan` that was applied.
         devices: the N devices that play GPUs, e.g.
             ``("/job:localhost/replica:0/task:0/device:CPU:1", ...)`` in CPU mode.
-        pool_mib: CPU mode only: the one BFC cap (MiB) all logical CPUs share.
+        pool_mib: CPU mode only: the one BFC cap (MiB) all logical CPUs share;
+            None with ``capped=False`` (TensorFlow's default CPU allocator, no cap).
         host: the device that plays the host (``CPU:0``).
     """
 
@@ -142,6 +143,8 @@ class DeviceSetup:
         n, m = self.plan.count, self.plan.device_mib
         if self.mode == "cpu":
             gpus = "CPU:1 plays the GPU" if n == 1 else f"CPU:1-{n} play the GPUs"
+            if self.pool_mib is None:
+                return f"cpu mode: host CPU:0, {gpus}; TensorFlow's default CPU allocator, no cap"
             return f"cpu mode: host CPU:0, {gpus}; one BFC pool of {self.pool_mib} MiB for all"
         if self.mode == "gpu":
             return f"gpu mode: {n} GPUs, each capped at {m} MiB"
@@ -234,7 +237,7 @@ def plan_devices(
 
 
 _active: DeviceSetup | None = None
-_active_request: tuple[int, int, str, int] | None = None
+_active_request: tuple[int, int, str, int, bool] | None = None
 
 
 def _runtime_started() -> bool:
@@ -272,6 +275,8 @@ def configure(
     device_memory: str | int = DEFAULT_DEVICE_MEMORY,
     mode: str = "auto",
     cpu_pool: str | int | None = None,
+    *,
+    capped: bool = True,
 ) -> DeviceSetup:
     """Configure ``count`` logical devices of ``device_memory`` each, once per process.
 
@@ -285,6 +290,13 @@ def configure(
         cpu_pool: CPU mode only: the process-wide BFC cap; default
             ``device_memory`` (one device's worth, which is where the OOM
             happens).
+        capped: CPU mode only. False leaves TensorFlow's default CPU
+            allocator in place (no ``TF_CPU_*`` cap, no allocator statistics),
+            for code the capped BFC allocator breaks: measured on TF 2.21, an
+            eager DTensor op on a tensor of zero bytes (the empty ``shape``
+            argument of a scalar ``tf.zeros``, as tf_keras's metrics and
+            optimizer make) fails under it with ``InternalError: TF_TensorData
+            returned nullptr`` (``snippets/tf_keras.py``). GPU modes ignore it.
 
     Returns:
         A :class:`DeviceSetup`; ``setup.devices`` feeds
@@ -301,7 +313,7 @@ def configure(
     device_mib = parse_size(device_memory) // MiB
     pool_mib = device_mib if cpu_pool is None else parse_size(cpu_pool) // MiB
     check_request(count, min(device_mib, pool_mib), mode)
-    request = (count, device_mib, mode, pool_mib)
+    request = (count, device_mib, mode, pool_mib, capped)
     if _active is not None:
         if request == _active_request:
             return _active
@@ -321,18 +333,19 @@ def configure(
         )
     plan = plan_devices(count, device_mib, physical_gpus(), mode)
     if plan.mode == "cpu":
-        setup = _apply_cpu(tf, plan, pool_mib)
+        setup = _apply_cpu(tf, plan, pool_mib if capped else None)
     else:
         setup = _apply_gpu(tf, plan)
     _active, _active_request = setup, request
     return setup
 
 
-def _apply_cpu(tf, plan: DevicePlan, pool_mib: int) -> DeviceSetup:
+def _apply_cpu(tf, plan: DevicePlan, pool_mib: int | None) -> DeviceSetup:
     # Read by TensorFlow when the CPU allocator is created, i.e. when the
     # runtime starts: after import is fine, after the first op is too late.
-    os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
-    os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(pool_mib)
+    if pool_mib is not None:
+        os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
+        os.environ["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(pool_mib)
     tf.config.set_visible_devices([], "GPU")
     if not os.environ.get("TF_NUM_INTEROP_THREADS"):
         tf.config.threading.set_inter_op_parallelism_threads(CPU_INTER_OP_THREADS)
@@ -341,7 +354,8 @@ def _apply_cpu(tf, plan: DevicePlan, pool_mib: int) -> DeviceSetup:
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(plan.count + 1)]
     )
     host, *names = (d.name for d in tf.config.list_logical_devices("CPU"))
-    _take_one_region(tf, pool_mib)
+    if pool_mib is not None:
+        _take_one_region(tf, pool_mib)
     # A GPU host runs ops that name no device on GPU:0; so does the emulation,
     # on the first device that plays a GPU. Entered for good: the eager
     # context's device stack is what every later op and traced function sees.

@@ -1,0 +1,148 @@
+"""tf_keras (Keras 2) under a DTensor layout map and ParameterServerStrategy (snippets.tf_keras).
+
+Two kernels: one uncapped (the chapter's: DTensor needs TensorFlow's default
+CPU allocator) serves the DTensor and fit checks, then the in-process PS
+cluster; one capped (the allocator peak of a PS step, and the DTensor failure
+the cap causes). Each kernel-side function sits above the test that calls it
+and returns plain data.
+"""
+
+import pytest
+
+from harness import Kernel
+from snippets.lib import units
+
+CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
+
+
+@pytest.fixture(scope="module")
+def uncapped():
+    with Kernel(deadline=300) as kernel:
+        yield kernel
+
+
+def dtensor_run() -> dict:
+    """Kernel side: the unsharded reference, the layout-mapped model's pieces, its fit losses and the NumPy trap."""
+    from snippets import tf_keras as tk
+    from snippets.lib import devices
+
+    setup = devices.configure(4, "200MiB", capped=False)
+    x, y = tk.batch(seed=1)
+    tk.tf_keras().utils.set_random_seed(1)
+    start = tk.seed_model().get_weights()
+    reference = tk.unsharded_losses(start, x, y)
+    mesh = tk.mesh(setup)
+    model = tk.dtensor_model(mesh, start)
+    found = {name: [(p.device, p.shape) for p in parts] for name, parts in tk.kernel_and_slots(model).items()}
+    losses = tk.fit_losses(model, tk.dtensor_dataset(mesh, x, y))
+    trained = tk.weights(model)[0]
+    return {"type": type(model.layers[0].kernel).__name__, "pieces": found, "losses": losses,
+            "reference": reference, "moved": float(abs(trained - start[0]).max()),
+            "trap": tk.numpy_fit_refusal(model, x, y), "versions": tk.versions(), "tolerance": tk.TOLERANCE}
+
+
+def test_layout_map_shards_kernel_and_velocity_and_fit_matches_unsharded(uncapped):
+    got = uncapped.call(dtensor_run)
+    assert got["versions"]["tf_keras"].startswith("2.") and got["versions"]["tf.keras"].startswith("3.")
+    assert got["type"] == "DVariable"
+    shards = [(CPU.format(i), (1024, 128)) for i in range(1, 5)]
+    assert got["pieces"] == {"kernel": shards, "velocity/dense/kernel": shards}
+    assert len(got["losses"]) == 3 and got["losses"][2] < got["losses"][0]
+    assert got["losses"] == pytest.approx(got["reference"], abs=got["tolerance"], rel=0)
+    assert got["moved"] > 1e-4  # training did move the (gathered) kernel
+    assert got["trap"] == ("UnknownError: 'tf.IteratorGetNext' op ComputeLayoutForward error: Could not find "
+                           "`tf._element_layouts` attribute of 0-th input to op: tf.DTensorLayout")
+
+
+def ps_run() -> dict:
+    """Kernel side (after :func:`dtensor_run`, same kernel): the PS model's shards, slots, losses and worker graph."""
+    from snippets import tf_keras as tk
+    from snippets.lib import devices
+
+    devices.configure(4, "200MiB", capped=False)  # as dtensor_run did (the same request is a no-op)
+    x, y = tk.batch(seed=1)
+    tk.tf_keras().utils.set_random_seed(1)
+    start = tk.seed_model().get_weights()
+    strategy = tk.ps_strategy()
+    model = tk.ps_model(strategy, start)
+    losses = tk.ps_train(model, x, y)
+    found = {name: [(p.device, p.shape) for p in parts] for name, parts in tk.kernel_and_slots(model).items()}
+    fused = tk.ps_model(strategy, start, momentum=0.9)
+    return {"type": type(model.layers[0].kernel).__name__, "pieces": found, "losses": losses,
+            "reference": tk.unsharded_losses(start, x, y, optimizer="legacy"),
+            "worker": tk.worker_full_tensors(strategy, model),
+            "fused": tk.worker_full_tensors(strategy, fused)["updates"], "tolerance": tk.TOLERANCE}
+
+
+def test_ps_fit_shards_kernel_and_slots_but_the_worker_builds_the_whole_kernel_and_gradient(uncapped):
+    got = uncapped.call(ps_run)
+    assert got["type"] == "ShardedVariable"
+    kernel = got["pieces"].pop("kernel")
+    assert sorted(device for device, _ in kernel) == [f"/job:ps/replica:0/task:{i}/device:CPU:0" for i in range(4)]
+    assert {shape for _, shape in kernel} == {(256, 512)}
+    # one slot per shard, on the shard's ps task
+    assert sorted(got["pieces"]) == [f"RMSprop/dense/kernel/part_{i}/rms" for i in range(4)]
+    assert [got["pieces"][f"RMSprop/dense/kernel/part_{i}/rms"] for i in range(4)] == [[piece] for piece in kernel]
+    assert got["losses"] == pytest.approx(got["reference"], abs=got["tolerance"], rel=0)
+    assert got["losses"][2] < got["losses"][0]
+    assert [op_type for op_type, _ in got["worker"]["full"]] == ["ConcatV2", "MatMul"]
+    assert "gradient_tape" in got["worker"]["full"][1][1]
+    assert got["worker"]["updates"] == {"AssignVariableOp": 16}
+    assert got["fused"] == {"ResourceApplyRMSProp": 8}
+
+
+def capped_runs() -> dict:
+    """Kernel side, capped allocator: a DTensor scalar fails; a fused PS step peaks at the worker's kernel + gradient."""
+    import tensorflow as tf
+    from tensorflow.experimental import dtensor
+
+    from snippets import tf_keras as tk
+    from snippets.lib import devices
+
+    setup = devices.configure(4, "200MiB", mode="cpu")
+    mesh = dtensor.create_mesh([("model", 4)], devices=list(setup.devices))
+    try:
+        dtensor.call_with_layout(tf.zeros, dtensor.Layout.replicated(mesh, 0), shape=[])
+        scalar = None
+    except tf.errors.OpError as error:
+        scalar = f"{type(error).__name__}: {error.message}"
+    return {"scalar": scalar, "peak": tk.worker_peak(momentum=0.9)}
+
+
+def test_the_cap_breaks_dtensor_scalars_and_the_fused_ps_step_peaks_at_kernel_plus_gradient():
+    with Kernel(deadline=300) as kernel:
+        got = kernel.call(capped_runs)
+    assert got["scalar"].startswith("InternalError: TF_TensorData returned nullptr")
+    peak, kernel_bytes = got["peak"]["peak"], got["peak"]["kernel"]
+    assert kernel_bytes == units.tensor_bytes((1024, 512))
+    # the worker's whole kernel (ConcatV2) and whole gradient, and no third full-size tensor from the update
+    assert 2 * kernel_bytes <= peak < 3 * kernel_bytes
+    # the planner's parameter_server worker (kernel + gradient + activations) is within half a kernel of it
+    assert abs(peak - got["peak"]["planned"]) < kernel_bytes // 2
+
+
+def test_full_shape_arithmetic_comes_from_the_shared_layer():
+    from snippets import tf_keras as tk
+
+    full = tk.full_shape()
+    assert full["dtensor_piece"] == full["ps_shard"] == full["ps_slot"] == 8 * units.GiB
+    assert full["dtensor_state"] == 24 * units.GiB
+    assert full["worker_kernel"] == full["worker_gradient"] == 32 * units.GiB
+    assert full["dtensor_state"] <= full["capacity"] < full["worker_kernel"]
+
+
+def test_the_cli_refuses_a_negative_momentum():
+    import subprocess
+    import sys
+
+    from harness import kernel_environment
+
+    result = subprocess.run([sys.executable, "-m", "snippets.tf_keras", "--momentum", "-1"],
+                            capture_output=True, text=True, env=kernel_environment(), check=False)
+    assert result.returncode == 2 and "--momentum must be >= 0" in result.stderr.splitlines()[-1]
+
+
+def test_the_test_process_stays_free_of_tensorflow():
+    import sys
+
+    assert not {"tensorflow", "tf_keras"} & set(sys.modules)
