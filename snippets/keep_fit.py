@@ -12,9 +12,17 @@ where ``KERAS_BACKEND=jax`` was set first: the harness's JAX kernel
 variables below if they are unset. Imported anywhere else, it raises
 ``RuntimeError``.
 
+At the seed's full shape, ``W[131072, 65536]``, nothing is allocated: the
+model is built without values (:func:`abstract_model`) and Keras's
+``train_step`` compiled, not run (:func:`full_shape_step`); XLA's compiled
+memory analysis gives each device's bytes (:func:`device_bytes`), which
+:func:`against_planner` sets next to :mod:`snippets.lib.planner`'s.
+
 Sources: ``keras/src/distribution/distribution_lib.py`` (``DeviceMesh``,
 ``LayoutMap``, ``ModelParallel``) and ``keras/src/backend/jax/trainer.py``
-(``train_step``), Keras 3.15.1; JAX 0.10.2.
+(``train_step``, ``make_train_function``), ``keras/src/backend/jax/core.py``
+(``JaxVariable._initialize_with_initializer``), Keras 3.15.1; JAX 0.10.2
+(``jax.stages.Compiled.memory_analysis``).
 """
 
 import os
