@@ -41,7 +41,9 @@ PRECISIONS = (
     ("mixed_float16", "float32", "mixed_float16"),
 )
 
-#: Placements the remedies try (``single`` never holds less than ``mirrored``).
+#: Placements the remedies try (``single`` never holds less than ``mirrored``). TensorFlow's
+#: only: a remedy changes a script's placement or precision, not its backend; Keras 3 on JAX
+#: (``model_parallel``, ``data_parallel``) is a row of docs/decide.md's seed table instead.
 REMEDY_STRATEGIES = ("mirrored", "column", "row", "parameter_server", "offload")
 
 

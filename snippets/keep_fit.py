@@ -12,9 +12,17 @@ where ``KERAS_BACKEND=jax`` was set first: the harness's JAX kernel
 variables below if they are unset. Imported anywhere else, it raises
 ``RuntimeError``.
 
+At the seed's full shape, ``W[131072, 65536]``, nothing is allocated: the
+model is built without values (:func:`abstract_model`) and Keras's
+``train_step`` compiled, not run (:func:`full_shape_step`); XLA's compiled
+memory analysis gives each device's bytes (:func:`device_bytes`), which
+:func:`against_planner` sets next to :mod:`snippets.lib.planner`'s.
+
 Sources: ``keras/src/distribution/distribution_lib.py`` (``DeviceMesh``,
 ``LayoutMap``, ``ModelParallel``) and ``keras/src/backend/jax/trainer.py``
-(``train_step``), Keras 3.15.1; JAX 0.10.2.
+(``train_step``, ``make_train_function``), ``keras/src/backend/jax/core.py``
+(``JaxVariable._initialize_with_initializer``), Keras 3.15.1; JAX 0.10.2
+(``jax.stages.Compiled.memory_analysis``).
 """
 
 import os
@@ -27,6 +35,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 import jax  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+
+from snippets.lib import optimizers, planner, private, units  # noqa: E402
+from snippets.lib.seed import SEED_SHAPE  # noqa: E402
 
 if keras.backend.backend() != "jax":
     raise RuntimeError(f"snippets.keep_fit needs Keras on JAX; Keras was imported on {keras.backend.backend()!r} "
@@ -168,3 +179,184 @@ def gathers_of(compiled, shape: tuple[int, ...], dtype: str = "f32") -> int:
 def temporaries(compiled) -> int:
     """Bytes of temporaries XLA's compiled memory analysis gives each device (``temp_size_in_bytes``)."""
     return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+# --- at full shape: what XLA allocates on each device, without allocating it ----
+
+
+#: The seed at full shape, ``W[131072, 65536]`` float32 (32 GiB), and the site's batch.
+FULL_D, FULL_F = SEED_SHAPE
+FULL_BATCH = 64
+
+
+def abstract_model(d: int = FULL_D, f: int = FULL_F, optimizer: str = "rmsprop"):
+    """The seed model compiled with ``optimizer``, its kernel and slots never allocated.
+
+    The layers and the optimizer's slots are built under
+    ``keras.StatelessScope(initialize_variables=False)``: each variable has a
+    shape, a dtype and (through :func:`snippets.lib.private.variable_layout`,
+    asked before the optimizer is built so each slot takes its variable's
+    layout) the layout the current distribution gives it, but no value.
+    ``compile`` runs outside the scope: it makes the optimizer's and the
+    loss tracker's scalars, which need values. Nothing of size ``d x f`` is
+    allocated; about 0.1 s.
+
+    Args:
+        d, f: the kernel's shape ``[d, f]`` (float32).
+        optimizer: a name in :data:`snippets.lib.optimizers.OPTIMIZERS` (``"rmsprop"``,
+            ``"adam"``, ``"sgd_momentum"``).
+
+    Raises:
+        ValueError: for an unknown optimizer name.
+
+    Returns:
+        a ``keras.Sequential`` for :func:`abstract_state` and :func:`full_shape_step`
+        only: it cannot train or predict (its variables have no values).
+    """
+    with keras.StatelessScope(initialize_variables=False):
+        model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(f, name="dense")])
+        for variable in model.weights:
+            private.variable_layout(variable)
+    model.compile(optimizer=optimizers.make_optimizer(optimizer), loss="mse")
+    with keras.StatelessScope(initialize_variables=False):
+        model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def abstract_state(model) -> tuple[list, list, list, list]:
+    """``train_step``'s state for :func:`abstract_model`: ``jax.ShapeDtypeStruct`` per variable, with its sharding.
+
+    The four groups ``fit`` passes (trainable, non-trainable, optimizer and
+    metric variables, in that order: ``JAXTrainer.train_step`` in
+    keras/src/backend/jax/trainer.py); each sharding is the variable's
+    layout's ``jax.sharding.NamedSharding``, or a one-device sharding with
+    no distribution set.
+    """
+    def spec(variable):
+        layout = private.variable_layout(variable)
+        sharding = layout.backend_layout if layout is not None else jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype, sharding=sharding)
+
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+              model.metrics_variables)
+    return tuple([spec(v) for v in group] for group in groups)
+
+
+def full_shape_step(distribution, optimizer: str = "rmsprop",
+                    d: int = FULL_D, f: int = FULL_F, batch_size: int = FULL_BATCH):
+    """Keras's ``train_step`` for the seed at ``W[d, f]`` under ``distribution``, compiled and never run.
+
+    Sets ``distribution`` (it stays set), builds :func:`abstract_model`, and
+    compiles the step as ``fit`` does (``make_train_function`` in
+    keras/src/backend/jax/trainer.py: ``jax.jit(train_step, donate_argnums=0,
+    out_shardings=(None, state shardings))``), for a batch ``x[batch_size, d]``,
+    ``y[batch_size, f]`` float32 placed by the distribution's data layout.
+    About a second and 300 MB of host memory on CPU, whatever the shape.
+
+    Returns:
+        ``(compiled, state)``: a ``jax.stages.Compiled`` (see :func:`device_bytes`)
+        and :func:`abstract_state`'s groups (their ``.sharding`` is what each variable gets).
+    """
+    keras.distribution.set_distribution(distribution)
+    model = abstract_model(d, f, optimizer)
+    state = abstract_state(model)
+    shardings = tuple([s.sharding for s in group] for group in state)
+    data = tuple(jax.ShapeDtypeStruct(shape, "float32", sharding=distribution.get_data_layout(shape).backend_layout)
+                 for shape in ((batch_size, d), (batch_size, f)))
+    step = jax.jit(model.train_step, donate_argnums=0, out_shardings=(None, shardings))
+    return step.lower(state, data).compile(), state
+
+
+def device_bytes(compiled) -> dict[str, int]:
+    """Bytes XLA's compiled memory analysis gives one device, and their sum.
+
+    ``"arguments"`` (the state and the batch), ``"outputs"``, ``"aliased"``
+    (outputs written into donated arguments' buffers: the new state),
+    ``"temporaries"`` (the one buffer XLA's buffer assignment packs every
+    temporary into: the gradient, an all-gathered kernel...), and
+    ``"total"`` = arguments + outputs - aliased + temporaries: what the
+    device holds while the step runs. Not ``peak_memory_in_bytes``, which
+    on XLA:CPU (JAX 0.10.2) leaves the temporaries out.
+    """
+    analysis = compiled.memory_analysis()
+    found = {"arguments": analysis.argument_size_in_bytes, "outputs": analysis.output_size_in_bytes,
+             "aliased": analysis.alias_size_in_bytes, "temporaries": analysis.temp_size_in_bytes}
+    found = {key: int(value) for key, value in found.items()}
+    found["total"] = found["arguments"] + found["outputs"] - found["aliased"] + found["temporaries"]
+    return found
+
+
+def initializer_bytes(initializer: str, axes: tuple, device_mesh, shape: tuple[int, ...] = SEED_SHAPE) -> dict[str, int]:
+    """:func:`device_bytes` of drawing a float32 ``shape`` variable's value with ``initializer``, as Keras does.
+
+    A variable with a layout whose ``shape`` x 4 bytes x devices is at least
+    250 MiB is drawn by ``jax.jit(initializer, out_shardings=layout)``, each
+    device drawing its own piece (``JaxVariable._initialize_with_initializer``
+    and ``should_shard_at_init``, keras/src/backend/jax/core.py).
+
+    Args:
+        initializer: a Keras initializer name (``"glorot_uniform"``, ``"zeros"``).
+        axes: the layout's axes, e.g. ``(None, "model")``.
+        device_mesh: from :func:`mesh`.
+    """
+    layout = keras.distribution.TensorLayout(axes, device_mesh).backend_layout
+    draw = jax.jit(keras.initializers.get(initializer).__call__, out_shardings=layout,
+                   static_argnames=["shape", "dtype"])
+    return device_bytes(draw.lower(shape=tuple(shape), dtype="float32").compile())
+
+
+def full_shape_configs() -> list[tuple[str, object, str | None]]:
+    """The distributions :func:`against_planner` compiles: ``(label, distribution, planner placement)``.
+
+    ``ModelParallel`` on the page's ``(1, 4)`` mesh (planner: ``model_parallel``);
+    ``DataParallel`` over the 4 devices, the ``MirroredStrategy`` analogue
+    (``data_parallel``); trap 1's ``("model",)`` mesh, which no placement
+    plans (None).
+    """
+    return [
+        ("ModelParallel (1, 4)", model_parallel(mesh()), "model_parallel"),
+        ("DataParallel (4,)", keras.distribution.DataParallel(devices=keras.distribution.list_devices()),
+         "data_parallel"),
+        ("ModelParallel (4,), trap 1", model_parallel(mesh((4,), ("model",)), batch_dim_name=None), None),
+    ]
+
+
+def against_planner(optimizer_names: tuple[str, ...] = ("rmsprop",), devices: int = 4) -> list[dict]:
+    """XLA's per-device bytes (:func:`device_bytes`) for the seed at full shape, next to the planner's step peak.
+
+    One row per :func:`full_shape_configs` entry and optimizer, batch 64;
+    ``"planner"`` is :func:`snippets.lib.planner.per_device`'s ``step_peak``
+    for the row's placement (bytes, or None for the trap), ``"difference"``
+    is ``(planner - XLA) / XLA`` (None for the trap), ``"gathers"`` the
+    all-gathers of the whole kernel in the step (:func:`gathers_of`). Leaves
+    no distribution set.
+    """
+    rows = []
+    for label, distribution, placement in full_shape_configs():
+        for name in optimizer_names:
+            compiled, _ = full_shape_step(distribution, name)
+            xla = device_bytes(compiled)
+            plan = (planner.per_device(SEED_SHAPE, "float32", name, placement, devices, batch=FULL_BATCH)[0].step_peak
+                    if placement else None)
+            rows.append({"config": label, "optimizer": name, "placement": placement, **xla, "planner": plan,
+                         "difference": (plan - xla["total"]) / xla["total"] if plan else None,
+                         "gathers": gathers_of(compiled, (FULL_D, FULL_F))})
+    keras.distribution.set_distribution(None)
+    return rows
+
+
+def comparison_table(rows: list[dict]) -> str:
+    """:func:`against_planner`'s rows as a narrow text table (tabulate), GiB (2^30 bytes) per device.
+
+    Columns: XLA's arguments (``args``: the state and the batch), its
+    temporaries (``temps``), its total (:func:`device_bytes`), the planner's
+    step peak, and ``(planner - XLA) / XLA`` in %.
+    """
+    from tabulate import tabulate
+
+    gib = units.GiB
+    table = [(r["config"], r["optimizer"], f"{r['arguments'] / gib:.2f}", f"{r['temporaries'] / gib:.2f}",
+              f"{r['total'] / gib:.2f}", f"{r['planner'] / gib:.2f}" if r["planner"] else "-",
+              f"{100 * r['difference']:+.2f}%" if r["difference"] is not None else "-") for r in rows]
+    return tabulate(table, headers=("config", "optimizer", "args", "temps", "XLA", "planner", "diff"),
+                    colalign=("left", "left") + ("right",) * 5, disable_numparse=True)

@@ -21,12 +21,25 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "api-matrix.md"
 
 
 @pytest.fixture(scope="module")
-def observed() -> dict[str, Observation]:
+def observed_both() -> tuple[dict[str, Observation], list[Observation]]:
+    """The matrix's observations by row label, and the Keras table's rows (TF kernel, then a JAX kernel)."""
     from harness import Kernel
 
     with Kernel() as kernel:
-        observations = kernel.call(api_matrix.observe_all)
-    return {o.api: o for o in observations}
+        observations, tf_rows = kernel.call(api_matrix.observe_tf)
+    with Kernel(backend="jax", deadline=120) as kernel:
+        jax_rows = [kernel.call(api_matrix.keras3_jax_fit)]
+    return {o.api: o for o in observations}, api_matrix.keras_rows(tf_rows, jax_rows)
+
+
+@pytest.fixture(scope="module")
+def observed(observed_both) -> dict[str, Observation]:
+    return observed_both[0]
+
+
+@pytest.fixture(scope="module")
+def keras_rows(observed_both) -> dict[str, Observation]:
+    return {o.api: o for o in observed_both[1]}
 
 
 def piece(device, shape):
@@ -45,6 +58,32 @@ def test_committed_table_matches_what_the_probes_observe(observed):
         "docs/api-matrix.md differs from what TensorFlow/Keras do now; review, then run "
         "python -m snippets.api_matrix --write docs/api-matrix.md"
     )
+
+
+def test_committed_keras_table_matches_what_the_probes_observe(keras_rows):
+    committed = api_matrix.committed_matrix(PAGE.read_text(encoding="utf-8"), api_matrix.KERAS_BEGIN,
+                                            api_matrix.KERAS_END)
+    assert committed == api_matrix.keras_matrix(list(keras_rows.values())), (
+        "docs/api-matrix.md's Keras table differs from what the probes observe now; review, then run "
+        "python -m snippets.api_matrix --write docs/api-matrix.md"
+    )
+
+
+def test_which_keras_shards(keras_rows):
+    on_tf, on_jax, dtensor, ps = (keras_rows[label] for label in (
+        "Keras 3 on TF: `ModelParallel` + `LayoutMap`", "Keras 3 on JAX: `ModelParallel` + `LayoutMap`",
+        "tf_keras: DTensor `LayoutMap`", "tf_keras: `ParameterServerStrategy` + `fit`"))
+    # Keras 3 on TensorFlow: one full copy, trained
+    assert [p.shape for p in on_tf.pieces] == [(1024, 512)] and on_tf.outcome.startswith("yes")
+    # Keras 3 on JAX: a NamedSharding, 4 column shards, 8 GiB of the seed each, all updated by fit
+    assert on_jax.made == "NamedSharding" and on_jax.where() == [(f"CPU:{i}", (1024, 128)) for i in range(4)]
+    assert api_matrix.seed_piece_bytes(on_jax) == 8 * 2**30
+    assert on_jax.outcome == "yes: loss finite, 4 of 4 pieces updated"
+    # tf_keras + DTensor: DVariable 4 ways
+    assert dtensor.made == "DVariable" and [p.shape for p in dtensor.pieces] == [(1024, 128)] * 4
+    # tf_keras + ParameterServerStrategy: a ShardedVariable over the 2 ps tasks, and fit trains it from NumPy
+    assert ps.made == "ShardedVariable" and sorted(ps.where()) == [("ps:0/CPU:0", (512, 512)), ("ps:1/CPU:0", (512, 512))]
+    assert ps.outcome == "yes: loss finite, 2 of 2 pieces updated"
 
 
 def test_mirrored_strategy_copies_and_never_shards(observed):
@@ -111,3 +150,8 @@ def test_replace_matrix_round_trips_and_needs_markers():
     assert api_matrix.committed_matrix(new) == "| new |" and new.endswith(f"{api_matrix.END}\nrest\n")
     with pytest.raises(ValueError, match="no generated block"):
         api_matrix.committed_matrix("no markers here")
+    keras_page = f"{page}{api_matrix.KERAS_BEGIN}\nold\n{api_matrix.KERAS_END}\n"
+    both = api_matrix.replace_matrix(keras_page, "| k |", api_matrix.KERAS_BEGIN, api_matrix.KERAS_END)
+    assert api_matrix.committed_matrix(both, api_matrix.KERAS_BEGIN, api_matrix.KERAS_END) == "| k |"
+    assert api_matrix.committed_matrix(both) == "old"
+    assert api_matrix.short("x" * 60) == "x" * 45 + "..." and api_matrix.short("ok") == "ok"

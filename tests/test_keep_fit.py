@@ -105,6 +105,60 @@ def test_a_renamed_layer_stays_replicated_until_its_key_matches(jax_kernel):
     assert got["fixed"] == {"shards": {"kernel": SHARDED, "velocity": SHARDED}, "replicated": []}
 
 
+def full_shape_against_planner() -> dict:
+    """Kernel side: the seed at full shape, compiled only; XLA's per-device bytes and the planner's, Adam too."""
+    import keras
+
+    from snippets import keep_fit as kf
+
+    rows = kf.against_planner(("rmsprop", "adam"))
+    keras.distribution.set_distribution(kf.model_parallel(kf.mesh()))
+    state = kf.abstract_state(kf.abstract_model())  # layouts alone, nothing compiled
+    keras.distribution.set_distribution(None)
+    specs = [(v.shape, str(v.sharding.spec)) for group in state for v in group if len(v.shape) == 2]
+    glorot = kf.initializer_bytes("glorot_uniform", (None, "model"), kf.mesh())
+    zeros = kf.initializer_bytes("zeros", (None, "model"), kf.mesh())
+    return {"rows": rows, "specs": specs, "glorot": glorot, "zeros": zeros}
+
+
+def test_xla_full_shape_bytes_agree_with_the_planner(jax_kernel):
+    from snippets.lib import planner
+
+    got = jax_kernel.call(full_shape_against_planner)
+    gib = 2**30
+    seed = 131072 * 65536 * 4
+    # kernel and RMSprop velocity: 4 column shards at full shape, from the layouts alone
+    assert got["specs"] == [((131072, 65536), "P(None, 'model')")] * 2
+    rows = {(r["config"], r["optimizer"]): r for r in got["rows"]}
+    for (config, optimizer), row in rows.items():
+        assert row["outputs"] - row["aliased"] < 1024, (config, optimizer)  # the new state reuses donated buffers
+        if row["placement"] is not None:
+            # an independent check of the planner where the whole step is XLA-compiled
+            assert abs(row["difference"]) < 0.02, (config, optimizer, row)
+            assert row["planner"] == planner.per_device(
+                (131072, 65536), "float32", optimizer, row["placement"], 4)[0].step_peak
+    slots = {"rmsprop": 1, "adam": 2}
+    for optimizer, count in slots.items():
+        mp, dp, trap = (rows[(c, optimizer)] for c in ("ModelParallel (1, 4)", "DataParallel (4,)",
+                                                       "ModelParallel (4,), trap 1"))
+        # (1, 4) mesh: shard + slots' shards + the batch as arguments, the gradient's shard as temporaries
+        assert (1 + count) * seed // 4 < mp["arguments"] < (1 + count) * seed // 4 + 64 * 2**20
+        assert seed // 4 <= mp["temporaries"] < seed // 4 + 16 * 2**20
+        # DataParallel: everything whole; the gradient and its all-reduced copy
+        assert (1 + count) * seed <= dp["arguments"] < (1 + count) * seed + 16 * 2**20
+        assert 2 * seed <= dp["temporaries"] < 2 * seed + 16 * 2**20
+        # trap 1: the whole kernel gathered, a whole gradient
+        assert trap["gathers"] == 1 and mp["gathers"] == dp["gathers"] == 0
+        assert trap["temporaries"] >= 2 * seed
+    assert round(rows[("ModelParallel (1, 4)", "rmsprop")]["total"] / gib, 2) == 24.05
+    assert round(rows[("DataParallel (4,)", "rmsprop")]["total"] / gib, 2) == 128.01
+    assert round(rows[("ModelParallel (4,), trap 1", "rmsprop")]["total"] / gib, 2) == 80.01
+    # sharded initialisation on XLA:CPU: glorot_uniform holds 3 shard-sized temporaries, zeros none
+    assert got["glorot"]["outputs"] == got["zeros"]["outputs"] == seed // 4
+    assert 3 * seed // 4 <= got["glorot"]["temporaries"] < 3 * seed // 4 + 2**20
+    assert got["zeros"]["temporaries"] == 0
+
+
 def test_the_test_process_stays_free_of_jax_and_keras():
     import sys
 

@@ -41,6 +41,37 @@ def test_every_private_access_still_works():
     assert result["learning_rate"] == 0.5
 
 
+def jax_variable_layout() -> dict:
+    """Kernel side (JAX): variable_layout on variables without values, and the slot it hands its layout to."""
+    import keras
+
+    from snippets.lib import private as jax_private
+
+    mesh = keras.distribution.DeviceMesh((1, 4), ("batch", "model"), keras.distribution.list_devices())
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map[".*dense.*kernel"] = (None, "model")
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout_map,
+                                                                         batch_dim_name="batch"))
+    with keras.StatelessScope(initialize_variables=False):
+        layer = keras.layers.Dense(64, name="dense")
+        layer.build((None, 32))
+        kernel_layout = jax_private.variable_layout(layer.kernel)
+    optimizer = keras.optimizers.RMSprop()
+    with keras.StatelessScope(initialize_variables=False):
+        optimizer.build([layer.kernel])
+    (velocity,) = [v for v in optimizer.variables if v.path.endswith("kernel_velocity")]
+    keras.distribution.set_distribution(None)
+    return {"kernel": kernel_layout.axes, "velocity": jax_private.variable_layout(velocity).axes,
+            "value": layer.kernel._value is None}
+
+
+def test_variable_layout_on_jax():
+    with Kernel(backend="jax", deadline=120) as kernel:
+        got = kernel.call(jax_variable_layout)
+    # the kernel's layout from the layout map, the velocity's from the kernel (its own path matches no key)
+    assert got == {"kernel": (None, "model"), "velocity": (None, "model"), "value": True}
+
+
 def test_the_versions_checked_are_the_installed_ones():
     # An upgrade must re-check snippets/lib/private.py and say so here.
     assert {name: version(name) for name in private.CHECKED_WITH} == private.CHECKED_WITH

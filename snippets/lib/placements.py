@@ -64,7 +64,17 @@ class Placement:
         return self.reads_whole
 
 
-#: Every placement the planner knows, by name. ``parameter_server`` is
+#: Every placement the planner knows, by name. The first six are TensorFlow's
+#: (``tf.distribute`` or the site's ``tf.device`` layers); the last two are
+#: Keras 3 on JAX (docs/keep-fit.md), where ``fit`` jit-compiles the whole
+#: train step (``make_train_function`` in keras/src/backend/jax/trainer.py)
+#: and ``jit_compile="auto"`` is True on any host: ``model_parallel`` is
+#: ``ModelParallel`` over a ``(1, N)`` ``("batch", "model")`` mesh with each
+#: kernel's columns over ``"model"`` (the batch axis has one device, so no
+#: batch split and no all-reduce); ``data_parallel`` is ``DataParallel`` over
+#: N devices, the MirroredStrategy analogue (every device holds each variable
+#: whole; XLA all-reduces the gradient into a new buffer inside the step).
+#: ``parameter_server`` is
 #: ParameterServerStrategy with ``FixedShardsPartitioner(N)``: the plan is the
 #: worker's device, which concatenates the shards to run the layer and computes
 #: the whole gradient (the shards and, with Keras 3.15, the full-size slots
@@ -85,6 +95,9 @@ PLACEMENTS = {p.name: p for p in (
     Placement("parameter_server", "first-any", "parameter-server.md", reads_whole=True,
               updates_on_device=False, initialises=None),
     Placement("offload", None, "offload.md", reads_whole=True, holds_variables_on_host=True, initialises=None),
+    Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla"),
+    Placement("data_parallel", None, "keep-fit.md", all_reduce=True, batch_split=True, xla_auto=True,
+              xla_compiles="xla"),
 )}
 
 #: Placement names, in the order tables list them.
@@ -158,11 +171,16 @@ def resolve_xla(xla: str | bool, strategy: str) -> bool:
     cannot be compiled whole; its ``compile`` must say ``jit_compile=False``);
     ``column`` / ``row`` -> True: the site's ``tf.device`` layers
     (:mod:`snippets.tensor_parallel`) compile the model without XLA and each
-    shard's update with XLA on its own device. The CPU emulation uses this
+    shard's update with XLA on its own device; ``model_parallel`` /
+    ``data_parallel`` (Keras 3 on JAX) -> True on any host: on JAX the same
+    function returns True whenever every layer supports jit, and ``fit``
+    compiles the whole step with ``jax.jit``. The CPU emulation uses this
     function, not Keras's CPU answer.
 
     >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
     (False, True, False)
+    >>> resolve_xla("auto", "model_parallel"), xla_mode(True, "model_parallel"), xla_mode(True, "column")
+    (True, 'xla', 'xla-update')
 
     Raises:
         ValueError: for an ``xla`` not in :data:`XLA_CHOICES` (or a bool) or an unknown strategy.

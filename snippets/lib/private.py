@@ -4,6 +4,7 @@ Each function says which private name it uses and the version it was checked
 against; ``tests/test_private.py`` is the canary that fails first when an
 upgrade moves one. Nothing else in ``snippets/`` reaches into ``tensorflow.python``,
 ``keras.src`` or an underscored attribute of TensorFlow or Keras.
+:func:`variable_layout` is for Keras on JAX: its canary runs in a JAX kernel.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 #: The versions these accesses were checked against.
-CHECKED_WITH = {"tensorflow": "2.21.0", "keras": "3.15.1"}
+CHECKED_WITH = {"tensorflow": "2.21.0", "keras": "3.15.1", "jax": "0.10.2"}
 
 
 def runtime_started() -> bool:
@@ -63,3 +64,25 @@ def learning_rate_variable(optimizer):
     Private: ``keras.src.optimizers.base_optimizer.BaseOptimizer._learning_rate``.
     """
     return getattr(optimizer, "_learning_rate", None)
+
+
+def variable_layout(variable):
+    """The ``keras.distribution.TensorLayout`` a Keras 3 variable on JAX gets, without its value.
+
+    A variable made under ``keras.StatelessScope(initialize_variables=False)``
+    has no value and no layout yet: Keras looks its layout up when it
+    initialises it. This asks for that lookup now (the distribution's
+    ``get_variable_layout`` for the variable's path, kept on the variable),
+    and returns the layout, or None with no distribution set. Call it on a
+    model's variables *before* building the optimizer: a slot takes its
+    variable's layout when it is created
+    (``add_variable_from_reference``, keras/src/optimizers/base_optimizer.py),
+    not from its own path, which no layout-map key for the kernel matches
+    (``"rm_sprop/sequential_dense_kernel_velocity"``).
+
+    Private: ``keras.src.backend.jax.core.JaxVariable._initialize_layout`` and
+    ``keras.src.backend.common.variables.Variable._layout`` (Keras 3.15.1 on JAX 0.10.2).
+    """
+    if variable._layout is None:
+        variable._initialize_layout()
+    return variable._layout
