@@ -9,18 +9,15 @@ The API matrix chapter (``docs/api-matrix.md``) is this module's
 table with a fresh run, so a TensorFlow or Keras upgrade that changes a
 cell fails the test suite. A second table (:func:`keras_matrix`) trains a
 Dense one ``fit`` step per Keras flavour (3 on TensorFlow, 3 on JAX, tf_keras
-2.21) and API; its JAX row runs in a child interpreter (:func:`observe_jax`).
+2.21) and API; its JAX and tf_keras DTensor rows run in child interpreters (:func:`observe_child`).
 
 Run it::
 
-    python -m snippets.api_matrix                           # print the matrix
+    python -m snippets.api_matrix                           # print the matrix (--help: options)
     python -m snippets.api_matrix --write docs/api-matrix.md  # refresh the page's table
-    python -m snippets.api_matrix --help
 
-Devices: 4 logical CPUs sharing a 256 MiB capped allocator (see
-:mod:`snippets.lib.devices`); the parameter-server probes start an in-process
-localhost cluster (1 worker, 2 parameter servers) in the same process, last,
-because connecting to a cluster changes the process's eager context.
+Devices: 4 logical CPUs sharing a 256 MiB cap (:mod:`snippets.lib.devices`); the parameter-server
+probes start an in-process cluster (1 worker, 2 ps) last: joining it changes the eager context.
 
 >>> model_parallelism().outcome
 "AttributeError: module 'tensorflow._api.v2.distribute.experimental' has no attribute 'ModelParallelism'"
@@ -38,6 +35,11 @@ ParameterServerStrategy" tutorial for the in-process cluster.
 from __future__ import annotations
 
 import argparse
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,7 +349,10 @@ def tf_keras_dtensor() -> Observation:
     import tf_keras
     from tensorflow.experimental import dtensor
 
-    names = setup().devices
+    # TensorFlow's own CPU allocator: under the capped BFC one, tf_keras's scalar DTensor variables
+    # fail in `compile` ("TF_TensorData returned nullptr"), an artefact of the emulation
+    # (docs/tf-keras.md). So this probe runs in a process of its own (observe_child).
+    names = devices.configure(PROBE_DEVICES, PROBE_POOL, capped=False).devices
     mesh = dtensor.create_mesh([("batch", 1), ("model", len(names))],
                                devices=[n.replace("/device:", "") for n in names])
     layout_map = tf_keras.dtensor.experimental.LayoutMap(mesh)
@@ -416,14 +421,15 @@ def observe_tf() -> tuple[list[Observation], list[Observation]]:
     Local probes first, the in-process cluster's last (joining it changes the eager context).
     """
     local = [probe() for probe in LOCAL_PROBES]
-    keras_local = [keras3_tf_fit(), tf_keras_dtensor()]
+    keras_local = [keras3_tf_fit()]
     ps = [probe() for probe in PS_PROBES]
     return local + ps, keras_local + [tf_keras_ps_fit()]
 
 
-def keras_rows(tf_rows: Sequence[Observation], jax_rows: Sequence[Observation]) -> list[Observation]:
-    """The Keras table's rows in reading order: Keras 3 on TF, on JAX, then tf_keras."""
-    return [tf_rows[0], *jax_rows, *tf_rows[1:]]
+def keras_rows(tf_rows: Sequence[Observation], jax_rows: Sequence[Observation],
+               dtensor_rows: Sequence[Observation]) -> list[Observation]:
+    """The Keras table's rows in reading order: Keras 3 on TF, on JAX, then tf_keras (DTensor, ps)."""
+    return [tf_rows[0], *jax_rows, *dtensor_rows, *tf_rows[1:]]
 
 
 # --- the matrix ---------------------------------------------------------------
@@ -534,18 +540,19 @@ def replace_matrix(page_text: str, table: str, begin: str = BEGIN, end: str = EN
     return f"{page_text[:start]}\n\n{table}\n\n{page_text[stop:]}"
 
 
-def observe_jax() -> list[Observation]:
-    """:func:`keras3_jax_fit` in a new interpreter with Keras on JAX and 4 emulated CPU devices."""
-    import os
-    import pickle
-    import subprocess
-    import sys
-    import tempfile
+#: Probes that need a process of their own: Keras on JAX, and tf_keras's DTensor (uncapped).
+CHILD_PROBES = {"jax": keras3_jax_fit, "tf-keras-dtensor": tf_keras_dtensor}
 
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+
+def observe_child(name: str) -> list[Observation]:
+    """``CHILD_PROBES[name]`` in a new interpreter (for "jax": Keras on JAX, 4 emulated CPU devices)."""
+    # Not this process's allocator cap (devices.configure sets it in os.environ): the child sets its own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPU_ALLOCATOR", "TF_CPU_BFC"))}
+    if name == "jax":
+        env.update({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                    "XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
     with tempfile.NamedTemporaryFile(suffix=".pickle") as out:
-        subprocess.run([sys.executable, "-m", "snippets.api_matrix", "--jax-rows", out.name], env=env, check=True)
+        subprocess.run([sys.executable, "-m", "snippets.api_matrix", "--child", name, out.name], env=env, check=True)
         return pickle.loads(Path(out.name).read_bytes())
 
 
@@ -558,10 +565,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--write", metavar="PAGE",
                         help="replace the generated table in PAGE (e.g. docs/api-matrix.md)")
-    parser.add_argument("--jax-rows", metavar="FILE", help=argparse.SUPPRESS)  # observe_jax's child
+    parser.add_argument("--child", nargs=2, metavar=("PROBE", "FILE"), help=argparse.SUPPRESS)  # observe_child
     args = parser.parse_args(argv)
-    if args.jax_rows:
-        Path(args.jax_rows).write_bytes(__import__("pickle").dumps([keras3_jax_fit()]))
+    if args.child:
+        Path(args.child[1]).write_bytes(pickle.dumps([CHILD_PROBES[args.child[0]]()]))
         return 0
     page = None
     if args.write:
@@ -571,15 +578,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             committed_matrix(page, KERAS_BEGIN, KERAS_END)
         except (OSError, ValueError) as error:
             parser.error(str(error))
-    import os
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         setup()
     except devices.DeviceConfigError as error:
         parser.error(str(error))
     main_rows, tf_rows = observe_tf()
-    table, keras_table = matrix(main_rows), keras_matrix(keras_rows(tf_rows, observe_jax()))
+    rows = keras_rows(tf_rows, observe_child("jax"), observe_child("tf-keras-dtensor"))
+    table, keras_table = matrix(main_rows), keras_matrix(rows)
     if page is not None:
         page = replace_matrix(replace_matrix(page, table), keras_table, KERAS_BEGIN, KERAS_END)
         Path(args.write).write_text(page, encoding="utf-8")

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Sequence
 
 from snippets.lib import allocator, cluster, devices, errors, optimizers, pieces, placements, planner, units
@@ -198,9 +197,7 @@ def numpy_fit_refusal(model, x, y) -> str:
     try:
         model.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
     except Exception as error:  # noqa: BLE001 - reported by type, whatever TF raises
-        line = errors.summary(error)
-        # TF prefixes the traced op's source location: "<file>:<line>:<col>: error: ".
-        return re.sub(r"^(\w+: )\S+:\d+:\d+: error: ", r"\1", line)
+        return errors.summary(error)  # without the traced op's source location
     raise AssertionError("tf_keras fit accepted NumPy arrays for a DTensor model")
 
 

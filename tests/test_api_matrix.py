@@ -29,7 +29,9 @@ def observed_both() -> tuple[dict[str, Observation], list[Observation]]:
         observations, tf_rows = kernel.call(api_matrix.observe_tf)
     with Kernel(backend="jax", deadline=120) as kernel:
         jax_rows = [kernel.call(api_matrix.keras3_jax_fit)]
-    return {o.api: o for o in observations}, api_matrix.keras_rows(tf_rows, jax_rows)
+    with Kernel() as kernel:  # its own devices: TensorFlow's uncapped CPU allocator
+        dtensor_rows = [kernel.call(api_matrix.tf_keras_dtensor)]
+    return {o.api: o for o in observations}, api_matrix.keras_rows(tf_rows, jax_rows, dtensor_rows)
 
 
 @pytest.fixture(scope="module")

@@ -430,6 +430,12 @@ def _stated_figures() -> dict[str, tuple[str, str]]:
         "150 GB": (f"{hardware.V100_NVLINK_BYTES_PER_S / 1e9:.0f} GB", "NVLink 2.0 on a V100-SXM2: 6 links"),
         "25 GB": (f"{hardware.V100_NVLINK_BYTES_PER_S / 6 / 1e9:.0f} GB", "one NVLink 2.0 link, per direction"),
         "1 GiB": (h(int(hardware_pool_slack())), "the full-shape run's slack above its shards"),
+        "64 GiB": (h(2 * t(S)), "two seed-sized tensors: kernel and velocity, or kernel and gradient"),
+        "80 GiB": (h(2 * t(S) + 2 * t(S) // 4), "trap 1: gathered kernel and gradient plus the two shards"),
+        "48 MiB": (h(t((64, S[0])) + t((64, S[1]))), "the batch x[64, 131072] and y[64, 65536]"),
+        "80 MiB": (h(t((64, S[0])) + 3 * t((64, S[1]))), "the planner's activations: x and three [64, 65536]"),
+        "1.59 GiB": (h(v100.total_mib * MiB - hardware.jax_pool_bytes(v100.name, 0.95)),
+                     "what a 95% JAX pool leaves of a V100-SXM2-32GB"),
     }
 
 

@@ -98,6 +98,15 @@ def phase_of(error: Exception) -> str:
     return "forward"
 
 
+#: The source location MLIR-based passes (DTensor's) put before a message: "<file>:<line>:<col>: error: ".
+_LOCATION = re.compile(r"^.+?:\d+:\d+: error: ")
+
+
 def summary(error: BaseException) -> str:
-    """``Type: first line of the message`` (TensorFlow's messages can run to pages)."""
-    return f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    r"""``Type: first line of the message`` (TensorFlow's messages can run to pages), without the
+    source location DTensor's passes put first, which names whatever Python frame traced the op.
+
+    >>> summary(ValueError("<frozen runpy>:198:1: error: 'tf.IteratorGetNext' op failed\nmore"))
+    "ValueError: 'tf.IteratorGetNext' op failed"
+    """
+    return f"{type(error).__name__}: {_LOCATION.sub('', str(error).strip().splitlines()[0])}"

@@ -145,6 +145,34 @@ def allocator_bytes(name: str = DEFAULT_CARD) -> int:
 V100_CAPACITY = allocator_bytes("V100-SXM2-32GB")
 
 
+#: The share of a GPU's total memory JAX preallocates for its pool when neither
+#: ``XLA_CLIENT_MEM_FRACTION`` nor its old name ``XLA_PYTHON_CLIENT_MEM_FRACTION`` is set
+#: (docs.jax.dev, "GPU memory allocation": "JAX will preallocate 75% of the total GPU
+#: memory"; the variables are read by ``generate_pjrt_gpu_plugin_options`` in
+#: jaxlib/xla_client.py, jaxlib 0.10.2). Newer documentation adds that the default pool
+#: may grow past it; a plan should not count on that, so it sets the fraction.
+JAX_DEFAULT_MEM_FRACTION = 0.75
+
+
+def jax_pool_bytes(name: str = DEFAULT_CARD, fraction: float = JAX_DEFAULT_MEM_FRACTION) -> int:
+    """Bytes of JAX's GPU memory pool on one card ``name``: ``fraction`` of its total memory.
+
+    A fraction of ``nvidia-smi``'s total (``Card.total_mib``), not of what is
+    free, since jaxlib 0.4.1 ("XX% of the total GPU memory"). The CUDA
+    context comes on top, so a fraction near 1 may not be granted.
+
+    >>> from snippets.lib.units import human_bytes
+    >>> human_bytes(jax_pool_bytes("V100-SXM2-32GB")), human_bytes(jax_pool_bytes("V100-SXM2-32GB", 0.95))
+    ('23.81 GiB', '30.16 GiB')
+
+    Raises:
+        ValueError: for an unknown card, or a fraction outside (0, 1].
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], not {fraction!r}; JAX reads it as XLA_CLIENT_MEM_FRACTION=.XX")
+    return int(card(name).total_mib * MiB * fraction)
+
+
 #: PCIe 3.0 x16, one direction, in bytes per second: 8 GT/s per lane
 #: (PCI Express Base Specification 3.0, PCI-SIG 2010), 128b/130b line code,
 #: 16 lanes, 8 bits per byte: 15753846153.8 B/s, about 15.75 GB/s. The
