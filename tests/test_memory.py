@@ -105,6 +105,7 @@ def test_xla_resolves_as_on_a_gpu_host():
     assert {s: placements.resolve_xla("auto", s) for s in placements.STRATEGIES} == {
         "single": True, "mirrored": False, "column": True, "row": True, "parameter_server": False,
         "offload": False, "model_parallel": True, "data_parallel": True,  # Keras on JAX compiles the step
+        "tf_keras_dtensor": False,  # tf_keras compiles without XLA unless asked
     }
     with pytest.raises(ValueError, match="xla must be one of auto, on, off, not 'yes'"):
         placements.resolve_xla("yes", "single")

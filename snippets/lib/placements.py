@@ -74,6 +74,13 @@ class Placement:
 #: batch split and no all-reduce); ``data_parallel`` is ``DataParallel`` over
 #: N devices, the MirroredStrategy analogue (every device holds each variable
 #: whole; XLA all-reduces the gradient into a new buffer inside the step).
+#: ``tf_keras_dtensor`` is tf_keras 2.21 (Keras 2) with a DTensor ``LayoutMap``
+#: splitting each kernel's columns: the column split, with ``fit``'s step not
+#: compiled by XLA (tf_keras's ``compile`` defaults ``jit_compile`` to off,
+#: tf_keras/src/engine/training.py); its update's temporaries are taken from
+#: Keras 3's optimizer probes, tf_keras's own were not measured (docs/tf-keras.md).
+#: tf_keras under ParameterServerStrategy needs no entry of its own: its worker
+#: concatenates the shards like Keras 3's, so ``parameter_server`` plans its device.
 #: ``parameter_server`` is
 #: ParameterServerStrategy with ``FixedShardsPartitioner(N)``: the plan is the
 #: worker's device, which concatenates the shards to run the layer and computes
@@ -98,6 +105,7 @@ PLACEMENTS = {p.name: p for p in (
     Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla"),
     Placement("data_parallel", None, "keep-fit.md", all_reduce=True, batch_split=True, xla_auto=True,
               xla_compiles="xla"),
+    Placement("tf_keras_dtensor", "last", "tf-keras.md"),
 )}
 
 #: Placement names, in the order tables list them.
@@ -174,8 +182,9 @@ def resolve_xla(xla: str | bool, strategy: str) -> bool:
     shard's update with XLA on its own device; ``model_parallel`` /
     ``data_parallel`` (Keras 3 on JAX) -> True on any host: on JAX the same
     function returns True whenever every layer supports jit, and ``fit``
-    compiles the whole step with ``jax.jit``. The CPU emulation uses this
-    function, not Keras's CPU answer.
+    compiles the whole step with ``jax.jit``; ``tf_keras_dtensor`` -> False
+    (tf_keras's ``compile`` leaves ``jit_compile`` off unless asked). The CPU
+    emulation uses this function, not Keras's CPU answer.
 
     >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
     (False, True, False)
