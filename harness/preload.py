@@ -28,6 +28,9 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 # Set before the import, as the kernels' environment does: TensorFlow reads it once.
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 
+# Before TensorFlow: importing the devices module sets what TensorFlow reads at import
+# (snippets.lib.devices.ENVIRONMENT: oneDNN off, as on a GPU host).
+import snippets.lib.devices  # noqa: E402,F401
 import keras  # noqa: E402,F401  (the import is the point)
 import tensorflow  # noqa: E402,F401
 

@@ -167,3 +167,33 @@ def _where_things_run() -> dict:
     peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
     return {"op": tf.ones(3).device, "variable": keras.Variable(tf.zeros(3)).value.device,
             "peak_after_configure": peak}
+
+
+ONEDNN_FIRST = """
+import tensorflow  # before snippets.lib.devices, with TF_ENABLE_ONEDNN_OPTS=1 from the environment
+from snippets.lib import devices
+try:
+    devices.configure(2, "64MiB")
+except devices.DeviceConfigError as error:
+    print(error)
+"""
+
+
+def test_cpu_mode_refuses_a_tensorflow_imported_with_onednn_on():
+    # oneDNN swaps MatMul for _MklMatMul and gives the host another allocator: no GPU host runs it.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": "."}
+    run = subprocess.run([sys.executable, "-c", ONEDNN_FIRST], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=devices.__file__.rsplit("/snippets/", 1)[0])
+    assert "imported with oneDNN on" in run.stdout, run.stdout + run.stderr[-2000:]
+    assert "import snippets.lib.devices before tensorflow" in run.stdout
+
+
+def test_importing_devices_turns_onednn_off_unless_told_otherwise():
+    import os
+
+    assert devices.ENVIRONMENT == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert "TF_ENABLE_ONEDNN_OPTS" in os.environ  # set by the import above, or by the caller

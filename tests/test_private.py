@@ -12,6 +12,7 @@ def private_accesses() -> dict:
     import tensorflow as tf
 
     started_before = private.runtime_started()
+    onednn = private.onednn_enabled()
     tf.constant(1.0)
     optimizer = keras.optimizers.RMSprop(learning_rate=0.5)
     variable = keras.Variable([1.0, 2.0])
@@ -25,6 +26,7 @@ def private_accesses() -> dict:
     lr = private.learning_rate_variable(optimizer)
     return {
         "started": (started_before, private.runtime_started()),
+        "onednn": onednn,
         "hook_callable": callable(hook),
         "hook_called": calls,
         "graphs": len(metadata.function_graphs),
@@ -36,6 +38,7 @@ def test_every_private_access_still_works():
     with Kernel(deadline=120) as kernel:
         result = kernel.call(private_accesses)
     assert result["started"] == (False, True)
+    assert result["onednn"] is False  # the kernels import TensorFlow after snippets.lib.devices
     assert result["hook_callable"] and result["hook_called"] == [1]
     assert result["graphs"] >= 1
     assert result["learning_rate"] == 0.5

@@ -34,6 +34,17 @@ resolves ``jit_compile="auto"`` to False on a CPU-only machine, True on a GPU
 machine without a strategy; :func:`jit_compile` answers as a GPU host would,
 and the snippets pass its answer to ``compile``.
 
+oneDNN is the third: on x86 CPUs with AVX-512 VNNI or BF16 (recent Intel
+Xeons, AMD Zen 4), TensorFlow turns on its oneDNN rewrites by default. They
+swap ops for ``_Mkl*`` kernels (so ``MatMul`` is no longer a ``MatMul`` in
+the placed graph) and give the host a different CPU allocator (one that
+reports statistics even without ``TF_CPU_ALLOCATOR_USE_BFC``). A GPU runs
+neither, so importing this module sets ``TF_ENABLE_ONEDNN_OPTS=0`` (unless
+the environment says otherwise) and CPU mode refuses a TensorFlow imported
+with oneDNN on. TensorFlow reads the variable once, when it is imported
+(``IsMKLEnabled`` in ``tensorflow/core/util/util.cc``; measured on TF 2.21:
+set after the import it changes nothing).
+
 Sources: ``tf.config.set_logical_device_configuration`` and
 ``tf.config.LogicalDeviceConfiguration`` (API pages, TensorFlow 2.21);
 the ``TF_CPU_*`` variables are read by ``tensorflow/core/common_runtime/
@@ -48,11 +59,18 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import hardware
+from snippets.lib import hardware, private
 from snippets.lib.units import GiB, MiB, parse_size
 from snippets.lib.placements import resolve_xla
 
 MODES = ("auto", "gpu", "split-gpu", "cpu")
+
+#: What TensorFlow must find in the environment when it is imported, for CPU
+#: mode to behave like a GPU host (see the module docstring); set here, at
+#: import, so a snippet that imports this module before TensorFlow has it.
+ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+for _name, _value in ENVIRONMENT.items():
+    os.environ.setdefault(_name, _value)
 
 #: Threads TensorFlow's executor runs independent ops with in CPU mode.
 #: Without XLA, an optimizer update's peak depends on the order of its
@@ -341,6 +359,12 @@ def configure(
 
 
 def _apply_cpu(tf, plan: DevicePlan, pool_mib: int | None) -> DeviceSetup:
+    if private.onednn_enabled():
+        raise DeviceConfigError(
+            "TensorFlow was imported with oneDNN on (TF_ENABLE_ONEDNN_OPTS), which a GPU host does "
+            "not run: import snippets.lib.devices before tensorflow, or set TF_ENABLE_ONEDNN_OPTS=0 "
+            "before Python starts"
+        )
     # Read by TensorFlow when the CPU allocator is created, i.e. when the
     # runtime starts: after import is fine, after the first op is too late.
     if pool_mib is not None:

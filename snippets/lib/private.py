@@ -27,6 +27,17 @@ def runtime_started() -> bool:
     return context.context()._context_handle is not None
 
 
+def onednn_enabled() -> bool:
+    """Whether TensorFlow's oneDNN rewrites are on in this process (fixed when TensorFlow was imported).
+
+    Private: ``tensorflow.python.util._pywrap_util_port.IsMklEnabled``, the
+    call TensorFlow's own tests use (``test_util.IsMklEnabled``).
+    """
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def run_metadata(call: Callable[[], object]):
     """Run ``call()`` with run-metadata collection on; return the ``RunMetadata`` it recorded.
 
