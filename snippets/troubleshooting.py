@@ -23,6 +23,14 @@ Two kinds of process:
 ``plain``
     TensorFlow with its default CPU allocator and one CPU device, nothing
     configured: what goes wrong when devices are *not* configured.
+``uncapped``
+    4 logical CPUs on TensorFlow's default CPU allocator, for tf_keras's
+    DTensor models (the capped allocator breaks their ``compile``, see
+    ``docs/tf-keras.md``).
+``jax``
+    Keras on the JAX backend over 4 emulated CPU devices
+    (``KERAS_BACKEND=jax``, ``XLA_FLAGS=--xla_force_host_platform_device_count=4``,
+    set before Keras is imported; the command line sets them itself).
 
 Sources: ``tensorflow/python/eager/context.py`` (``Context.set_memory_growth``,
 ``set_logical_device_configuration``, ``set_visible_devices``,
@@ -38,7 +46,7 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 
-from snippets.lib import cluster, devices, planner
+from snippets.lib import cluster, devices, errors, planner
 
 #: The parameter-server entries' variable: W[1024, 512] float32, 2 MiB.
 PROBE_SHAPE = (1024, 512)
@@ -323,6 +331,62 @@ def configure_too_late() -> None:
     devices.configure(4)
 
 
+# --- Keras outside the TensorFlow backend's defaults ----------------------------------
+
+
+def distribution_after_optimizer() -> None:
+    """Keras on JAX: an optimizer made before ``set_distribution``, then ``fit`` (a ``jax`` process).
+
+    The optimizer's variables (its step counter first) were placed on one
+    device when it was made; the model's on the mesh. Keras 3.15 warns
+    ("Detected a mix of local ... and distributed ... variables"), then jit
+    refuses to compile the step.
+    """
+    import warnings
+
+    import keras
+    import numpy as np
+
+    if keras.backend.backend() != "jax":
+        raise devices.DeviceConfigError("this message needs Keras on JAX: set KERAS_BACKEND=jax before "
+                                        "importing keras (python -m snippets.troubleshooting does it)")
+    optimizer = keras.optimizers.RMSprop()  # the mistake: made before the distribution is set
+    mesh = keras.distribution.DeviceMesh((1, 4), ("batch", "model"), devices=keras.distribution.list_devices()[:4])
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map[".*dense.*kernel"] = (None, "model")
+    keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch"))
+    try:
+        model = keras.Sequential([keras.Input((PROBE_SHAPE[0],)), keras.layers.Dense(PROBE_SHAPE[1], name="dense")])
+        model.compile(optimizer=optimizer, loss="mse")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the warning says the same at length
+            model.fit(np.ones((16, PROBE_SHAPE[0]), "float32"), np.ones((16, PROBE_SHAPE[1]), "float32"), verbose=0)
+    finally:
+        keras.distribution.set_distribution(None)
+
+
+def tf_keras_dtensor_numpy_fit() -> None:
+    """tf_keras with a DTensor ``LayoutMap``: ``fit`` on NumPy arrays (an ``uncapped`` process).
+
+    ``fit`` builds a plain ``tf.data`` iterator whose elements carry no
+    DTensor layout; DTensor's layout propagation then fails on the first
+    batch. A ``dtensor.DTensorDataset`` gives them one (docs/tf-keras.md).
+    """
+    import numpy as np
+    import tf_keras
+    from tensorflow.experimental import dtensor
+
+    names = devices.configure(*EMULATED, capped=False).devices
+    mesh = dtensor.create_mesh([("batch", 1), ("model", len(names))], devices=[n.replace("/device:", "") for n in names])
+    layout_map = tf_keras.dtensor.experimental.LayoutMap(mesh)
+    layout_map["dense.*kernel"] = dtensor.Layout([dtensor.UNSHARDED, "model"], mesh)
+    layout_map["dense.*bias"] = dtensor.Layout(["model"], mesh)
+    with layout_map.scope():
+        model = tf_keras.Sequential([tf_keras.Input((PROBE_SHAPE[0],)), tf_keras.layers.Dense(PROBE_SHAPE[1], name="dense")])
+    model.compile(optimizer=tf_keras.dtensor.experimental.optimizers.SGD(0.01, mesh=mesh), loss="mse")
+    model.fit(np.ones((16, PROBE_SHAPE[0]), "float32"), np.ones((16, PROBE_SHAPE[1]), "float32"), verbose=0)
+
+
 #: Entries that start an in-process parameter-server cluster: run them last in a process.
 CLUSTER = ("per-worker-dataset", "per-worker-fit", "sharded-keras-optimizer")
 
@@ -344,7 +408,13 @@ RAISERS: dict[str, tuple[str, Callable[[], None]]] = {
     "model-parallelism": ("plain", model_parallelism),
     "unknown-device": ("plain", unknown_device),
     "configure-too-late": ("plain", configure_too_late),
+    "jit-incompatible-devices": ("jax", distribution_after_optimizer),
+    "element-layouts": ("uncapped", tf_keras_dtensor_numpy_fit),
 }
+
+#: What a ``jax`` process needs before Keras is imported (the test's JAX kernel has it already).
+JAX_ENVIRONMENT = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                   "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
 
 #: index anchor -> "module:Class.function" in TensorFlow whose source raises
 #: the message; only a GPU reaches it.
@@ -402,10 +472,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.anchor not in RAISERS:
         parser.error(f"unknown entry {args.anchor!r}; see --list")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if RAISERS[args.anchor][0] == "jax":
+        for name, value in JAX_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
     try:
         trigger(args.anchor)
     except Exception as error:  # printing the message is the point
-        print(f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+        print(errors.summary(error))
     return 0
 
 

@@ -18,7 +18,9 @@ from harness import Kernel, RemoteError
 from snippets import troubleshooting as ts
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "troubleshooting.md"
-HEADING = re.compile(r"^### `(?P<type>\w+): (?P<message>.+)` \{#(?P<anchor>[\w-]+)\}\s*$", re.MULTILINE)
+#: ``### `Type: message` {#anchor}``, or with double backticks and spaces when the message has backticks.
+HEADING = re.compile(r"^### (?P<ticks>`+) ?(?P<type>\w+): (?P<message>.+?) ?(?P=ticks) \{#(?P<anchor>[\w-]+)\}\s*$",
+                     re.MULTILINE)
 
 #: The messages issue 6 asks the index to cover, by anchor.
 REQUIRED = {
@@ -46,6 +48,7 @@ def pattern(quoted: str) -> re.Pattern:
 ENTRIES = entries()
 EMULATED = sorted(a for a, (kind, _) in ts.RAISERS.items() if kind == "emulated")
 PLAIN = sorted(a for a, (kind, _) in ts.RAISERS.items() if kind == "plain")
+OWN_PROCESS = sorted(a for a, (kind, _) in ts.RAISERS.items() if kind in ("jax", "uncapped"))
 
 
 def test_index_covers_every_required_message_and_only_known_ones():
@@ -93,6 +96,16 @@ def test_cpu_message_matches_the_index_emulated(emulated, anchor):
 @pytest.mark.parametrize("anchor", sorted(PLAIN, key=lambda a: a == "configure-too-late"))
 def test_cpu_message_matches_the_index_plain(plain, anchor):
     check_raised(plain, anchor)
+
+
+@pytest.mark.parametrize("anchor", OWN_PROCESS)
+def test_cpu_message_matches_the_index_in_its_own_process(anchor):
+    with Kernel(backend="jax") if ts.RAISERS[anchor][0] == "jax" else Kernel() as kernel:
+        check_raised(kernel, anchor)
+
+
+def test_every_process_kind_is_tested():
+    assert {kind for kind, _ in ts.RAISERS.values()} == {"emulated", "plain", "jax", "uncapped"}
 
 
 @pytest.mark.parametrize("anchor", sorted(ts.GPU_ONLY))
