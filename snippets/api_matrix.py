@@ -469,37 +469,32 @@ def seed_piece_bytes(obs: Observation, full: Sequence[int] = PROBE_SHAPE,
     return max(units.tensor_bytes(shape, "float32") for shape in scaled)
 
 
-def describe_pieces(held: Sequence[pieces.Piece]) -> str:
-    """``[1024, 512] on CPU:0, CPU:1`` with pieces of one shape grouped."""
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for p in held:
-        groups.setdefault(p.shape, []).append(pieces.short_device(p.device))
-    return "; ".join(f"{list(shape)} on {', '.join(where)}" for shape, where in groups.items())
-
-
-HEADERS = (
-    "API", "exists", "variable made", "pieces of W[1024, 512]", "shards W?",
-    "largest piece of the seed W[131072, 65536]", "outcome",
-)
+#: The verdict first, so that a phone shows it beside the API's name; the evidence in a second table.
+HEADERS = ("API", "shards W?", "variable made", "seed's largest piece")
+EVIDENCE_HEADERS = ("API", "pieces of W[1024, 512]", "outcome")
 
 
 def matrix(observations: Sequence[Observation]) -> str:
-    """The observations as a Markdown (pipe) table, one row per probe."""
+    """The observations as two Markdown (pipe) tables, one row per probe: the verdicts, then the evidence.
+
+    The first says whether the API split the probe's ``W[1024, 512]`` and
+    what the seed's largest piece would be; the second, where each piece was
+    and what the call returned.
+    """
     from tabulate import tabulate
 
-    rows = []
+    verdicts, evidence = [], []
     for obs in observations:
         seed = seed_piece_bytes(obs)
-        rows.append((
-            obs.api, "yes" if obs.exists else "**no**", f"`{obs.made}`" if obs.made else "-",
-            describe_pieces(obs.pieces) or "-", sharding(obs),
-            units.human_bytes(seed) if seed is not None else "-",
-            obs.outcome.replace("|", "\\|"),
-        ))
-    return tabulate(rows, headers=HEADERS, tablefmt="github")
+        made = f"`{obs.made}`" if obs.made else "-"
+        verdicts.append((obs.api, sharding(obs), made if obs.exists else "**no such API**",
+                         units.human_bytes(seed) if seed is not None else "-"))
+        evidence.append((obs.api, pieces.describe(obs.pieces) or "-", obs.outcome.replace("|", "\\|")))
+    return (tabulate(verdicts, headers=HEADERS, tablefmt="github") + "\n\n"
+            + "What each probe observed:\n\n" + tabulate(evidence, headers=EVIDENCE_HEADERS, tablefmt="github"))
 
 
-KERAS_HEADERS = ("Keras, API", "made", "shards W?", "seed's piece per device", "fit")
+KERAS_HEADERS = ("Keras, API", "shards W?", "made", "seed's piece per device", "fit")
 
 
 def piece_of_seed(obs: Observation, full: Sequence[int] = PROBE_SHAPE, seed: Sequence[int] = SEED_SHAPE) -> str:
@@ -515,7 +510,7 @@ def keras_matrix(observations: Sequence[Observation]) -> str:
     """Which Keras shards: one row per Keras flavour and API, narrow enough for a phone (Markdown)."""
     from tabulate import tabulate
 
-    rows = [(obs.api, f"`{obs.made}`", sharding(obs).replace("no: a full copy on each device", "no: copies"),
+    rows = [(obs.api, sharding(obs).replace("no: a full copy on each device", "no: copies"), f"`{obs.made}`",
              piece_of_seed(obs), obs.outcome.replace("|", "\\|")) for obs in observations]
     return tabulate(rows, headers=KERAS_HEADERS, tablefmt="github")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -238,7 +239,10 @@ def report(
     """
     budgets = planner.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
     jit = placements.resolve_xla(xla, strategy)
-    lines = [budget_table(budgets, capacity), "", verdict(budgets, capacity)]
+    table = budget_table(budgets, capacity)
+    # The verdict wraps at the table's width: a reader's window that shows the table shows it whole.
+    width = max(72, max(map(len, table.splitlines())))
+    lines = [table, "", textwrap.fill(verdict(budgets, capacity), width)]
     if optimizer:
         lines.append(f"Batch {batch}; optimizer update {'XLA-compiled' if jit else 'without XLA'}"
                      f"{' (xla auto, as Keras decides on a GPU host)' if xla == 'auto' else ''}.")

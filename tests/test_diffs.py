@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import Kernel
+from harness.sybil_remote import declared_backend
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -82,8 +83,8 @@ def test_the_site_shows_diffs():
 def test_diff_starts_from_the_seed_script_and_runs(page, index, body):
     old, new = sides(body)
     assert old == SEED_SCRIPT, f"{page}: the diff's old side is not the report's script"
-    backend = "jax" if (DOCS / page).read_text(encoding="utf-8").startswith("<!-- kernel: jax -->") else None
-    with Kernel(backend=backend, deadline=300) if backend else Kernel(deadline=300) as kernel:
+    backend = declared_backend((DOCS / page).read_text(encoding="utf-8"))  # the page's own kernel
+    with Kernel(backend=backend, deadline=300) as kernel:
         losses = kernel.call(run_script, scaled(new))
     assert len(losses) == 3 and all(loss == loss and abs(loss) < float("inf") for loss in losses), losses
 

@@ -137,8 +137,8 @@ def test_numbers_are_the_planners_and_verdicts_follow(fresh):
 
     # What each card's allocator gets, as the notebook holds the peaks against.
     gpus = {name: hardware.card(card).allocator_mib
-            for name, card in (("16 GB (V100-16GB)", "V100-PCIE-16GB"), ("32 GB (V100-32GB)", "V100-SXM2-32GB"),
-                               ("80 GB (A100-80GB)", "A100-80GB"))}
+            for name, card in (("V100-16GB", "V100-PCIE-16GB"), ("V100-32GB", "V100-SXM2-32GB"),
+                               ("A100-80GB", "A100-80GB"))}
     with Kernel() as kernel:
         seed = kernel.call(decide.model_weights, seed_model)
         placements = (("MirroredStrategy", "mirrored", None), ("column split W", "column", None),

@@ -13,14 +13,15 @@ differently:
 - a Keras 3 variable on the TensorFlow backend wraps one of the above in
   ``.value`` (``keras/src/backend/tensorflow/core.py``).
 
-:func:`of_variable` reads all of them into :class:`Piece` records, and
-:func:`short_device` names a device the way the chapters print it.
+:func:`of_variable` reads all of them into :class:`Piece` records,
+:func:`short_device` names a device the way the chapters print it, and
+:func:`describe` says where the pieces are in one short line.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from snippets.lib.units import tensor_bytes
@@ -133,3 +134,26 @@ def bytes_per_device(items: Iterable[Piece]) -> dict[str, int]:
         device = short_device(piece.device)
         totals[device] = totals.get(device, 0) + piece.nbytes
     return totals
+
+
+def device_span(names: Sequence[str]) -> str:
+    """``CPU:1-4`` for consecutive devices of one kind, else the names joined by commas.
+
+    >>> device_span(["CPU:1", "CPU:2", "CPU:3", "CPU:4"]), device_span(["ps:0/CPU:0", "ps:1/CPU:0"])
+    ('CPU:1-4', 'ps:0/CPU:0, ps:1/CPU:0')
+    """
+    kinds = {name.rpartition(":")[0] for name in names}
+    numbers = [name.rpartition(":")[2] for name in names]
+    if len(names) > 2 and len(kinds) == 1 and all(n.isdigit() for n in numbers):
+        first, last = int(numbers[0]), int(numbers[-1])
+        if [int(n) for n in numbers] == list(range(first, last + 1)):
+            return f"{kinds.pop()}:{first}-{last}"
+    return ", ".join(names)
+
+
+def describe(held: Sequence[Piece]) -> str:
+    """``[1024, 128] on CPU:1-4`` with pieces of one shape grouped."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for p in held:
+        groups.setdefault(p.shape, []).append(short_device(p.device))
+    return "; ".join(f"{list(shape)} on {device_span(where)}" for shape, where in groups.items())
