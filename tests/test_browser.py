@@ -1,47 +1,48 @@
-"""The built site in a real browser: headless Chromium, served on localhost.
+"""The built site in a real browser: every page, on a desktop and a phone, light and dark.
 
-For the home page and the first chapter in ``nav``: the page renders with no
-console error, no failed or 4xx/5xx request, and no request to any host but
-localhost (the site must work offline: no CDN, no web fonts). On the home
-page, Material's search returns a result for "MirroredStrategy". A PNG of
-each page (and of the search results) is written to ``build/browser/`` for a
-person to look at; CI keeps it as an artifact, git ignores it.
+The site is built fresh and served on 127.0.0.1; Playwright (its Python
+package, https://playwright.dev/python/) drives Debian's Chromium
+(``apt-get install chromium``, or the browser named by ``$CHROMIUM``), so no
+browser is downloaded. Every page in ``nav`` is opened at 1440 x 900 and at
+390 x 844 (a phone), in the light palette and then, with the page's own
+palette button, in the dark one, and must have:
 
-The browser is driven over the Chrome DevTools Protocol (CDP) with a small
-websocket client (``websocket-client``), so no browser is downloaded: the test
-uses Debian's ``chromium`` (``apt-get install chromium``), or the one named by
-the ``CHROMIUM`` environment variable. Without one, the test is skipped
-locally, saying so, and fails under CI (``CI`` set), where ``.ci/run``
-installs it.
+* no console error, no uncaught exception, no failed or 4xx/5xx request, and
+  no request to any host but localhost (each one is answered here, never sent:
+  the site must work offline, no CDN, no web fonts);
+* every image loaded, and the palette the reader's system asked for;
+* no code block clipped (a long line wraps; its end was usually the verdict);
+* on the desktop, a nav label equal to its page's title and a back-to-top button.
 
-CDP domains used (https://chromedevtools.github.io/devtools-protocol/):
-Page (navigate, loadEventFired, captureScreenshot), Runtime (evaluate,
-consoleAPICalled, exceptionThrown), Log (entryAdded), Network
-(requestWillBeSent, responseReceived, loadingFinished, loadingFailed) and
-Input (insertText).
+A reader whose system is set to dark gets the dark palette without a click.
+Then, as a reader would: the copy button of a console example copies code
+that runs (no prompts, no outputs) on every page; search finds an error
+message and a chapter; and the OOM line pasted into search reaches the code
+change that fixes it in two clicks. Screenshots go to ``build/browser/`` for a
+person to look at; git ignores them.
+
+Screenshots are taken when ``BROWSER_SCREENSHOTS`` is set (they cost a
+second a page). Without a browser the module is skipped locally, saying so, and fails under CI
+(``CI`` set), where ``.ci/run`` installs one.
 """
 
 from __future__ import annotations
 
-import base64
+import ast
 import functools
 import http.server
-import itertools
-import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
-import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pytest
+from mkdocs.config import load_config
+from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "browser"
@@ -49,17 +50,19 @@ BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 #: Schemes that never leave the machine.
 LOCAL_SCHEMES = {"data", "blob", "about", "chrome", "devtools"}
-#: Flags from the issue: no GPU, no sandbox (root in a container), and none of
-#: the browser's own traffic (component updates, sync, first-run pings).
-FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-    "--window-size=1280,900", "--hide-scrollbars", "--remote-debugging-port=0", "--no-proxy-server",
-    # Belt and braces: any host but localhost fails to resolve, without a DNS query,
-    # so a stray CDN link is recorded by the test (requestWillBeSent) yet never sent.
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
-)
-TIMEOUT = 30.0
+#: Root in a container needs --no-sandbox; the rest keep the browser's own traffic (component
+#: updates, sync, first-run pings) off a machine with no network.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run", "--disable-quic"]
+VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
+SCHEMES_OTHER = {"light": "dark", "dark": "light"}
+SCHEMES = {"light": "default", "dark": "slate"}  # the system setting -> Material's palette
+#: The palette button of each scheme: it offers the other one (mkdocs.yml, theme.palette).
+TOGGLE = {"light": "Dark mode", "dark": "Light mode"}
+SCREENSHOTS_ON = bool(os.environ.get("BROWSER_SCREENSHOTS"))
+#: What a reader pastes: the report's error line, as TensorFlow prints it.
+OOM_LINE = ("ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536] and type float "
+            "on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc")
 
 
 def find_browser() -> str | None:
@@ -72,273 +75,304 @@ def find_browser() -> str | None:
 
 BROWSER = find_browser()
 if BROWSER is None:
-    message = (
-        f"no Chromium found (looked for $CHROMIUM and {', '.join(BROWSER_NAMES)} on PATH): "
-        "the browser test needs one; on Debian: apt-get install chromium"
-    )
+    message = (f"no Chromium found (looked for $CHROMIUM and {', '.join(BROWSER_NAMES)} on PATH): "
+               "the browser test needs one; on Debian: apt-get install chromium")
     if os.environ.get("CI"):
         pytest.fail(f"CI must run the browser test but {message}", pytrace=False)
     pytest.skip(message, allow_module_level=True)
 
-import websocket  # noqa: E402  (websocket-client; only needed when a browser exists)
+
+def nav_pages() -> list[tuple[str, str]]:
+    """``(site path, source file)`` of every page in ``mkdocs.yml``'s nav, in order."""
+    config = load_config(str(ROOT / "mkdocs.yml"))
+
+    def walk(items):
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            if isinstance(value, list):
+                yield from walk(value)
+            else:
+                yield value
+
+    pages = []
+    for source in walk(config["nav"]):
+        stem = source.rsplit(".", 1)[0]
+        pages.append(("/" if stem == "index" else f"/{stem}/", source))
+    return pages
 
 
-# --- the site, served on localhost ---------------------------------------------
+PAGES = nav_pages()
+
+
+def leaves_localhost(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme not in LOCAL_SCHEMES and (parts.hostname or "") not in LOCAL_HOSTS
+
+
+# --- the site, served on localhost, and the browser ------------------------------
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """A fresh build of the site (never a stale ``site/``)."""
+def server(tmp_path_factory):
+    """``http://127.0.0.1:PORT`` serving a fresh build of the site (never a stale ``site/``)."""
     out = tmp_path_factory.mktemp("site")
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(out)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert build.returncode == 0, f"mkdocs build failed:\n{build.stdout}\n{build.stderr}"
-    return out
 
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def server(site):
-    """``http://127.0.0.1:PORT`` serving the built site; stopped after the module."""
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(out)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
 
 
-def first_chapter(site: Path) -> str:
-    """Site path of the first page in ``nav`` after the home page that was built."""
-    nav = re.findall(r"^\s*-\s*[^\n:]+:\s*([\w./-]+)\.md\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
-    for page in nav:
-        if page != "index" and (site / page / "index.html").exists():
-            return f"/{page}/"
-    pytest.fail(f"no chapter of mkdocs.yml's nav was built into {site}")
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=BROWSER, args=FLAGS)
+        yield launched
+        launched.close()
 
 
-# --- a minimal CDP client ------------------------------------------------------
+class Reader:
+    """One browser context (a viewport and a system palette) and what its pages did wrong."""
 
+    def __init__(self, browser, viewport: str, scheme: str) -> None:
+        self.context = browser.new_context(viewport=VIEWPORTS[viewport], color_scheme=scheme)
+        self.context.grant_permissions(["clipboard-read", "clipboard-write"])
+        self.outside: list[str] = []
+        self.problems: list[str] = []
+        self.inflight: set = set()
+        # Every request off this host is recorded and answered here: nothing is ever sent.
+        self.context.route(lambda url: leaves_localhost(url), self._refuse)
+        self.page = self.context.new_page()
+        self.page.on("request", lambda r: self.inflight.add(r))
+        self.page.on("requestfinished", lambda r: self.inflight.discard(r))
+        self.page.on("requestfailed", lambda r: self.inflight.discard(r))
+        self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
+        self.page.on("requestfailed", lambda r: r.url not in self.outside and self.problems.append(
+            f"request failed: {r.url} ({r.failure})"))
+        self.page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
 
-class Page:
-    """One browser tab, driven over CDP; records what the page logs and requests."""
+    def _refuse(self, route) -> None:
+        self.outside.append(route.request.url)
+        route.abort()
 
-    def __init__(self, ws_url: str) -> None:
-        self.ws = websocket.create_connection(ws_url, timeout=TIMEOUT, suppress_origin=True)
-        self.ids = itertools.count(1)
-        self.events: list[dict] = []
-        self.pending: dict[str, str] = {}
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.send(f"{domain}.enable")
-        self.send("Target.setAutoAttach", autoAttach=True, waitForDebuggerOnStart=True, flatten=True)
+    def open(self, url: str):
+        self.outside.clear()
+        self.problems.clear()
+        self.page.goto(url, wait_until="load")  # every stylesheet, script and image has arrived
+        self.settle()
+        return self.page
 
-    def _receive(self, deadline: float) -> dict | None:
-        self.ws.settimeout(max(0.05, deadline - time.monotonic()))
-        try:
-            message = json.loads(self.ws.recv())
-        except websocket.WebSocketTimeoutException:
-            return None
-        if "method" in message:
-            self.events.append(message)
-            method, params = message["method"], message.get("params", {})
-            if method == "Target.attachedToTarget":
-                # A worker (Material's search runs in one): watch its console and requests too.
-                session = params["sessionId"]
-                for domain in ("Runtime", "Log", "Network"):
-                    self._post(f"{domain}.enable", session)
-                self._post("Runtime.runIfWaitingForDebugger", session)
-            if method == "Network.requestWillBeSent":
-                self.pending[params["requestId"]] = params["request"]["url"]
-            elif method in ("Network.loadingFinished", "Network.loadingFailed"):
-                self.pending.pop(params["requestId"], None)
-        return message
-
-    def _post(self, method: str, session: str | None = None, **params) -> int:
-        ident = next(self.ids)
-        message = {"id": ident, "method": method, "params": params}
-        if session:
-            message["sessionId"] = session
-        self.ws.send(json.dumps(message))
-        return ident
-
-    def send(self, method: str, **params) -> dict:
-        """Send a command to the page and return its result; raise on a CDP error."""
-        ident = self._post(method, **params)
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            message = self._receive(deadline)
-            if message and message.get("id") == ident:
-                if "error" in message:
-                    raise RuntimeError(f"CDP {method}: {message['error']}")
-                return message.get("result", {})
-        raise TimeoutError(f"CDP {method}: no answer in {TIMEOUT} s")
-
-    def wait_for(self, method: str, timeout: float = TIMEOUT) -> None:
-        start = len(self.events)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(e["method"] == method for e in self.events[start:]):
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until no request is in flight (the search worker and its index come after load)."""
+        for _ in range(int(timeout / 0.02)):
+            if not self.inflight:
                 return
-            self._receive(deadline)
-        raise TimeoutError(f"no {method} in {timeout} s")
+            self.page.wait_for_timeout(20)
+        raise TimeoutError(f"requests still in flight: {sorted(r.url for r in self.inflight)}")
 
-    def settle(self, quiet: float = 0.5, timeout: float = TIMEOUT) -> None:
-        """Wait until no request has been in flight for ``quiet`` seconds."""
-        deadline = time.monotonic() + timeout
-        calm_since = time.monotonic()
-        while time.monotonic() < deadline:
-            self._receive(min(deadline, time.monotonic() + 0.1))
-            if self.pending:
-                calm_since = time.monotonic()
-            elif time.monotonic() - calm_since >= quiet:
-                return
-        raise TimeoutError(f"requests still in flight after {timeout} s: {sorted(self.pending.values())}")
-
-    def open(self, url: str) -> None:
-        self.events.clear()
-        self.send("Page.navigate", url=url)
-        self.wait_for("Page.loadEventFired")
+    def toggle_palette(self, current: str) -> None:
+        """Click the palette button the ``current`` scheme shows, as a reader does; wait for the other."""
+        self.page.locator(f"label[title='{TOGGLE[current]}']:visible").click()
+        self.page.wait_for_function(f"document.body.dataset.mdColorScheme === '{SCHEMES[SCHEMES_OTHER[current]]}'")
         self.settle()
 
-    def evaluate(self, expression: str):
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"{expression!r} threw: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", format="png")["data"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
-        return path
-
-    def errors(self) -> list[str]:
-        """Console errors, uncaught exceptions, failed and 4xx/5xx requests since the last open."""
-        found = []
-        for event in self.events:
-            method, params = event["method"], event.get("params", {})
-            if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-                text = " ".join(str(a.get("value", a.get("description", ""))) for a in params["args"])
-                found.append(f"console.{params['type']}: {text}")
-            elif method == "Runtime.exceptionThrown":
-                details = params["exceptionDetails"]
-                found.append(f"uncaught: {details.get('exception', {}).get('description', details['text'])}")
-            elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
-                entry = params["entry"]
-                found.append(f"log: {entry['text']} {entry.get('url', '')}".strip())
-            elif method == "Network.loadingFailed" and not params.get("canceled"):
-                found.append(f"request failed: {params['errorText']} (request {params['requestId']})")
-            elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
-                found.append(f"HTTP {params['response']['status']}: {params['response']['url']}")
-        return found
-
-    def requested_urls(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
-
     def close(self) -> None:
-        self.ws.close()
+        self.context.close()
 
 
-def leaves_localhost(url: str) -> bool:
-    parts = urlsplit(url)
-    if parts.scheme in LOCAL_SCHEMES:
-        return False
-    return (parts.hostname or "") not in LOCAL_HOSTS
+@pytest.fixture(scope="module", params=list(VIEWPORTS))
+def reader(request, browser):
+    opened = Reader(browser, request.param, "light")
+    opened.viewport = request.param
+    yield opened
+    opened.close()
 
 
-@pytest.fixture(scope="module")
-def page():
-    """A headless Chromium with a fresh profile, and its one tab."""
-    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as scratch:
-        profile, tmp = Path(scratch, "profile"), Path(scratch, "tmp")
-        tmp.mkdir()
-        log = open(Path(scratch, "chromium.log"), "w+")
-        process = subprocess.Popen(
-            [BROWSER, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "TMPDIR": str(tmp)},  # its shared-memory files go here, not /tmp
-            start_new_session=True,  # its own process group: the renderers end with it
-        )
-        try:
-            # Chromium writes the port it chose to DevToolsActivePort in the profile.
-            port_file = profile / "DevToolsActivePort"
-            deadline = time.monotonic() + TIMEOUT
-            while not (port_file.exists() and port_file.read_text().strip()):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    pytest.fail(f"{BROWSER} did not start (exit {process.poll()}):\n{log.read()[-3000:]}")
-                time.sleep(0.1)
-            port = int(port_file.read_text().split()[0])
-            direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
-            with direct.open(f"http://127.0.0.1:{port}/json/list", timeout=TIMEOUT) as reply:
-                targets = json.load(reply)
-            tab = next(t for t in targets if t["type"] == "page")
-            browser_page = Page(tab["webSocketDebuggerUrl"])
-            yield browser_page
-            browser_page.close()
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            log.close()
+# --- every page ------------------------------------------------------------------
+
+#: Code blocks wider than their box (their longest line). A notebook's text outputs are tables that
+#: scroll on a phone instead of wrapping into a jumble (``tables`` is false there).
+CLIPPED = """(tables) => [...document.querySelectorAll('article pre')]
+  .filter(pre => tables || !pre.closest('.jp-OutputArea-output'))
+  .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+  .map(pre => pre.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '').slice(0, 100))"""
+#: Images that did not load, or have no description of their own.
+BROKEN_IMAGES = """() => [...document.querySelectorAll('article img')]
+  .filter(img => !(img.complete && img.naturalWidth > 0) || !img.alt.trim()
+                 || img.alt.startsWith('No description has been provided'))
+  .map(img => img.getAttribute('src').slice(0, 60))"""
+#: What each console block's copy button gives (``data-copy``, set by hooks/console_copy.py).
+COPIED = """() => [...document.querySelectorAll('article .highlight')]
+  .filter(block => block.querySelector('.gp'))
+  .map(block => block.closest('[data-copy]')?.getAttribute('data-copy') ?? null)"""
+#: Headers of a table's verdict column (whether it fits, whether it shards).
+VERDICT = r"^(verdict|shards W\?|on a [\w-]+)$"
+#: Per table: wider than the page's text column? and the left edge of its verdict column, if any.
+TABLES = """(verdict) => [...document.querySelectorAll('article table')].map(table => {
+  const box = (table.closest('.md-typeset__scrollwrap') || table.parentElement).clientWidth;
+  const head = [...table.querySelectorAll('thead th')].find(th => new RegExp(verdict).test(th.innerText.trim()));
+  return {first: table.querySelector('th')?.innerText.trim(), wide: table.scrollWidth > box + 1,
+          verdict: head ? Math.round(head.getBoundingClientRect().left) : null};
+})"""
 
 
-# --- the checks ----------------------------------------------------------------
+@pytest.mark.parametrize("path, source", PAGES, ids=[p for _, p in PAGES])
+def test_page_reads_cleanly(reader, server, path, source):
+    page = reader.open(server + path)
+    phone = reader.viewport == "phone"
+    assert page.evaluate("document.body.dataset.mdColorScheme") == SCHEMES["light"]
+    assert page.locator("article h1").first.inner_text().strip(), f"{path} rendered no title"
+    assert page.evaluate(CLIPPED, not phone) == [], f"{path} at {reader.viewport}: code blocks clipped"
+    tables = page.evaluate(TABLES, VERDICT)
+    if phone:  # a wide table scrolls, but its verdict column starts on the screen, beside the row's name
+        hidden = [t["first"] for t in tables if t["verdict"] is not None
+                  and t["verdict"] + 48 > VIEWPORTS["phone"]["width"]]
+        assert not hidden, f"{path}: verdict columns off a phone's screen in tables headed {hidden}"
+    else:
+        assert not [t["first"] for t in tables if t["wide"]], f"{path}: tables wider than the page"
+        title = page.locator("article h1").first.inner_text().replace("¶", "").strip()
+        active = page.locator(".md-nav__link--active").first.inner_text().strip()
+        assert active == title, f"{path}: nav says {active!r}, the page {title!r}"
+        assert page.locator(".md-top").count() == 1, f"{path}: no back-to-top button"
+        for copied in page.evaluate(COPIED):
+            assert copied is not None, f"{path}: a console block without data-copy"
+            assert ">>>" not in copied, f"{path}: the copy keeps prompts:\n{copied}"
+            ast.parse(copied)  # a SyntaxError shows the block's code
+    name = path.strip("/").replace("/", "-") or "home"
+    for scheme in ("light", "dark"):
+        if scheme == "dark":
+            reader.toggle_palette("light")
+            assert page.evaluate("document.body.dataset.mdColorScheme") == SCHEMES["dark"]
+        assert page.evaluate(BROKEN_IMAGES) == [], f"{path} ({scheme}): images that did not load"
+        if SCREENSHOTS_ON:
+            page.screenshot(path=SCREENSHOTS / f"{name}-{reader.viewport}-{scheme}.png")
+    reader.toggle_palette("dark")  # back to light: Material keeps the choice for the next page
+    assert not reader.outside, f"{path} requested hosts other than localhost: {reader.outside}"
+    assert not reader.problems, f"{path}: " + "\n".join(reader.problems)
 
 
-def check_page(page: Page, url: str, screenshot: str) -> str:
-    """Open ``url``; assert it rendered cleanly and stayed on localhost; return its title."""
-    page.open(url)
-    outside = [u for u in page.requested_urls() if leaves_localhost(u)]
-    assert not outside, f"{url} requested hosts other than localhost: {outside}"
-    assert not page.errors(), f"{url}: " + "\n".join(page.errors())
-    heading = page.evaluate("document.querySelector('article h1')?.textContent ?? ''")
-    assert heading.strip(), f"{url} rendered no article heading"
-    shot = page.screenshot(SCREENSHOTS / screenshot)
-    assert shot.stat().st_size > 0
-    return heading
+def test_a_dark_system_gets_the_dark_palette_without_a_click(browser, server):
+    reader = Reader(browser, "desktop", "dark")
+    try:
+        page = reader.open(server + "/")
+        assert page.evaluate("document.body.dataset.mdColorScheme") == SCHEMES["dark"]
+        assert page.evaluate(BROKEN_IMAGES) == [] and not reader.problems and not reader.outside
+    finally:
+        reader.close()
 
 
-def test_home_page_renders_offline(page, server):
-    check_page(page, server + "/", "home.png")
+def test_the_site_has_its_console_blocks(server):
+    # If this falls, the copy hook (or Pygments' prompt class) stopped finding the doctests.
+    text = "".join(urlopen(server + path).read().decode() for path, _ in PAGES)
+    assert text.count("data-copy=") > 150
 
 
-def test_a_chapter_renders_offline(page, server, site):
-    check_page(page, server + first_chapter(site), "chapter.png")
+def test_the_copy_button_puts_runnable_code_on_the_clipboard(browser, server):
+    reader = Reader(browser, "desktop", "light")
+    try:
+        page = reader.open(server + "/reproduce/")
+        block = page.locator("article .highlight:visible").filter(has=page.locator(".gp")).first
+        block.hover()
+        block.locator("button[title='Copy to clipboard']").click()
+        pasted = page.evaluate("navigator.clipboard.readText()")
+        shown = block.inner_text()
+        assert ">>> " in shown and ">>> " not in pasted
+        assert pasted.strip() and all(line in shown for line in pasted.splitlines() if line.strip())
+        ast.parse(pasted)
+    finally:
+        reader.close()
 
 
-def test_search_finds_mirroredstrategy(page, server):
-    page.open(server + "/")
-    page.evaluate("document.querySelector('[data-md-component=search-query]').focus()")
-    page.send("Input.insertText", text="MirroredStrategy")
-    # Material runs lunr in a web worker once search/search_index.json has loaded.
-    deadline = time.monotonic() + TIMEOUT
-    titles: list[str] = []
-    while time.monotonic() < deadline and not titles:
-        page.settle(quiet=0.2)
-        titles = page.evaluate(
-            "[...document.querySelectorAll('.md-search-result__item')].map(e => e.textContent.trim())"
-        )
-    page.screenshot(SCREENSHOTS / "search.png")
-    assert titles, "search for 'MirroredStrategy' returned no result"
-    assert any("mirroredstrategy" in t.lower() for t in titles), titles
-    assert not page.errors(), "\n".join(page.errors())
-    urls = page.requested_urls()
-    # The worker's own fetch is seen, so its requests are checked too.
-    assert any(u.endswith("/search/search_index.json") for u in urls), urls
-    outside = [u for u in urls if leaves_localhost(u)]
-    assert not outside, f"search requested hosts other than localhost: {outside}"
+def test_the_notebook_page_downloads_and_shows_no_authoring_marks(browser, server):
+    reader = Reader(browser, "desktop", "dark")
+    try:
+        (path,) = [p for p, source in PAGES if source.endswith(".ipynb")]
+        page = reader.open(server + path)
+        link = page.locator("a[download][title='Download the notebook']")
+        assert link.count() == 1
+        notebook = page.request.get(server + path + link.get_attribute("href"))
+        assert notebook.ok and "cells" in notebook.json()
+        assert page.locator(".celltoolbar:visible, .cell-tag:visible").count() == 0  # no tag badges
+        assert page.locator(".jp-RenderedImage img").count() >= 1
+        backdrop = page.evaluate("getComputedStyle(document.querySelector('.jp-RenderedImage img')).backgroundColor")
+        assert backdrop == "rgba(0, 0, 0, 0)", "the plot sits on a painted box in dark mode"
+    finally:
+        reader.close()
+
+
+# --- search, as a reader uses it ---------------------------------------------------
+
+
+def search(page, text: str) -> list[tuple[str, str]]:
+    """Type ``text`` into Material's search; return ``(title, href)`` of its results, best first.
+
+    ``/`` opens search on any width, as Material's keyboard handler does for a reader.
+    """
+    box = page.locator("input.md-search__input")
+    if not box.evaluate("input => input === document.activeElement"):
+        page.keyboard.press("/")
+    box.fill(text[:-1])
+    page.keyboard.type(text[-1])  # a key typed, as Material's search reads key events
+    page.locator(".md-search-result__item a").first.wait_for(timeout=15000)
+    read = """() => [...document.querySelectorAll('.md-search-result__item a')]
+                 .map(a => [a.innerText.trim(), a.getAttribute('href')])"""
+    found, previous = page.evaluate(read), None
+    while found != previous:  # Material renders the results in batches: read them once they settle
+        page.wait_for_timeout(200)
+        previous, found = found, page.evaluate(read)
+    return [tuple(item) for item in found]
+
+
+def test_search_finds_an_error_message_and_a_chapter(browser, server):
+    reader = Reader(browser, "desktop", "light")
+    try:
+        page = reader.open(server + "/")
+        found = search(page, "Allocator stats not available")
+        assert any("troubleshooting/" in href for _, href in found), found
+        found = search(page, "DTensor")
+        assert any(href.rstrip("/").endswith("dtensor") or "/dtensor/" in href for _, href in found), found
+        assert not reader.outside and not reader.problems, reader.outside + reader.problems
+        page.screenshot(path=SCREENSHOTS / "search.png")
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_the_oom_line_reaches_its_fix_in_two_clicks(browser, server, viewport):
+    reader = Reader(browser, viewport, "light")
+    try:
+        page = reader.open(server + "/")
+        found = search(page, OOM_LINE)
+        # The reader clicks the first result that shows the message: a section of a page.
+        shown = [i for i, (title, href) in enumerate(found) if "OOM when allocating" in title and "#" in href]
+        assert shown and shown[0] < 3, found
+        assert "troubleshooting/" in found[shown[0]][1], found
+        page.locator(".md-search-result__item a").nth(shown[0]).click()  # click 1: the entry
+        page.wait_for_load_state("networkidle")
+        entry = page.locator(f"[id='{urlsplit(page.url).fragment}']")
+        assert entry.count() == 1, page.url
+        fix = page.locator(f"[id='{urlsplit(page.url).fragment}'] ~ p a[href*='the-change-to-your-script']").first
+        fix.click()                                                    # click 2: the change
+        page.wait_for_load_state("networkidle")
+        assert urlsplit(page.url).fragment == "the-change-to-your-script", page.url
+        diff = page.locator(f"[id='{urlsplit(page.url).fragment}'] + .highlight, "
+                            f"[id='{urlsplit(page.url).fragment}'] ~ .highlight").first
+        box = diff.bounding_box()
+        assert diff.locator(".gi").count() > 0, "the change is not a diff"   # lines it adds
+        assert box and box["y"] < VIEWPORTS[viewport]["height"], "the diff is not on the screen"
+        page.screenshot(path=SCREENSHOTS / f"oom-fix-{viewport}.png")
+    finally:
+        reader.close()
 
 
 def test_leaves_localhost():
@@ -349,21 +383,24 @@ def test_leaves_localhost():
     assert leaves_localhost("http://127.0.0.1.example.com/")
 
 
-def test_checks_catch_a_bad_page(page, tmp_path):
-    """A page with a CDN script and a console error fails both checks (nothing is sent)."""
+def test_checks_catch_a_bad_page(browser, tmp_path):
+    """A page with a CDN script, a console error and a broken image fails each check (nothing is sent)."""
     (tmp_path / "bad.html").write_text(
-        "<!doctype html><title>bad</title><h1>bad</h1>"
-        '<script src="https://cdn.example.com/lib.js"></script>'
-        '<script>console.error("boom")</script>'
-    )
-    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
+        "<!doctype html><title>bad</title><article><h1>bad</h1><img src='missing.png'>"
+        "<pre>" + "x" * 400 + "</pre></article>"
+        '<script src="https://cdn.example.com/lib.js"></script><script>console.error("boom")</script>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *args: None
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        reader = Reader(browser, "phone", "light")
         try:
-            page.open(f"http://127.0.0.1:{httpd.server_address[1]}/bad.html")
+            page = reader.open(f"http://127.0.0.1:{httpd.server_address[1]}/bad.html")
+            assert reader.outside == ["https://cdn.example.com/lib.js"]
+            assert any("console: boom" in p for p in reader.problems), reader.problems
+            assert any("HTTP 404" in p for p in reader.problems), reader.problems
+            assert page.evaluate(BROKEN_IMAGES) == ["missing.png"]
+            assert page.evaluate(CLIPPED, True) == ["x" * 100]
         finally:
+            reader.close()
             httpd.shutdown()
-    assert [u for u in page.requested_urls() if leaves_localhost(u)] == ["https://cdn.example.com/lib.js"]
-    errors = page.errors()
-    assert any("console.error: boom" in e for e in errors), errors
-    assert any("request failed" in e for e in errors), errors
