@@ -323,9 +323,9 @@ def configure(
     Raises:
         DeviceConfigError: if TensorFlow's runtime already started in this
             process (an op ran first), if devices were configured differently
-            earlier in this process, or if the hardware cannot hold the
-            request. Calling again with the same arguments returns the
-            same setup.
+            earlier in this process, if the hardware cannot hold the
+            request, or (CPU mode) if TensorFlow was imported with oneDNN
+            on. Calling again with the same arguments returns the same setup.
     """
     global _active, _active_request
     device_mib = parse_size(device_memory) // MiB
