@@ -34,16 +34,18 @@ resolves ``jit_compile="auto"`` to False on a CPU-only machine, True on a GPU
 machine without a strategy; :func:`jit_compile` answers as a GPU host would,
 and the snippets pass its answer to ``compile``.
 
-oneDNN is the third: on x86 CPUs with AVX-512 VNNI or BF16 (recent Intel
-Xeons, AMD Zen 4), TensorFlow turns on its oneDNN rewrites by default. They
+oneDNN is the third: on x86 CPUs with AVX-512 VNNI, AVX-512 BF16 or AMX
+(recent Intel Xeons, AMD Zen 4), TensorFlow turns on its oneDNN rewrites by
+default (TensorFlow 2.9 release notes; RFC 400, "Enabling oneDNN operations
+for x86 CPUs"). They
 swap ops for ``_Mkl*`` kernels (so ``MatMul`` is no longer a ``MatMul`` in
 the placed graph) and give the host a different CPU allocator (one that
 reports statistics even without ``TF_CPU_ALLOCATOR_USE_BFC``). A GPU runs
 neither, so importing this module sets ``TF_ENABLE_ONEDNN_OPTS=0`` (unless
 the environment says otherwise) and CPU mode refuses a TensorFlow imported
-with oneDNN on. TensorFlow reads the variable once, when it is imported
-(``IsMKLEnabled`` in ``tensorflow/core/util/util.cc``; measured on TF 2.21:
-set after the import it changes nothing).
+with oneDNN on. TensorFlow reads the variable once, when it is imported (it
+logs "oneDNN custom operations are on" from ``tensorflow/core/util/port.cc``
+then; measured on TF 2.21: set after the import, it changes nothing).
 
 Sources: ``tf.config.set_logical_device_configuration`` and
 ``tf.config.LogicalDeviceConfiguration`` (API pages, TensorFlow 2.21);
