@@ -158,10 +158,15 @@ def mesh(theme: Theme) -> plt.Figure:
     return figure
 
 
-def _box(axes, x: float, y: float, text: str, theme: Theme, colour: str | None = None, width: float = 1.75) -> None:
-    axes.add_patch(Rectangle((x - width / 2, y - 0.28), width, 0.56, facecolor=colour or "none",
-                             edgecolor=colour or theme.muted, linewidth=1.0, alpha=0.9 if colour else 1))
-    axes.text(x, y, text, ha="center", va="center", fontsize=8.5, color="#111111" if colour else theme.text)
+def _box(axes, x: float, y: float, text: str, theme: Theme, colour: str | None = None, width: float = 1.85) -> None:
+    # A light wash of the device's colour under the palette's own text colour: it reads on both
+    # backgrounds, where dark text on the full colour did not (3.7:1 on the blue in dark mode).
+    if colour:
+        axes.add_patch(Rectangle((x - width / 2, y - 0.28), width, 0.56, facecolor=colour, alpha=0.3,
+                                 edgecolor="none"))
+    axes.add_patch(Rectangle((x - width / 2, y - 0.28), width, 0.56, facecolor="none",
+                             edgecolor=colour or theme.muted, linewidth=1.0))
+    axes.text(x, y, text, ha="center", va="center", fontsize=8, color=theme.text)
 
 
 def _arrow(axes, start, end, theme: Theme) -> None:
@@ -176,9 +181,12 @@ def megatron(theme: Theme) -> plt.Figure:
     xs = [i * 2.0 for i in range(devices)]
     centre = sum(xs) / devices
     _box(axes, centre, 4.75, "x[B, D]: the same batch on every device", theme, width=4.2)
+    # The batch reaches every device over one bus, so no arrow crosses a device's label.
+    axes.plot([centre, centre], [4.47, 4.3], color=theme.muted, linewidth=0.9)
+    axes.plot([xs[0], xs[-1]], [4.3, 4.3], color=theme.muted, linewidth=0.9)
     for i, x in enumerate(xs):
         colour = DEVICE_COLOURS[i]
-        _arrow(axes, (centre, 4.47), (x, 3.68), theme)
+        _arrow(axes, (x, 4.3), (x, 3.68), theme)
         _box(axes, x, 3.4, f"W1[D, H_model]\ncolumn shard {i}", theme, colour)
         _arrow(axes, (x, 3.12), (x, 2.68), theme)
         _box(axes, x, 2.4, "h_i = relu(x W1_i)\n[B, H_model]", theme)
@@ -186,7 +194,7 @@ def megatron(theme: Theme) -> plt.Figure:
         _box(axes, x, 1.4, f"W2[H_model, F]\nrow shard {i}", theme, colour)
         _arrow(axes, (x, 1.12), (x, 0.68), theme)
         _box(axes, x, 0.4, "y_i = h_i W2_i\n[B, F], partial", theme)
-        axes.add_patch(Rectangle((x - 0.97, -0.05), 1.94, 4.1, facecolor="none", edgecolor=theme.grid,
+        axes.add_patch(Rectangle((x - 0.97, -0.05), 1.94, 4.1, facecolor="none", edgecolor=theme.muted,
                                  linewidth=0.8, linestyle=(0, (4, 2))))
         axes.text(x - 0.92, 4.0, f"device {i}", ha="left", va="top", fontsize=8, color=theme.muted)
         _arrow(axes, (x, 0.12), (centre, -0.52), theme)
@@ -208,15 +216,26 @@ def _capacity(axes, theme: Theme) -> float:
     return capacity
 
 
-def _stack(axes, x: float, parts: dict[str, int], gid: str, width: float, labelled: set) -> None:
+def _stack(axes, x: float, parts: dict[str, int], gid: str, width: float, tallest: dict[str, int]) -> None:
+    """One stacked bar; ``tallest`` keeps each layer's largest part so far (the first bar names it)."""
     bottom = 0.0
     for layer in pictures.LAYERS:
         height = parts[layer] / units.GiB
-        label = layer if layer not in labelled else None
-        labelled.add(layer)
+        label = layer if layer not in tallest else None
+        tallest[layer] = max(tallest.get(layer, 0), parts[layer])
         axes.bar(x, height, bottom=bottom, width=width, color=LAYER_COLOURS[layer], label=label,
                  gid=f"{gid}-{layer}", linewidth=0)
         bottom += height
+
+
+def _legend(axes, theme: Theme, tallest: dict[str, int]) -> None:
+    """The legend, saying of a layer too thin to see at this scale (activations: MiB among GiB) how big it is."""
+    hairline = axes.get_ylim()[1] * units.GiB / 200  # under half a percent of the axis
+    legend = axes.legend(loc="upper right", fontsize=8.5, labelcolor=theme.text)
+    for text in legend.get_texts():
+        layer = text.get_text()
+        if tallest.get(layer, hairline) < hairline:
+            text.set_text(f"{layer} (at most {units.human_bytes(tallest[layer])}: too thin to see)")
 
 
 def step_peaks(theme: Theme) -> plt.Figure:
@@ -225,11 +244,11 @@ def step_peaks(theme: Theme) -> plt.Figure:
     figure, axes = plt.subplots(figsize=(8.4, 4.8))
     groups = list(dict.fromkeys(b.group for b in bars))
     capacity = _capacity(axes, theme)
-    labelled: set = set()
+    tallest: dict[str, int] = {}
     ticks, names = [], []
     for bar in bars:
         x = groups.index(bar.group) * 5 + bar.device
-        _stack(axes, x, bar.parts, f"step-{bar.group}-{bar.device}", 0.8, labelled)
+        _stack(axes, x, bar.parts, f"step-{bar.group}-{bar.device}", 0.8, tallest)
         ticks.append(x)
         names.append(str(bar.device))
     for g, group in enumerate(groups):
@@ -244,7 +263,7 @@ def step_peaks(theme: Theme) -> plt.Figure:
     axes.set_ylim(0, max(b.total for b in bars) / units.GiB * 1.18)
     axes.set_title("W[131072, 65536] float32, RMSprop, batch 64, 4 devices: planner's step peak",
                    fontsize=10)
-    axes.legend(loc="upper right", fontsize=8.5, labelcolor=theme.text)
+    _legend(axes, theme, tallest)
     axes.grid(axis="y", linewidth=0.5)
     axes.set_axisbelow(True)
     for side in ("top", "right"):
@@ -256,17 +275,17 @@ def remedies(theme: Theme) -> plt.Figure:
     """The Memory budget chapter's plot: the fullest device's step peak under each remedy."""
     rows = pictures.remedy_rows()
     figure, axes = plt.subplots(figsize=(9.6, 4.8))
-    labelled: set = set()
+    tallest: dict[str, int] = {}
     capacity = _capacity(axes, theme)
     for x, (label, budget) in enumerate(rows):
-        _stack(axes, x, pictures.step_layers(budget), f"remedy-{x}", 0.7, labelled)
+        _stack(axes, x, pictures.step_layers(budget), f"remedy-{x}", 0.7, tallest)
         axes.text(x, max(budget.step_peak / units.GiB, capacity) + 2, units.human_bytes(budget.step_peak), ha="center",
                   va="bottom", fontsize=8)
     axes.set_xticks(range(len(rows)), ["\n".join(label.split(" ", 2)) for label, _ in rows], fontsize=8)
     axes.set_ylabel("GiB on the fullest device at the step's peak")
     axes.set_ylim(0, max(b.step_peak for _, b in rows) / units.GiB * 1.15)
     axes.set_title("Seed layer W[131072, 65536] + bias, RMSprop, batch 64, 4 devices", fontsize=10)
-    axes.legend(loc="upper right", fontsize=8.5, labelcolor=theme.text)
+    _legend(axes, theme, tallest)
     axes.grid(axis="y", linewidth=0.5)
     axes.set_axisbelow(True)
     for side in ("top", "right"):

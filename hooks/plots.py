@@ -9,11 +9,15 @@ Material hides the one that does not match the palette::
     ![what it shows](assets/pictures/step-peaks-light.svg#only-light)
     ![what it shows](assets/pictures/step-peaks-dark.svg#only-dark)
 
+Each picture on a page is also a link to its SVG, so that a reader on a phone,
+where a picture is scaled to a third of its width, can open it full size.
+
 Registered in ``mkdocs.yml`` under ``hooks:``.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -31,3 +35,20 @@ def on_files(files, config):
     for path, content in draw.render_all().items():
         files.append(File.generated(config, path, content=content))
     return files
+
+
+#: A picture as Markdown renders it: ``<img alt=... src=".../assets/pictures/NAME-light.svg#only-light" />``.
+PICTURE = re.compile(r'<img [^>]*src="(?P<src>[^"#]*assets/pictures/[^"#]+\.svg)#only-(?:light|dark)"[^>]*>')
+
+
+def on_page_content(content: str, page, config, files) -> str:
+    """Make each picture a link to its light SVG (opened full size, e.g. on a phone).
+
+    The light one for both palettes: a browser shows a lone SVG on white, where the dark
+    variant's light text would vanish.
+    """
+    def linked(match: re.Match) -> str:
+        light = match.group("src").replace("-dark.svg", "-light.svg")
+        return f'<a href="{light}" title="Open the picture full size">{match.group(0)}</a>'
+
+    return PICTURE.sub(linked, content)
