@@ -242,10 +242,10 @@ def weights(model) -> list:
 
 
 def show(found: dict[str, list[pieces.Piece]]) -> None:
-    """Print :func:`kernel_and_slots`: one line per variable, ``device shape`` per piece."""
+    """Print :func:`kernel_and_slots`: one line per variable, its pieces as :func:`snippets.lib.pieces.describe` says."""
     width = max(len(name) for name in found)
     for name, parts in found.items():
-        print(f"{name:{width}} " + " ".join(f"{pieces.short_device(p.device)} {p.shape}" for p in parts))
+        print(f"{name:{width}} {pieces.describe(parts)}")
 
 
 # --- ParameterServerStrategy: shards on ps tasks ----------------------------

@@ -11,7 +11,8 @@ palette button, in the dark one, and must have:
   no request to any host but localhost (each one is answered here, never sent:
   the site must work offline, no CDN, no web fonts);
 * every image loaded, and the palette the reader's system asked for;
-* no code block clipped (a long line wraps; its end was usually the verdict);
+* no code block clipped (a long line wraps; its end was usually the verdict), except on a phone
+  the rows of a printed table and a diff's lines, which scroll;
 * on the desktop, a nav label equal to its page's title and a back-to-top button.
 
 A reader whose system is set to dark gets the dark palette without a click.
@@ -200,23 +201,25 @@ def reader(request, browser):
 
 # --- every page ------------------------------------------------------------------
 
-#: Code blocks wider than their box (their longest line). A notebook's text outputs are tables that
-#: scroll on a phone instead of wrapping into a jumble (``tables`` is false there).
-CLIPPED = """(tables) => [...document.querySelectorAll('article pre')]
-  .filter(pre => tables || !pre.closest('.jp-OutputArea-output'))
-  .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+#: Code blocks wider than their box (their longest line). On a phone (``all`` false), a block that
+#: prints a table (rows marked .tbl by the hooks) or shows a diff may scroll: its other lines wrap.
+#: The box that scrolls is Material's ``pre > code`` (``overflow: auto``), or a bare ``pre``.
+CLIPPED = """(all) => [...document.querySelectorAll('article pre')]
+  .filter(pre => all || !pre.querySelector('.tbl, .gi, .gd'))
+  .map(pre => pre.querySelector(':scope > code') || pre)
+  .filter(box => box.scrollWidth > box.clientWidth + 1)
   .map(pre => pre.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '').slice(0, 100))"""
 #: Images that did not load, or have no description of their own.
 BROKEN_IMAGES = """() => [...document.querySelectorAll('article img')]
   .filter(img => !(img.complete && img.naturalWidth > 0) || !img.alt.trim()
                  || img.alt.startsWith('No description has been provided'))
   .map(img => img.getAttribute('src').slice(0, 60))"""
-#: What each console block's copy button gives (``data-copy``, set by hooks/console_copy.py).
+#: What each console block's copy button gives (``data-copy``, set by hooks/console.py).
 COPIED = """() => [...document.querySelectorAll('article .highlight')]
   .filter(block => block.querySelector('.gp'))
   .map(block => block.closest('[data-copy]')?.getAttribute('data-copy') ?? null)"""
 #: Headers of a table's verdict column (whether it fits, whether it shards).
-VERDICT = r"^(verdict|shards W\?|on a [\w-]+)$"
+VERDICT = r"^(verdict|Fix|shards W\?|on a [\w-]+)$"
 #: Per table: wider than the page's text column? and the left edge of its verdict column, if any.
 TABLES = """(verdict) => [...document.querySelectorAll('article table')].map(table => {
   const box = (table.closest('.md-typeset__scrollwrap') || table.parentElement).clientWidth;
@@ -387,7 +390,8 @@ def test_checks_catch_a_bad_page(browser, tmp_path):
     """A page with a CDN script, a console error and a broken image fails each check (nothing is sent)."""
     (tmp_path / "bad.html").write_text(
         "<!doctype html><title>bad</title><article><h1>bad</h1><img src='missing.png'>"
-        "<pre>" + "x" * 400 + "</pre></article>"
+        "<pre>" + "x" * 400 + "</pre><pre><code style='display: block; overflow: auto'>" + "y" * 400
+        + "</code></pre></article>"
         '<script src="https://cdn.example.com/lib.js"></script><script>console.error("boom")</script>')
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     handler.log_message = lambda *args: None
@@ -400,7 +404,7 @@ def test_checks_catch_a_bad_page(browser, tmp_path):
             assert any("console: boom" in p for p in reader.problems), reader.problems
             assert any("HTTP 404" in p for p in reader.problems), reader.problems
             assert page.evaluate(BROKEN_IMAGES) == ["missing.png"]
-            assert page.evaluate(CLIPPED, True) == ["x" * 100]
+            assert page.evaluate(CLIPPED, True) == ["x" * 100, "y" * 100]
         finally:
             reader.close()
             httpd.shutdown()

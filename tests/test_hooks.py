@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from mkdocs.exceptions import PluginError
 
-from hooks import console_copy, notebook, tables
+from hooks import console, notebook, tables
 
 #: A console block as pymdownx.highlight renders it (anchors per line, Pygments spans).
 CONSOLE = (
@@ -23,14 +23,14 @@ CONSOLE = (
 PLAIN = '<div class="highlight"><pre><span></span><code>pip install keras\n</code></pre></div>'
 
 
-@pytest.mark.parametrize("module", [console_copy, tables])
+@pytest.mark.parametrize("module", [console, tables])
 def test_docstring_examples(module):
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 
 
 def test_console_block_copies_its_code_only():
-    out = console_copy.on_page_content(CONSOLE + PLAIN, None, None, None)
+    out = console.on_page_content(CONSOLE + PLAIN, None, None, None)
     copied = html.unescape(out.split('data-copy="', 1)[1].split('"><pre>', 1)[0])
     assert copied == 'x = [1,\n     2]\nprint("a<b")\n'
     assert "&lt;BLANKLINE&gt;" not in out  # shown as the blank line it stands for
@@ -56,3 +56,22 @@ def test_only_code_in_tables_gets_break_points():
     page = "<p><code>y[B, F]</code></p><table><tr><td><code>y[B, F]</code></td></tr></table>"
     assert tables.on_page_content(page, None, None, None) == (
         "<p><code>y[B, F]</code></p><table><tr><td><code>y[B,&nbsp;F]</code></td></tr></table>")
+
+
+def test_printed_table_rows_keep_their_columns():
+    block = CONSOLE.replace('<span class="go">a&lt;b</span>', '<span class="go">shape    bytes</span>')
+    out = console.on_page_content(block, None, None, None)
+    assert '<span class="go tbl">shape    bytes</span>' in out
+    cell = '<div class="jp-RenderedText jp-OutputArea-output"><pre>name   size\n----  ----\nDoes not fit.</pre>'
+    assert notebook.mark_table_rows(cell) == (
+        '<div class="jp-RenderedText jp-OutputArea-output"><pre><span class="tbl">name   size</span>\n'
+        '<span class="tbl">----  ----</span>\nDoes not fit.</pre>')
+
+
+def test_pictures_link_to_their_light_svg():
+    from hooks import plots
+
+    page = '<p><img alt="bars" src="../assets/pictures/step-peaks-dark.svg#only-dark" /></p>'
+    assert plots.on_page_content(page, None, None, None) == (
+        '<p><a href="../assets/pictures/step-peaks-light.svg" title="Open the picture full size">'
+        '<img alt="bars" src="../assets/pictures/step-peaks-dark.svg#only-dark" /></a></p>')
