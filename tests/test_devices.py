@@ -169,27 +169,18 @@ def _where_things_run() -> dict:
             "peak_after_configure": peak}
 
 
-ONEDNN_FIRST = """
-import tensorflow  # before snippets.lib.devices, with TF_ENABLE_ONEDNN_OPTS=1 from the environment
-from snippets.lib import devices
-try:
-    devices.configure(2, "64MiB")
-except devices.DeviceConfigError as error:
-    print(error)
-"""
 
-
-def test_cpu_mode_refuses_a_tensorflow_imported_with_onednn_on():
+def test_cpu_mode_refuses_a_tensorflow_imported_with_onednn_on(monkeypatch):
     # oneDNN swaps MatMul for _MklMatMul and gives the host another allocator: no GPU host runs it.
-    import os
-    import subprocess
-    import sys
+    # (That the kernels' TensorFlow has it off is tests/test_private.py's canary.)
+    from snippets.lib import private
+    from snippets.lib.devices import _apply_cpu
 
-    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": "."}
-    run = subprocess.run([sys.executable, "-c", ONEDNN_FIRST], env=env, capture_output=True, text=True,
-                         timeout=120, cwd=devices.__file__.rsplit("/snippets/", 1)[0])
-    assert "imported with oneDNN on" in run.stdout, run.stdout + run.stderr[-2000:]
-    assert "import snippets.lib.devices before tensorflow" in run.stdout
+    monkeypatch.setattr(private, "onednn_enabled", lambda: True)
+    config = FakeConfig(gpus=0)
+    with pytest.raises(DeviceConfigError, match="imported with oneDNN on.*import snippets.lib.devices before"):
+        _apply_cpu(fake_tf(config), plan_devices(2, 64, []), None)
+    assert config.visible is None  # refused before TensorFlow was asked anything
 
 
 def test_importing_devices_turns_onednn_off_unless_told_otherwise():
