@@ -10,19 +10,21 @@ palette button, in the dark one, and must have:
 * no console error, no uncaught exception, no failed or 4xx/5xx request, and
   no request to any host but localhost (each one is answered here, never sent:
   the site must work offline, no CDN, no web fonts);
-* every image loaded, and the palette the reader's system asked for;
+* every image loaded, with alt text of its own, in each palette;
 * no code block clipped (a long line wraps; its end was usually the verdict), except on a phone
   the rows of a printed table and a diff's lines, which scroll;
-* on the desktop, a nav label equal to its page's title and a back-to-top button.
+* on the desktop, no table wider than the page, a nav label equal to its page's title, a
+  back-to-top button, and every console block's copy text parsing as Python; on a phone, each
+  table's verdict column starting on the screen.
 
 A reader whose system is set to dark gets the dark palette without a click.
 Then, as a reader would: the copy button of a console example copies code
 that runs (no prompts, no outputs) on every page; search finds an error
 message and a chapter; and the OOM line pasted into search reaches the code
-change that fixes it in two clicks. Screenshots go to ``build/browser/`` for a
-person to look at; git ignores them.
+change that fixes it in two clicks.
 
-Screenshots are taken when ``BROWSER_SCREENSHOTS`` is set (they cost a
+With ``BROWSER_SCREENSHOTS`` set, every page is also photographed into
+``build/browser/`` for a person to look at (git ignores it; it costs about a
 second a page). Without a browser the module is skipped locally, saying so, and fails under CI
 (``CI`` set), where ``.ci/run`` installs one.
 """
