@@ -25,14 +25,17 @@ one line naming the problem.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from snippets.lib import hardware, optimizers, pictures, placements, planner, splits, units
+from snippets.lib import hardware, model_plan, optimizers, pictures, placements, planner, splits, units
+from snippets.lib.model_step import ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -65,6 +68,10 @@ def import_callable(target: str) -> Callable:
     function = getattr(module, name, None)
     if not callable(function):
         raise ValueError(f"{module_name} has no function {name!r} for --model")
+    if "tf_keras" in sys.modules:
+        # A tf_keras builder ignores Keras 3's StatelessScope and would allocate every weight.
+        raise ValueError(f"{module_name} imports tf_keras (Keras 2): the planner reads Keras 3 models; "
+                         "plan tf_keras with docs/tf-keras.md")
     return function
 
 
@@ -76,10 +83,22 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     """
     from snippets.lib.seed import variable_specs
 
-    return [
-        planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable)
+    weights = [
+        planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path)
         for spec in variable_specs(build_model, *args, **kwargs)
     ]
+    if not weights:
+        raise ValueError("the model has no weights yet: give it a keras.Input(shape) or call "
+                         "model.build(input_shape) in the function")
+    return weights
+
+
+def builder_policy() -> str | None:
+    """The global dtype policy a builder left set (``"mixed_float16"``...), or None for float32."""
+    import keras
+
+    name = keras.config.dtype_policy().name
+    return name if name in units.POLICIES else None
 
 
 def json_weights(text: str) -> list[planner.Weight]:
@@ -96,7 +115,7 @@ def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list
     units.dtype_bytes(dtype)
     return [
         planner.Weight(w.shape, dtype if w.dtype.startswith(("float", "bfloat")) else w.dtype,
-                      w.initializer, w.trainable)
+                      w.initializer, w.trainable, w.path)
         for w in weights
     ]
 
@@ -266,6 +285,63 @@ def report(
     return "\n".join(lines)
 
 
+#: Cards whose largest batch a measured plan reports (the question readers ask before renting).
+BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
+
+
+def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
+    """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), progress on stderr."""
+    stored = args.dtype if args.dtype not in (None, "float32") else None
+    policy = args.policy or stored or builder_policy()
+    devices = args.devices if args.strategy == "mirrored" else 1
+    step = ModelStep(args.model, args.optimizer, args.batch, args.xla, args.strategy, devices, policy, args.loss,
+                     kwargs=tuple(_model_kwargs(args).items()))
+    return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
+
+
+def _model_kwargs(args) -> dict:
+    if not args.model_kwargs:
+        return {}
+    try:
+        kwargs = json.loads(args.model_kwargs)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--model-kwargs is not JSON ({error.msg}): give an object such as '{{\"size\": 224}}'") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError("--model-kwargs must be a JSON object of keyword arguments, e.g. '{\"size\": 224}'")
+    return kwargs
+
+
+def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
+                 remedies_found: Sequence[model_plan.BatchRemedy] = ()) -> str:
+    """The CLI's text for a measured (or rule-planned) model: the peak, the verdict, how, the batches that fit."""
+    h = units.human_bytes
+    step = plan.step
+    where = (f"MirroredStrategy over {step.devices} ({plan.device_batch} per replica)"
+             if step.strategy == "mirrored" else "one device")
+    lines = [f"{step.model}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
+             f"{'XLA-compiled step' if step.jit else 'step without XLA'}"
+             f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}.",
+             f"Step peak per device: {h(plan.step_peak)} (initialisation {h(plan.init_peak)}).",
+             textwrap.fill(plan.how(), 100)]
+    spare = capacity - plan.total
+    against = f"{card_name}'s allocator" if card_name else "each device"
+    if spare >= 0:
+        lines.append(f"Fits: {h(plan.total)} of {against}'s {h(capacity)}, {h(spare)} to spare.")
+    else:
+        lines.append(f"Does not fit: {h(plan.total)} against {against}'s {h(capacity)}; short by {h(-spare)}.")
+    if plan.method != "rule":
+        fits = ", ".join(f"{name} {plan.largest_batch(hardware.allocator_bytes(name))}" for name in BATCH_CARDS)
+        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
+    if remedies_found:
+        lines.append("Remedies that fit, derived from the measurement (figures per device):")
+        lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)} ({r.how})", 100, subsequent_indent="   ")
+                  for rank, r in enumerate(remedies_found, 1)]
+        lines.append("   Not derived (they change the bytes per sample): mixed precision (--policy mixed_float16) "
+                     "and rematerialisation; measure them (docs/activations.md).")
+    lines.append(textwrap.fill(model_plan.CAVEATS, 100))
+    return "\n".join(lines)
+
+
 #: The configurations the "Memory budget" chapter's stacked bar plot compares:
 #: (label, strategy, variable dtype, policy, xla), all with the seed layer on 4 devices.
 #: Defined in the shared layer (snippets.lib.pictures), which the build hook draws from.
@@ -345,6 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device-memory", default=None, metavar="SIZE",
                         help="what each device's allocator gets, overriding --card: e.g. 30976MiB (a logical "
                         "device with memory_limit, which has no reserve), 30GiB, 32GB")
+    parser.add_argument("--model-kwargs", default=None, metavar="JSON",
+                        help="--model: keyword arguments for the function, as a JSON object, e.g. '{\"size\": 224}'")
+    parser.add_argument("--loss", default=None, metavar="NAME",
+                        help="--model: the loss, when the function returns an uncompiled model (e.g. mse, "
+                        "sparse_categorical_crossentropy)")
+    parser.add_argument("--method", default="auto", choices=("auto", "rule"),
+                        help="--model: auto runs the model's real fit step at two small batches in fresh capped "
+                        "processes and extrapolates (single or mirrored; the rule where it cannot run here); "
+                        "rule counts weights, gradients, slots and Dense activations only")
     parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes")
     return parser
@@ -362,6 +447,7 @@ def _user_model(read: Callable, source, name: str) -> list[planner.Weight]:
 def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
+        build = functools.partial(build, **_model_kwargs(args))
         return with_precision(_user_model(model_weights, build, args.model), args.dtype)
     if args.model_json:
         try:
@@ -396,16 +482,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--policy {args.policy} stores {units.POLICIES[args.policy][0]} variables, "
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
         weights = _weights(args)
+        how = model_plan.rule_how(weights)
+        if (args.model and args.optimizer and args.method == "auto"
+                and args.strategy in ("single", "mirrored")):
+            plan = measured_plan(args, weights)
+            how = plan.how()
+        else:
+            plan = None
+        if plan is not None and plan.method != "rule":
+            card_name = None if args.device_memory else card.name
+            if args.json:
+                largest = ({} if plan.method == "rule" else
+                           {name: plan.largest_batch(hardware.allocator_bytes(name)) for name in BATCH_CARDS})
+                text = json.dumps({"model": args.model, "plan": plan.as_json(), "capacity": capacity,
+                                   "fits": plan.total <= capacity, "card": card_name, "largest_batch": largest,
+                                   "caveats": model_plan.CAVEATS}, indent=1)
+            else:
+                trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
+                found = ([] if plan.total <= capacity else
+                         model_plan.batch_remedies(plan, capacity, args.devices, trainable))
+                text = model_report(plan, capacity, card_name, found[:args.top])
+            print(text)
+            return 0
         if args.json:
             budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, args.policy, reserve,
                                   batch=args.batch, xla=args.xla)
             text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(args.xla, args.strategy),
-                                      card=None if args.device_memory else card.name), indent=1)
+                                      card=None if args.device_memory else card.name, method="rule", how=how),
+                              indent=1)
         else:
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,
                           reserve, args.top, batch=args.batch, xla=args.xla)
-    except ValueError as error:
+            text += "\n" + textwrap.fill(how, max(72, len(text.splitlines()[0])))
+    except (ValueError, MemoryError, RuntimeError) as error:
         parser.error(str(error).splitlines()[0])
     print(text)
     return 0

@@ -96,6 +96,23 @@ class Weight:
     dtype: str = "float32"
     initializer: str | None = "glorot_uniform"
     trainable: bool = True
+    #: The variable's Keras path (``"sequential/dense/kernel"``), when it came from a model.
+    path: str | None = None
+
+    @property
+    def dense_kernel(self) -> bool:
+        """Whether the rule counts this weight's activations: a rank-2 ``kernel`` outside a recurrent cell.
+
+        An ``Embedding``'s table reads ``batch`` rows, not a ``[batch, vocab]``
+        input; a recurrent cell's kernels run once per time step; neither is
+        a Dense layer's ``x @ W``. A weight without a path (plain shapes) counts.
+        """
+        if len(self.shape) != 2:
+            return False
+        if self.path is None:
+            return True
+        parts = self.path.split("/")
+        return parts[-1] == "kernel" and not any("cell" in part for part in parts[:-1])
 
 
 @dataclass(frozen=True)
@@ -192,6 +209,7 @@ def _as_weight(item) -> Weight:
         str(getattr(item.dtype, "name", item.dtype)),
         getattr(item, "initializer", "glorot_uniform"),
         bool(getattr(item, "trainable", True)),
+        getattr(item, "path", None),
     )
 
 
@@ -285,7 +303,8 @@ def plan(
                 shape = tuple(w.shape)
             nbytes = tensor_bytes(shape, var_dtype)
             trains = optimizer is not None and w.trainable
-            activations += dense_activations(w.shape, strategy, devices, batch, trains)
+            if w.dense_kernel:
+                activations += dense_activations(w.shape, strategy, devices, batch, trains)
             resident += nbytes
             if trains:
                 grads += nbytes

@@ -141,12 +141,12 @@ def _build(case: StepCase):
         optimizers.compile_sharded(model, optimizer, "mean_squared_error", jit_compile=jit)
     else:
         if case.placement == "mirrored" and case.devices > 1:
-            _copy_on_aggregation(optimizer)
+            copy_on_aggregation(optimizer)
         model.compile(optimizer, "mean_squared_error", jit_compile=jit)
     return model
 
 
-def _copy_on_aggregation(optimizer) -> None:
+def copy_on_aggregation(optimizer) -> None:
     """Give each gradient a reduced copy before the update, as an all-reduce does on a replica.
 
     A replica's all-reduce (NCCL on GPUs) writes the summed gradient into a

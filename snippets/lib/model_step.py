@@ -1,0 +1,388 @@
+"""A real ``fit`` step of any Keras model, measured by the allocator in a fresh capped process.
+
+The planner's rule (:mod:`snippets.lib.planner`) knows weights, gradients,
+slots and the update's temporaries, and the activations of one ``Dense``
+layer. A real model's step peak is mostly its activations (convolutions,
+attention, recurrence, embeddings, BatchNorm), which no per-layer rule gets
+right across architectures. So for the reader's own model this module does
+not guess: it builds the model from the reader's function, compiles it with
+the reader's optimizer, loss, dtype policy and XLA mode, and runs ``fit``
+steps under a capped CPU BFC allocator in a **new Python process per
+figure** (a used allocator has holes, and TensorFlow fixes its devices once
+per process). :mod:`snippets.lib.model_plan` fits those peaks in the batch.
+
+What one run measures: the allocator's peak during each of the first
+``steps`` training steps, above the level before the model was built, with
+one input batch resident (as a GPU holds the batch it trains on), and the
+worst of those steps (the first step builds the optimizer's slots and can
+peak above the second).
+
+Under ``strategy="mirrored"`` what is measured is **one replica's program
+alone** (the project's way, :mod:`snippets.lib.step_ledger`): the emulated
+devices share one allocator, so a real ``MirroredStrategy`` run shows only
+the pool's peak, which lies between the per-device peak and its sum over
+replicas (their scratch buffers need not be live at once). The replica's program is the model at ``batch / devices`` samples,
+without XLA (Keras resolves ``jit_compile="auto"`` to False for a model
+created under a strategy), with each gradient copied before the update as
+the all-reduce writes the summed gradient into a new buffer
+(:func:`snippets.lib.step_ledger.copy_on_aggregation`). ``real_strategy=True``
+runs the real ``MirroredStrategy`` over ``devices`` emulated devices instead
+and reports the pool's peak (the benchmarks hold the replica's figure
+between that pool peak over ``devices`` and the pool peak).
+
+Run one by hand::
+
+    python -m snippets.lib.model_step --step '{"model": "snippets.lib.zoo:small_cnn", "batch": 8}'
+
+Sources: ``tf.config.experimental.get_memory_info`` / ``reset_memory_stats``
+(TF 2.21 API pages); ``gradient_accumulation_steps`` (keras.optimizers.Optimizer,
+Keras 3.15); ``keras.RematScope`` (Keras 3.15 API page).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from snippets.lib import allocator, optimizers, placements, units
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Strategies a measured step can run under.
+STRATEGIES = ("single", "mirrored")
+
+
+class ModelError(ValueError):
+    """The reader's model cannot be measured as given (one line says what to change)."""
+
+
+@dataclass(frozen=True)
+class ModelStep:
+    """One configuration of the reader's training step.
+
+    Attributes:
+        model: ``"package.module:function"``; the function returns a Keras 3
+            model (compiled or not) with known input shapes.
+        optimizer: a name in :data:`snippets.lib.optimizers.OPTIMIZERS`.
+        batch: global batch size (samples per step).
+        xla: ``"auto"`` (as Keras decides on a GPU host), ``"on"``, ``"off"``.
+        strategy: ``"single"`` (one device) or ``"mirrored"``.
+        devices: replicas under ``"mirrored"``; 1 for ``"single"``.
+        policy: a Keras dtype policy name (``"mixed_float16"``...) set before
+            the model is built, or None (the builder's own).
+        loss: the loss when the builder did not compile one, else None.
+        accumulation: ``gradient_accumulation_steps`` of the optimizer (1: none).
+        remat: a ``keras.RematScope`` mode wrapped around the builder call, or None.
+        kwargs: the builder's keyword arguments, as ``(name, value)`` pairs (JSON values).
+    """
+
+    model: str
+    optimizer: str = "adam"
+    batch: int = 16
+    xla: str = "auto"
+    strategy: str = "single"
+    devices: int = 1
+    policy: str | None = None
+    loss: str | None = None
+    accumulation: int = 1
+    remat: str | None = None
+    kwargs: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        object.__setattr__(self, "kwargs", tuple(tuple(pair) for pair in self.kwargs))
+
+    @property
+    def jit(self) -> bool:
+        """Whether ``fit``'s step is XLA-compiled on a GPU host (:func:`snippets.lib.placements.resolve_xla`)."""
+        return placements.resolve_xla(self.xla, self.strategy)
+
+    def at_batch(self, batch: int) -> ModelStep:
+        return replace(self, batch=batch)
+
+    def label(self) -> str:
+        extra = "".join([f" {self.policy}" if self.policy else "",
+                         f" accum{self.accumulation}" if self.accumulation > 1 else "",
+                         f" remat-{self.remat}" if self.remat else ""])
+        where = f"mirrored x{self.devices}" if self.strategy == "mirrored" else "single"
+        return f"{self.model} {self.optimizer} {where} xla-{'on' if self.jit else 'off'} B={self.batch}{extra}"
+
+
+def check_step(step: ModelStep) -> ModelStep:
+    """``step`` if its fields are valid.
+
+    Raises:
+        ValueError: naming the bad field and what it accepts.
+    """
+    optimizers.check_optimizer(step.optimizer)
+    if step.strategy not in STRATEGIES:
+        raise ValueError(f"a measured step runs under {' or '.join(STRATEGIES)}, not {step.strategy!r}")
+    if step.batch < 1 or step.devices < 1 or step.accumulation < 1:
+        raise ValueError("batch, devices and accumulation must be positive integers")
+    if step.strategy == "single" and step.devices != 1:
+        raise ValueError("strategy 'single' runs on one device; use strategy 'mirrored' for several")
+    if step.strategy == "mirrored" and step.batch % step.devices:
+        raise ValueError(f"batch {step.batch} does not split over {step.devices} replicas; "
+                         f"use a multiple of {step.devices}")
+    placements.resolve_xla(step.xla, step.strategy)
+    if ":" not in step.model:
+        raise ValueError(f"model wants package.module:function, not {step.model!r}")
+    return step
+
+
+# --- inside the child process ---------------------------------------------------------
+
+
+def build(step: ModelStep, replica_program: bool = False):
+    """The reader's model, compiled as ``step`` says; call it inside the process that measures.
+
+    Raises:
+        ModelError: the builder failed, returned no Keras model, a tf_keras
+            model, an unbuilt model, or compiled no loss and ``step.loss`` is None.
+    """
+    import importlib
+
+    import keras
+
+    module_name, _, name = step.model.partition(":")
+    try:
+        builder = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as error:
+        raise ModelError(f"cannot load {step.model}: {error}") from None
+    if step.policy:
+        keras.config.set_dtype_policy(step.policy)
+    try:
+        if step.remat:
+            with keras.RematScope(mode=step.remat):
+                model = builder(**dict(step.kwargs))
+        else:
+            model = builder(**dict(step.kwargs))
+    except Exception as error:  # noqa: BLE001 (the reader's code can raise anything: one line)
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise ModelError(f"building the model with {step.model} failed: {type(error).__name__}: {first}") from None
+    check_model(model, step.model)
+    loss = compiled_loss(model) or step.loss
+    if loss is None:
+        raise ModelError(f"{step.model} returns a model compiled without a loss: compile it with one, "
+                         "or pass --loss (e.g. --loss mse)")
+    optimizer = optimizers.make_optimizer(step.optimizer)
+    if step.accumulation > 1:
+        optimizer.gradient_accumulation_steps = step.accumulation
+    if replica_program and step.devices > 1:
+        from snippets.lib.step_ledger import copy_on_aggregation
+
+        copy_on_aggregation(optimizer)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
+    return model
+
+
+def check_model(model, name: str) -> None:
+    """Refuse what cannot be planned here, in one line naming the fix.
+
+    Raises:
+        ModelError: not a Keras 3 model; a tf_keras (Keras 2) model (docs/tf-keras.md
+            says how to plan those); a model with no weights (unbuilt).
+    """
+    import keras
+
+    if type(model).__module__.startswith("tf_keras") or "tf_keras" in type(model).__mro__[-2].__module__:
+        raise ModelError(f"{name} returns a tf_keras (Keras 2) model; the planner measures Keras 3 models: "
+                         "see docs/tf-keras.md for tf_keras")
+    if not isinstance(model, keras.Model):
+        raise ModelError(f"{name} returns {type(model).__name__}, not a keras.Model")
+    if not model.built or not model.weights:
+        raise ModelError(f"{name} returns a model with no weights yet: give it a keras.Input(shape) "
+                         "or call model.build(input_shape) in the function")
+
+
+def compiled_loss(model):
+    """The loss the builder compiled the model with, or None."""
+    if not getattr(model, "compiled", False):
+        return None
+    return getattr(model, "loss", None)
+
+
+def batch_of(model, batch: int, loss):
+    """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
+
+    Integer inputs are zeros (valid ids for any embedding); float inputs standard
+    normal. Targets of a ``sparse_categorical_crossentropy`` loss are class ids,
+    others have each output's shape.
+
+    Raises:
+        ModelError: an input or output dimension other than the batch is unknown.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def make(shape, dtype, what):
+        dims = tuple(shape)[1:]
+        if any(d is None for d in dims):
+            raise ModelError(f"the model's {what} has an unknown dimension {tuple(shape)}: give keras.Input "
+                             "a full shape (e.g. a fixed sequence length or image size)")
+        if "int" in str(dtype):
+            return np.zeros((batch, *dims), dtype=str(dtype))
+        return rng.standard_normal((batch, *dims)).astype("float32")
+
+    inputs = [make(t.shape, t.dtype, "input") for t in model.inputs]
+    sparse = "sparse" in str(getattr(loss, "name", loss)).lower()
+    outputs = []
+    for t in model.outputs:
+        if sparse:
+            outputs.append(np.zeros((batch, *tuple(t.shape)[1:-1]), dtype="int32"))
+        else:
+            outputs.append(make(t.shape, "float32", "output"))
+    return (inputs[0] if len(inputs) == 1 else inputs), (outputs[0] if len(outputs) == 1 else outputs)
+
+
+def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()) -> dict:
+    """Build, then run ``steps`` training steps of ``step``, each peak read from the allocator.
+
+    Call in a fresh process whose devices are in CPU mode (:func:`main` does).
+    Under ``mirrored``: with ``replica_devices`` (the real strategy), the model is
+    created and trained under ``MirroredStrategy(replica_devices)`` and the peaks
+    are the whole pool's; without, one replica's program runs alone (module docstring).
+
+    Returns:
+        ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
+        "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline"}``; peaks in
+        bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
+        ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
+        allocator refused).
+    """
+    import tensorflow as tf
+
+    from snippets.lib.errors import is_oom
+
+    device = "CPU:0"
+    result = {"step": asdict(step), "completed": False, "failed_phase": None, "init_peak": None,
+              "step_peaks": [], "step_peak": None, "weights_bytes": None, "seconds_per_step": None,
+              "jit": step.jit, "real_strategy": bool(replica_devices)}
+    batch = step.batch if replica_devices or step.strategy == "single" else step.batch // step.devices
+    # What the pool held before the model (the runtime's own tensors): a cap must leave room for it.
+    start = result["baseline"] = tf.config.experimental.get_memory_info(device)["current"]
+    tf.config.experimental.reset_memory_stats(device)
+    try:
+        if replica_devices:
+            with tf.distribute.MirroredStrategy(list(replica_devices)).scope():
+                model = build(step)
+        else:
+            model = build(step, replica_program=step.strategy == "mirrored")
+        x, y = batch_of(model, batch, compiled_loss(model))
+    except (tf.errors.OpError, MemoryError) as error:
+        if isinstance(error, tf.errors.OpError) and not is_oom(error):
+            raise
+        result["failed_phase"] = "init"
+        return result
+    result["init_peak"] = tf.config.experimental.get_memory_info(device)["peak"] - start
+    result["weights_bytes"] = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
+    # One batch held as tensors, as a GPU holds the batch it trains on; a dataset of that one
+    # element hands the same tensors to every step (no prefetch copies in the pool).
+    dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    dataset = dataset.with_options(options)
+    for index in range(steps):
+        tf.config.experimental.reset_memory_stats(device)
+        began = time.perf_counter()
+        try:
+            model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+        except (tf.errors.OpError, ValueError) as error:
+            if not is_oom(error):
+                raise
+            result["failed_phase"] = "step"
+            return result
+        result["seconds_per_step"] = time.perf_counter() - began
+        result["step_peaks"].append(tf.config.experimental.get_memory_info(device)["peak"] - start)
+    result["step_peak"] = max(result["step_peaks"])
+    result["completed"] = True
+    return result
+
+
+# --- from the parent --------------------------------------------------------------------
+
+
+def default_cap(step: ModelStep) -> int:
+    """A cap for measuring (bytes): 60% of the RAM this host has available, at most 16 GiB."""
+    return min(int(0.6 * allocator.host_available_bytes()), 16 * units.GiB)
+
+
+def measure_fresh(step: ModelStep, cap: str | int | None = None, steps: int = 2,
+                  inter_op_threads: int | None = None, timeout: float = 900, *,
+                  real_strategy: bool = False) -> dict:
+    """:func:`measure` in a new Python process whose allocator is capped at ``cap``.
+
+    ``real_strategy``: under ``mirrored``, run the real ``MirroredStrategy`` over
+    ``step.devices`` emulated devices (the pool's peak) instead of one replica's program.
+    ``cap`` is per process (bytes, or a size such as ``"2GiB"``); default
+    :func:`default_cap`. A cap the host cannot hold is refused before anything
+    starts. ``inter_op_threads`` sets ``TF_NUM_INTEROP_THREADS`` (default:
+    :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
+
+    Raises:
+        ModelError: the child refused the model (its one line).
+        allocator.HostMemoryError: the cap exceeds what the host can spare.
+        RuntimeError: the child failed otherwise (its last line of stderr).
+    """
+    check_step(step)
+    cap_bytes = units.parse_size(cap) if isinstance(cap, str) else (cap or default_cap(step))
+    allocator.check_host_can_hold(cap_bytes, f"measuring {step.label()}")
+    command = [sys.executable, "-m", "snippets.lib.model_step", "--step", json.dumps(asdict(step)),
+               "--cap", f"{cap_bytes // units.MiB}MiB", "--steps", str(steps)]
+    if real_strategy and step.strategy == "mirrored":
+        command.append("--real-strategy")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if inter_op_threads is not None:
+        env["TF_NUM_INTEROP_THREADS"] = str(inter_op_threads)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None
+    lines = done.stdout.strip().splitlines()
+    if lines and lines[-1].startswith("{"):
+        reply = json.loads(lines[-1])
+        if "refused" in reply:
+            raise ModelError(reply["refused"])
+        return reply
+    raise RuntimeError(f"{step.label()} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m snippets.lib.model_step",
+                                     description="Measure fit steps of a Keras model under a capped allocator, "
+                                     "in this process, and print the result as JSON.")
+    parser.add_argument("--step", required=True, help="a ModelStep as JSON")
+    parser.add_argument("--cap", default="4096MiB", metavar="SIZE", help="the process's allocator cap")
+    parser.add_argument("--steps", type=int, default=2, help="training steps measured")
+    parser.add_argument("--real-strategy", action="store_true",
+                        help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
+    args = parser.parse_args(argv)
+    try:
+        step = check_step(ModelStep(**json.loads(args.step)))
+    except (ValueError, TypeError) as error:
+        parser.error(str(error).splitlines()[0])
+    from snippets.lib import devices
+
+    count = step.devices if args.real_strategy else 1
+    setup = devices.configure(count, args.cap, "cpu")
+    try:
+        reply = measure(step, args.steps, setup.devices if args.real_strategy else ())
+    except ModelError as error:
+        reply = {"refused": str(error)}
+    print(json.dumps(reply), flush=True)
+    # TensorFlow 2.21 can abort while tearing down an allocator that refused inside XLA;
+    # the result is already out.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
