@@ -37,7 +37,7 @@ from snippets.lib.model_step import ModelStep
 RESULTS = Path(__file__).resolve().parent / "results" / "model_planner.json"
 
 #: Input sizes that keep a CPU step to seconds (the builders' defaults).
-TARGETS = (16, 32)
+TARGETS = (32, 64)
 MODES = (("single", "on"), ("single", "off"), ("mirrored", "off"))
 OPTIMIZERS = ("adam", "rmsprop")
 #: Architectures whose targets are also run at one inter-op thread.
@@ -54,11 +54,12 @@ def key(step: ModelStep, threads: int | None, real: bool) -> str:
     return json.dumps([asdict(step), threads, real], sort_keys=True)
 
 
-def run(step: ModelStep, threads: int | None = None, real: bool = False) -> dict:
-    """One measured run in a fresh kernel: :func:`snippets.lib.model_step.measure`'s result."""
+def run(step: ModelStep, threads: int | None = None, real: bool = False, cap: str = CAP) -> dict:
+    """One measured run in a fresh kernel (a fork of the harness's preloaded server) capped at ``cap``:
+    :func:`snippets.lib.model_step.measure`'s result. Shared with tests/test_model_plan.py."""
     env = {"TF_NUM_INTEROP_THREADS": str(threads)} if threads else {}
     with Kernel(env=env, deadline=1200) as kernel:
-        setup = kernel.call(devices.configure, step.devices if real else 1, CAP, "cpu")
+        setup = kernel.call(devices.configure, step.devices if real else 1, cap, "cpu")
         return kernel.call(model_step.measure, step, 2, setup.devices if real else ())
 
 

@@ -28,6 +28,7 @@ import argparse
 import functools
 import importlib
 import json
+import os
 import sys
 import textwrap
 import time
@@ -294,7 +295,8 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     stored = args.dtype if args.dtype not in (None, "float32") else None
     policy = args.policy or stored or builder_policy()
     devices = args.devices if args.strategy == "mirrored" else 1
-    step = ModelStep(args.model, args.optimizer, args.batch, args.xla, args.strategy, devices, policy, args.loss,
+    target = args.model or f"json:{os.path.abspath(args.model_json)}"
+    step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, policy, args.loss,
                      kwargs=tuple(_model_kwargs(args).items()))
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 
@@ -483,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
         weights = _weights(args)
         how = model_plan.rule_how(weights)
-        if (args.model and args.optimizer and args.method == "auto"
+        if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
             plan = measured_plan(args, weights)
             how = plan.how()
@@ -494,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.json:
                 largest = ({} if plan.method == "rule" else
                            {name: plan.largest_batch(hardware.allocator_bytes(name)) for name in BATCH_CARDS})
-                text = json.dumps({"model": args.model, "plan": plan.as_json(), "capacity": capacity,
+                text = json.dumps({"model": args.model or args.model_json, "plan": plan.as_json(), "capacity": capacity,
                                    "fits": plan.total <= capacity, "card": card_name, "largest_batch": largest,
                                    "caveats": model_plan.CAVEATS}, indent=1)
             else:

@@ -44,8 +44,11 @@ from dataclasses import asdict, dataclass
 from snippets.lib import allocator, placements, planner, units
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_fresh
 
-#: Per-device batches the planner runs when the reader's batch is larger.
-SMALL_BATCHES = (2, 8)
+#: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
+#: about 8 samples fixed-size buffers still dominate, and XLA:CPU's buffer assignment packs small
+#: tensors differently (measured: a Transformer block's slope per sample from batches 2 and 8 was
+#: 0.75x its slope from 8 on), so a line through tiny batches undershoots.
+SMALL_BATCHES = (4, 16)
 
 #: Added to an extrapolated peak, as a fraction of it. What one run measures varies with the
 #: executor's order of independent ops (inter-op threads), and the first step can peak above the

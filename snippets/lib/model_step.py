@@ -68,7 +68,8 @@ class ModelStep:
 
     Attributes:
         model: ``"package.module:function"``; the function returns a Keras 3
-            model (compiled or not) with known input shapes.
+            model (compiled or not) with known input shapes. Or ``"json:PATH"``, a file
+            holding ``model.to_json()`` (rebuilt with ``keras.models.model_from_json``).
         optimizer: a name in :data:`snippets.lib.optimizers.OPTIMIZERS`.
         batch: global batch size (samples per step).
         xla: ``"auto"`` (as Keras decides on a GPU host), ``"on"``, ``"off"``.
@@ -150,10 +151,21 @@ def build(step: ModelStep, replica_program: bool = False):
     import keras
 
     module_name, _, name = step.model.partition(":")
-    try:
-        builder = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
-        raise ModelError(f"cannot load {step.model}: {error}") from None
+    if module_name == "json":
+        # A model.to_json() file: what a notebook's own function can hand to a fresh process.
+        path = Path(name)
+
+        def builder():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as error:
+                raise ModelError(f"cannot read {path}: {error.strerror}") from None
+            return keras.models.model_from_json(text)
+    else:
+        try:
+            builder = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as error:
+            raise ModelError(f"cannot load {step.model}: {error}") from None
     if step.policy:
         keras.config.set_dtype_policy(step.policy)
     try:
@@ -162,6 +174,8 @@ def build(step: ModelStep, replica_program: bool = False):
                 model = builder(**dict(step.kwargs))
         else:
             model = builder(**dict(step.kwargs))
+    except ModelError:
+        raise
     except Exception as error:  # noqa: BLE001 (the reader's code can raise anything: one line)
         first = (str(error).strip().splitlines() or [""])[0]
         raise ModelError(f"building the model with {step.model} failed: {type(error).__name__}: {first}") from None

@@ -188,11 +188,6 @@ class Architecture:
 #: The architectures the benchmarks hold the planner to (docs/performance.md), by name.
 ARCHITECTURES = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:small_cnn", "sparse_categorical_crossentropy", "CNN"),
-    Architecture("snippets.lib.zoo:mobilenet_v2", "sparse_categorical_crossentropy", "CNN, depthwise + BatchNorm"),
-    Architecture("snippets.lib.zoo:resnet50", "sparse_categorical_crossentropy", "CNN, residual + BatchNorm"),
-    Architecture("snippets.lib.zoo:efficientnet_b0", "sparse_categorical_crossentropy", "CNN, depthwise + SE"),
-    Architecture("snippets.lib.zoo:densenet121", "sparse_categorical_crossentropy", "CNN, dense blocks"),
-    Architecture("snippets.lib.zoo:vgg16", "sparse_categorical_crossentropy", "CNN, plain"),
     Architecture("snippets.lib.zoo:transformer_classifier", "sparse_categorical_crossentropy", "Transformer encoder"),
     Architecture("snippets.lib.zoo:lstm_classifier", "binary_crossentropy", "LSTM"),
     Architecture("snippets.lib.zoo:gru_stack", "mse", "GRU"),
@@ -200,4 +195,9 @@ ARCHITECTURES = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:wide_mlp", "mse", "MLP, activation-bound"),
     Architecture("snippets.lib.zoo:deep_mlp", "sparse_categorical_crossentropy", "MLP + BatchNorm"),
     Architecture("snippets.lib.zoo:seed_scaled", "mse", "the seed at 1/256"),
+    Architecture("snippets.lib.zoo:mobilenet_v2", "sparse_categorical_crossentropy", "CNN, depthwise + BatchNorm"),
+    Architecture("snippets.lib.zoo:resnet50", "sparse_categorical_crossentropy", "CNN, residual + BatchNorm"),
+    Architecture("snippets.lib.zoo:efficientnet_b0", "sparse_categorical_crossentropy", "CNN, depthwise + SE"),
+    Architecture("snippets.lib.zoo:vgg16", "sparse_categorical_crossentropy", "CNN, plain"),
+    Architecture("snippets.lib.zoo:densenet121", "sparse_categorical_crossentropy", "CNN, dense blocks"),
 )}

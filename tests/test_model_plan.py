@@ -1,0 +1,93 @@
+"""The planner on the reader's own model: measured small steps, the fit in the batch, verdicts run.
+
+The accuracy on real architectures is the benchmark's (benchmarks.model_planner, quoted by
+docs/performance.md); here, at small scale: the arithmetic of a plan, and for three small models of
+different kinds a capped step at the planned peak x 1.10 completes while one at x 0.80 runs out.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from benchmarks.model_planner import run
+from snippets.lib import model_plan, units
+from snippets.lib.model_step import ModelStep, check_step
+
+
+def test_a_plan_is_the_line_through_its_two_runs_plus_the_margin():
+    step = ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "off")
+    plan = model_plan.ModelPlan(step, "extrapolated", (4, 16), (100 * units.MiB, 220 * units.MiB))
+    assert plan.per_sample == 10 * units.MiB and plan.state == 60 * units.MiB
+    assert plan.peak_at(16) == 220 * units.MiB  # a measured batch is its own figure
+    assert plan.step_peak == round((60 + 640) * units.MiB * (1 + model_plan.MARGIN))
+    largest = plan.largest_batch(units.GiB)
+    assert plan.peak_at(largest) <= units.GiB < plan.peak_at(largest + 1)
+    assert "Extrapolated" in plan.how() and "4 and 16" in plan.how()
+    mirrored = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off", "mirrored", 4), "extrapolated", (4, 16),
+                                    plan.peaks)
+    assert mirrored.device_batch == 16 and mirrored.largest_batch(units.GiB) % 4 == 0
+
+
+def test_batch_remedies_follow_from_the_fit_and_say_so():
+    step = ModelStep("m:f", "adam", 256, "off")
+    plan = model_plan.ModelPlan(step, "extrapolated", (4, 16), (100 * units.MiB, 220 * units.MiB))
+    found = model_plan.batch_remedies(plan, units.GiB, 4, 10 * units.MiB)
+    labels = [r.label for r in found]
+    assert labels[0].startswith("batch ") and any("gradient_accumulation_steps=" in x for x in labels)
+    assert all(r.peak <= units.GiB and r.how for r in found)
+    accumulation = next(r for r in found if "accumulation" in r.label)
+    assert "one accumulator per trainable variable" in accumulation.how
+
+
+def test_bad_steps_are_one_line_each():
+    for step, words in ((ModelStep("m:f", "adamx"), "optimizer"), (ModelStep("m:f", strategy="column"), "single"),
+                        (ModelStep("m:f", batch=6, strategy="mirrored", devices=4), "multiple of 4"),
+                        (ModelStep("nocolon"), "package.module:function")):
+        with pytest.raises(ValueError, match=words):
+            check_step(step)
+
+
+def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():
+    from snippets.lib import planner
+
+    seed = [planner.Weight((131072, 65536), path="sequential/dense/kernel"),
+            planner.Weight((65536,), initializer="zeros", path="sequential/dense/bias")]
+    plan = model_plan.plan_model(ModelStep("snippets.lib.seed:seed_model", "rmsprop", 64, "auto", "mirrored", 4),
+                                 seed, run=lambda *a: pytest.fail("a 32 GiB kernel must not run here"))
+    assert plan.method == "rule" and plan.step_peak > 200 * units.GiB
+    assert "too large to run its step on this host" in plan.how() and "LOWER BOUND" not in plan.how()
+    conv = seed + [planner.Weight((3, 3, 64, 64), path="conv2d/kernel")]
+    assert "LOWER BOUND" in model_plan.rule_how(conv)
+
+
+#: Small models of three kinds, with a batch beyond the planner's runs, so the figure is extrapolated.
+VERDICT_MODELS = (
+    ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "off", loss="sparse_categorical_crossentropy",
+              kwargs=(("size", 48),)),
+    ModelStep("snippets.lib.zoo:transformer_classifier", "rmsprop", 64, "on", loss="sparse_categorical_crossentropy",
+              kwargs=(("maxlen", 64), ("vocab_size", 2000), ("embed_dim", 64), ("ff_dim", 128))),
+    ModelStep("snippets.lib.zoo:wide_mlp", "adam", 128, "off", "mirrored", 2, loss="mse",
+              kwargs=(("width", 2048), ("features", 256), ("outputs", 256))),
+)
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    def one(step):
+        plan = model_plan.plan_model(step, run=lambda s, cap: run(s))
+        baseline = max(1, units.MiB)  # the pool's own level before a model, measured under a MiB
+        caps = {factor: f"{int((factor * plan.total + baseline) // units.MiB)}MiB" for factor in (1.10, 0.80)}
+        return plan, {factor: run(step, cap=cap) for factor, cap in caps.items()}
+
+    with ThreadPoolExecutor(3) as pool:
+        return list(pool.map(one, VERDICT_MODELS))
+
+
+def test_the_planned_peak_times_1_10_completes_and_times_0_80_runs_out(verdicts):
+    for plan, runs in verdicts:
+        assert plan.method == "extrapolated", plan
+        print(f"{plan.step.label()}: planned {units.human_bytes(plan.total)}; "
+              f"x1.10 {runs[1.10]['completed']}, x0.80 {runs[0.80]['failed_phase']}")
+        assert runs[1.10]["completed"], (plan, runs[1.10])
+        assert runs[1.10]["baseline"] < units.MiB
+        assert not runs[0.80]["completed"] and runs[0.80]["failed_phase"] == "step", (plan, runs[0.80])
