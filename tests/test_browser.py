@@ -17,6 +17,12 @@ palette button, in the dark one, and must have:
   back-to-top button, and every console block's copy text parsing as Python; on a phone, each
   table's verdict column starting on the screen.
 
+Both editions are built (English, then Chinese into ``zh/``) for the server's own address. The
+Chinese edition's translated pages, its glossary and one page it shows in English under a banner
+go through the same checks at both widths and in both palettes (Debian's ``fonts-noto-cjk`` gives
+Chromium real glyph boxes); a typed search for 镜像变量 and 显存 finds its chapter, and the
+language selector keeps the reader on the same page.
+
 A reader whose system is set to dark gets the dark palette without a click.
 Then, as a reader would: the copy button of a console example copies code
 that runs (no prompts, no outputs) on every page; search finds an error
@@ -60,8 +66,9 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--
 VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 SCHEMES_OTHER = {"light": "dark", "dark": "light"}
 SCHEMES = {"light": "default", "dark": "slate"}  # the system setting -> Material's palette
-#: The palette button of each scheme: it offers the other one (mkdocs.yml, theme.palette).
+#: The palette button of each scheme: it offers the other one (mkdocs.yml, theme.palette; mkdocs.zh.yml's).
 TOGGLE = {"light": "Dark mode", "dark": "Light mode"}
+TOGGLE_ZH = {"light": "切换到深色模式", "dark": "切换到浅色模式"}
 SCREENSHOTS_ON = bool(os.environ.get("BROWSER_SCREENSHOTS"))
 #: What a reader pastes: the report's error line, as TensorFlow prints it.
 OOM_LINE = ("ResourceExhaustedError: OOM when allocating tensor with shape[131072,65536] and type float "
@@ -85,9 +92,9 @@ if BROWSER is None:
     pytest.skip(message, allow_module_level=True)
 
 
-def nav_pages() -> list[tuple[str, str]]:
-    """``(site path, source file)`` of every page in ``mkdocs.yml``'s nav, in order."""
-    config = load_config(str(ROOT / "mkdocs.yml"))
+def nav_pages(config_file: str = "mkdocs.yml", prefix: str = "/") -> list[tuple[str, str]]:
+    """``(site path, source file)`` of every page in a configuration's nav, in order."""
+    config = load_config(str(ROOT / config_file))
 
     def walk(items):
         for item in items:
@@ -100,11 +107,16 @@ def nav_pages() -> list[tuple[str, str]]:
     pages = []
     for source in walk(config["nav"]):
         stem = source.rsplit(".", 1)[0]
-        pages.append(("/" if stem == "index" else f"/{stem}/", source))
+        pages.append((prefix if stem == "index" else f"{prefix}{stem}/", source))
     return pages
 
 
 PAGES = nav_pages()
+#: The Chinese edition's translated pages (and the glossary), and one page it shows in English
+#: under a banner, if any: those are the English page with a header (checked in tests/test_site.py).
+_ZH_NAV = nav_pages("mkdocs.zh.yml", "/zh/")
+ZH_PAGES = [(path, source) for path, source in _ZH_NAV if (ROOT / "docs-zh" / source).exists()]
+ZH_PAGES += [(path, source) for path, source in _ZH_NAV if (path, source) not in ZH_PAGES][:1]
 
 
 def leaves_localhost(url: str) -> bool:
@@ -117,20 +129,24 @@ def leaves_localhost(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """``http://127.0.0.1:PORT`` serving a fresh build of the site (never a stale ``site/``)."""
+    """``http://127.0.0.1:PORT`` serving a fresh build of both editions (never a stale ``site/``),
+    built for that address (``SITE_URL``), as ``make serve`` builds them for its own."""
     out = tmp_path_factory.mktemp("site")
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(out)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert build.returncode == 0, f"mkdocs build failed:\n{build.stdout}\n{build.stderr}"
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args) -> None:
             pass
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(out)))
+    address = f"http://127.0.0.1:{httpd.server_address[1]}"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": address + "/", "SITE_URL_ZH": address + "/zh/"}
+    for config, site_dir in (("mkdocs.yml", out), ("mkdocs.zh.yml", out / "zh")):  # English first: it cleans
+        build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "-f", config,
+                                "--site-dir", str(site_dir)], cwd=ROOT, capture_output=True, text=True,
+                               timeout=300, env=env)
+        assert build.returncode == 0, f"mkdocs build -f {config} failed:\n{build.stdout}\n{build.stderr}"
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    yield address
     httpd.shutdown()
     httpd.server_close()
 
@@ -183,9 +199,9 @@ class Reader:
             self.page.wait_for_timeout(20)
         raise TimeoutError(f"requests still in flight: {sorted(r.url for r in self.inflight)}")
 
-    def toggle_palette(self, current: str) -> None:
+    def toggle_palette(self, current: str, zh: bool = False) -> None:
         """Click the palette button the ``current`` scheme shows, as a reader does; wait for the other."""
-        self.page.locator(f"label[title='{TOGGLE[current]}']:visible").click()
+        self.page.locator(f"label[title='{(TOGGLE_ZH if zh else TOGGLE)[current]}']:visible").click()
         self.page.wait_for_function(f"document.body.dataset.mdColorScheme === '{SCHEMES[SCHEMES_OTHER[current]]}'")
         self.settle()
 
@@ -231,10 +247,12 @@ TABLES = """(verdict) => [...document.querySelectorAll('article table')].map(tab
 })"""
 
 
-@pytest.mark.parametrize("path, source", PAGES, ids=[p for _, p in PAGES])
+@pytest.mark.parametrize("path, source", PAGES + ZH_PAGES,
+                         ids=[p for _, p in PAGES] + [f"zh/{p}" for _, p in ZH_PAGES])
 def test_page_reads_cleanly(reader, server, path, source):
     page = reader.open(server + path)
     phone = reader.viewport == "phone"
+    zh = path.startswith("/zh/")
     assert page.evaluate("document.body.dataset.mdColorScheme") == SCHEMES["light"]
     assert page.locator("article h1").first.inner_text().strip(), f"{path} rendered no title"
     assert page.evaluate(CLIPPED, not phone) == [], f"{path} at {reader.viewport}: code blocks clipped"
@@ -256,12 +274,12 @@ def test_page_reads_cleanly(reader, server, path, source):
     name = path.strip("/").replace("/", "-") or "home"
     for scheme in ("light", "dark"):
         if scheme == "dark":
-            reader.toggle_palette("light")
+            reader.toggle_palette("light", zh)
             assert page.evaluate("document.body.dataset.mdColorScheme") == SCHEMES["dark"]
         assert page.evaluate(BROKEN_IMAGES) == [], f"{path} ({scheme}): images that did not load"
         if SCREENSHOTS_ON:
             page.screenshot(path=SCREENSHOTS / f"{name}-{reader.viewport}-{scheme}.png")
-    reader.toggle_palette("dark")  # back to light: Material keeps the choice for the next page
+    reader.toggle_palette("dark", zh)  # back to light: Material keeps the choice for the next page
     assert not reader.outside, f"{path} requested hosts other than localhost: {reader.outside}"
     assert not reader.problems, f"{path}: " + "\n".join(reader.problems)
 
@@ -326,8 +344,12 @@ def search(page, text: str) -> list[tuple[str, str]]:
     box = page.locator("input.md-search__input")
     if not box.evaluate("input => input === document.activeElement"):
         page.keyboard.press("/")
-    box.fill(text[:-1])
-    page.keyboard.type(text[-1])  # a key typed, as Material's search reads key events
+    if text[-1].isascii():
+        box.fill(text[:-1])
+        page.keyboard.type(text[-1])  # a key typed, as Material's search reads key events
+    else:  # typed through an input method: the text arrives, then a key event (End) as a reader's would
+        box.fill(text)
+        page.keyboard.press("End")
     page.locator(".md-search-result__item a").first.wait_for(timeout=15000)
     read = """() => [...document.querySelectorAll('.md-search-result__item a')]
                  .map(a => [a.innerText.trim(), a.getAttribute('href')])"""
@@ -348,6 +370,47 @@ def test_search_finds_an_error_message_and_a_chapter(browser, server):
         assert any(href.rstrip("/").endswith("dtensor") or "/dtensor/" in href for _, href in found), found
         assert not reader.outside and not reader.problems, reader.outside + reader.problems
         page.screenshot(path=SCREENSHOTS / "search.png")
+    finally:
+        reader.close()
+
+
+def _zh_chapter(preferred: str, otherwise: str) -> str:
+    """The chapter a Chinese search should find: ``preferred`` once it is translated."""
+    return preferred if (ROOT / "docs-zh" / f"{preferred}.md").exists() else otherwise
+
+
+@pytest.mark.parametrize(("term", "chapter"), [
+    ("镜像变量", _zh_chapter("placement", "glossary")),       # mirrored variable: how MirroredStrategy places them
+    ("显存", _zh_chapter("memory-growth", "glossary")),       # GPU memory: the chapter named for it
+])
+def test_a_chinese_search_finds_its_chapter(browser, server, term, chapter):
+    reader = Reader(browser, "desktop", "light")
+    try:
+        page = reader.open(server + "/zh/")
+        found = search(page, term)
+        hrefs = [urlsplit(href).path.rstrip("/").rsplit("/", 1)[-1] for _, href in found[:5]]
+        assert chapter in hrefs, f"{term}: the first results are {found[:5]}"
+        assert all(not href.startswith(("http", "/")) or "/zh/" in href for _, href in found), found
+        assert not reader.outside and not reader.problems, reader.outside + reader.problems
+    finally:
+        reader.close()
+
+
+def test_the_language_selector_stays_on_the_page(browser, server):
+    reader = Reader(browser, "desktop", "light")
+    try:
+        page = reader.open(server + "/placement/")
+        page.locator(".md-header__option .md-select").hover()
+        page.locator("a.md-select__link[hreflang='zh-Hans']").click()
+        page.wait_for_load_state("load")
+        reader.settle()  # the search worker's scripts, before the next click
+        assert urlsplit(page.url).path == "/zh/placement/", page.url
+        page.locator(".md-header__option .md-select").hover()
+        page.locator("a.md-select__link[hreflang='en']").click()
+        page.wait_for_load_state("load")
+        reader.settle()
+        assert urlsplit(page.url).path == "/placement/", page.url
+        assert not reader.outside and not reader.problems, reader.outside + reader.problems
     finally:
         reader.close()
 

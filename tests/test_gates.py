@@ -485,3 +485,25 @@ def test_every_prose_figure_is_computed(path):
     unknown = sorted({f for f in prose_figures(text) if not shows(shown, f) and f not in known})
     assert not unknown, (f"{path.name} states {unknown}: print them from a block on the page, or add them "
                          "to _stated_figures() with the code that computes them")
+
+
+# --- the Chinese pages' figures are the English page's ---------------------------------
+
+DOCS_ZH = ROOT / "docs-zh"
+
+
+def chinese_paths() -> list[Path]:
+    return sorted(DOCS_ZH.rglob("*.md")) if DOCS_ZH.is_dir() else []
+
+
+@pytest.mark.parametrize("path", chinese_paths(), ids=lambda p: f"zh/{p.relative_to(DOCS_ZH)}")
+def test_every_prose_figure_of_a_chinese_page_is_computed(path):
+    # Its blocks are the English page's (tests/test_translations.py), so what they show justifies a
+    # figure in the Chinese prose as it does in the English; a page of its own (the glossary) has its own.
+    text = path.read_text(encoding="utf-8")
+    english = DOCS / path.relative_to(DOCS_ZH)
+    shown = computed_text(english.read_text(encoding="utf-8") if english.exists() else text)
+    known = set(_stated_figures()) | set(GIVEN_FIGURES)
+    unknown = sorted({f for f in prose_figures(text) if not shows(shown, f) and f not in known})
+    assert not unknown, (f"docs-zh/{path.name} states {unknown}, which neither its English page's blocks nor "
+                         "snippets.lib (_stated_figures) give: keep the English figure and unit")
