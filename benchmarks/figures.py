@@ -252,6 +252,49 @@ def planner_vs_step_peak(runs: int) -> Figure:
     )
 
 
+@requires("snippets/lib/step_ledger.py", "snippets/lib/data/step_probes.json")
+def schedule_margin(runs: int) -> Figure:
+    """No-XLA updates above the probe's order, at variables too large for BFC's split rule"""
+    from snippets.lib import step_ledger
+
+    excess, drops, slots = [], [], []  # one figure per run, in variables
+    notes = []
+    for _ in range(runs):
+        worst = {"excess": -1.0, "drop": 0.0, "slots": 0.0}
+        for case in step_ledger.MARGIN_CASES:
+            (d, f), _batch = case.program
+            variable = d * f * 4
+            cap = f"{4 * variable // 2**20 * 2}MiB"  # 8 variables: above every order, under 4.5 GiB
+            order = step_ledger.probe_order_units(case)
+            got = {}
+            for label, threads, build in (("2", 2, True), ("8", 8, True), ("1", 1, True), ("2, slots in fit", 2, False)):
+                row = step_ledger.measure_fresh(case, cap, inter_op_threads=threads, build_slots=build)
+                if not row["completed"]:
+                    raise RuntimeError(f"{case.label()} ran out under {cap} ({label} threads)")
+                got[label] = row["step_peak"] / variable
+            worst["excess"] = max(worst["excess"], *(units - order for key, units in got.items() if key != "1"))
+            worst["drop"] = max(worst["drop"], got["2"] - got["1"])
+            worst["slots"] = max(worst["slots"], abs(got["2, slots in fit"] - got["2"]))
+            notes.append(f"{case.label()}: probe's order {order:.3f}, measured " +
+                         ", ".join(f"{units:.3f} ({key} threads)" for key, units in got.items()) + " variables")
+        excess.append(worst["excess"])
+        drops.append(worst["drop"])
+        slots.append(worst["slots"])
+    return Figure(
+        "schedule_margin", schedule_margin.__doc__.strip(),
+        f"{len(step_ledger.MARGIN_CASES)} configurations, updates without XLA (RMSprop, Adam at 384 MiB, SGD with momentum at "
+        "512 MiB float32 variables: sizes at which BFC's split rule wastes at most 128 MiB a buffer), each "
+        "device program alone in a fresh process under a capped CPU BFC allocator (8 variables), at 2, 8 "
+        "and 1 inter-op threads with the slots built before fit, and at 2 with Keras building them inside "
+        "the first step; the step's peak in variables against the planner's step peak without "
+        "snippets.lib.planner.SCHEDULE_MARGIN (the probe's order of the update's ops).",
+        [Quantity("largest measured peak above the probe's order", "variables", excess),
+         Quantity("largest drop with one inter-op thread", "variables", drops),
+         Quantity("largest change from building the slots inside fit", "variables", slots)],
+        notes=notes[-len(step_ledger.MARGIN_CASES):],
+    )
+
+
 SHARDING_FILES = ("snippets/tensor_parallel.py", "snippets/dtensor.py", "snippets/placement.py")
 SHARDING_LABELS = {
     "column": "column slices, `tf.device` (W[D, F_model])",
@@ -322,6 +365,6 @@ def shard_creation_peak(runs: int) -> Figure:
 #: Every measurement, in the order of the table.
 ALL: dict[str, Callable[[int], Figure]] = {
     f.__name__: f for f in (oom_reproduction, planner_seed, planner_vs_allocator, planner_vs_step_peak,
-                            sharding_balance,
+                            schedule_margin, sharding_balance,
                             shard_creation_peak, test_suite, mkdocs_build)
 }

@@ -113,13 +113,20 @@ READER_LABELS = {
         "the same, one executor thread instead of two: most the peak dropped",
     ("planner_vs_step_peak", "one inter-op thread: worst error outside the planner's bounds"):
         "the same, one executor thread: worst error outside the planner's bounds",
+    ("schedule_margin", "largest measured peak above the probe's order"):
+        "Update without XLA at 384-512 MiB variables: most a peak rose above the probe's order",
+    ("schedule_margin", "largest drop with one inter-op thread"):
+        "the same, one executor thread instead of two: most the peak dropped",
+    ("schedule_margin", "largest change from building the slots inside fit"):
+        "the same, slots built inside `fit` instead of before it: largest change",
 }
 
 #: Sections of the page's tables: (heading, figures whose quantities it lists).
 SECTIONS = (
     ("How long things take", ("oom_reproduction", "planner_seed", "test_suite", "mkdocs_build"), ("s",)),
     ("How much memory", ("oom_reproduction", "planner_seed", "shard_creation_peak"), ("bytes",)),
-    ("How close the planner comes", ("planner_vs_allocator", "planner_vs_step_peak"), ("%", "variables")),
+    ("How close the planner comes", ("planner_vs_allocator", "planner_vs_step_peak", "schedule_margin"),
+     ("%", "variables")),
 )
 
 #: What the sharding table calls each method (by the JSON's label).
@@ -134,6 +141,7 @@ METHODS = {
 TITLES = {
     "oom_reproduction": "Reproducing the OOM", "planner_seed": "Planning the seed model",
     "planner_vs_allocator": "Planner vs allocator", "planner_vs_step_peak": "Planner vs a measured training step",
+    "schedule_margin": "The planner's margin for updates without XLA",
     "sharding_balance": "Largest device / even share", "shard_creation_peak": "Allocated beyond the shards",
     "test_suite": "Test suite", "mkdocs_build": "Site build",
 }
@@ -149,6 +157,9 @@ HOW = {
     "planner_vs_step_peak": "{configs} configurations (placements, optimizers, XLA on and off, precisions), each "
                             "device's program of a `fit` step run alone under its own capped allocator, "
                             "against the planner's step peak; error = (planned - measured) / measured",
+    "schedule_margin": "{configs} updates without XLA at variables of 384 and 512 MiB, each device program run "
+                       "alone under its own capped allocator at 1, 2 and 8 executor threads, against the "
+                       "planner's step peak without its one-buffer margin",
     "sharding_balance": "the seed kernel reserved through the allocator without writing a page; the largest "
                         "device's bytes divided by an even share",
     "shard_creation_peak": "the allocator's peak while the shards are created, minus the shards themselves: "

@@ -295,14 +295,71 @@ def initializer_bytes(initializer: str, axes: tuple, device_mesh, shape: tuple[i
     and ``should_shard_at_init``, keras/src/backend/jax/core.py).
 
     Args:
-        initializer: a Keras initializer name (``"glorot_uniform"``, ``"zeros"``).
+        initializer: a Keras initializer name (``"glorot_uniform"``, ``"zeros"``)
+            or instance (:class:`BlockwiseGlorotUniform`).
         axes: the layout's axes, e.g. ``(None, "model")``.
         device_mesh: from :func:`mesh`.
+
+    These are XLA:CPU's buffers; XLA:GPU compiles the draw differently and
+    is not measured here.
     """
     layout = keras.distribution.TensorLayout(axes, device_mesh).backend_layout
     draw = jax.jit(keras.initializers.get(initializer).__call__, out_shardings=layout,
                    static_argnames=["shape", "dtype"])
     return device_bytes(draw.lower(shape=tuple(shape), dtype="float32").compile())
+
+
+class BlockwiseGlorotUniform(keras.initializers.Initializer):
+    """Keras's Glorot uniform distribution, drawn ``blocks`` blocks of rows at a time into the kernel.
+
+    ``glorot_uniform`` draws the whole ``[D, F]`` sample at once, and XLA:CPU
+    holds three more temporaries the size of each device's piece while it
+    does (:func:`initializer_bytes`: 32 GiB per device for the seed's 8 GiB
+    piece). This draws ``D / blocks`` rows at a time in a
+    ``keras.ops.fori_loop``, each block from its own seed ``[seed, i]``, into
+    a zero kernel, so the temporaries are one block's (for the seed at 128
+    blocks, XLA:CPU holds 384 MiB of them per device). Same bounds
+    (``+-sqrt(6 / (D + F))``), other values than ``glorot_uniform``. The
+    diff in docs/keep-fit.md has a copy of it (a user's script cannot import
+    this module). JAX backend: ``keras.random`` takes the uint32 ``[2]``
+    seed as a JAX key.
+
+    >>> kernel = BlockwiseGlorotUniform(blocks=4)((8, 4), "float32")
+    >>> tuple(kernel.shape), bool(abs(kernel).max() <= (6 / 12) ** 0.5)
+    ((8, 4), True)
+    >>> BlockwiseGlorotUniform(blocks=3)((8, 4))
+    Traceback (most recent call last):
+    ...
+    ValueError: 3 blocks do not divide the kernel's 8 rows; use a block count that divides 8
+
+    Args:
+        blocks: how many blocks of rows; must divide the kernel's first dimension.
+        seed: the first word of every block's seed.
+
+    Raises:
+        ValueError: for a shape that is not 2-D or a block count that does not divide its rows.
+    """
+
+    def __init__(self, blocks: int = 128, seed: int = 0):
+        self.blocks, self.seed = int(blocks), int(seed)
+
+    def __call__(self, shape, dtype=None):
+        if len(shape) != 2:
+            raise ValueError(f"BlockwiseGlorotUniform draws 2-D kernels, not shape {list(shape)}")
+        if shape[0] % self.blocks:
+            raise ValueError(f"{self.blocks} blocks do not divide the kernel's {shape[0]} rows; "
+                             f"use a block count that divides {shape[0]}")
+        rows, limit = shape[0] // self.blocks, (6 / (shape[0] + shape[1])) ** 0.5
+
+        def draw(i, kernel):
+            seed = keras.ops.cast(keras.ops.stack([self.seed, i]), "uint32")
+            block = keras.random.uniform((rows, shape[1]), -limit, limit, dtype, seed=seed)
+            return keras.ops.slice_update(kernel, (i * rows, 0), block)
+
+        return keras.ops.fori_loop(0, self.blocks, draw, keras.ops.zeros(shape, dtype))
+
+    def get_config(self) -> dict:
+        return {"blocks": self.blocks, "seed": self.seed}
 
 
 def full_shape_configs() -> list[tuple[str, object, str | None]]:

@@ -39,7 +39,7 @@ import argparse
 import json
 from collections.abc import Sequence
 
-from snippets.lib import allocator, cluster, devices, errors, optimizers, pieces, placements, planner, units
+from snippets.lib import allocator, cluster, devices, errors, optimizers, pieces, placements, planner, private, units
 from snippets.lib.seed import SEED_SHAPE
 
 #: CI scale of the seed layer W[D, F]; the batch; the steps ``fit`` trains.
@@ -116,8 +116,40 @@ def _rmsprop(kind: str, momentum: float = 0.0, mesh=None):
     if kind == "legacy":
         return tfk.optimizers.legacy.RMSprop(LEARNING_RATE, momentum=momentum)
     if mesh is not None:
-        return tfk.dtensor.experimental.optimizers.RMSprop(LEARNING_RATE, mesh=mesh)
-    return tfk.optimizers.RMSprop(LEARNING_RATE)
+        return as_on_gpu_host(tfk.dtensor.experimental.optimizers.RMSprop(LEARNING_RATE, mesh=mesh))
+    return as_on_gpu_host(tfk.optimizers.RMSprop(LEARNING_RATE))
+
+
+def host_optimizer_jit(requested: bool = True) -> bool:
+    """What a tf_keras optimizer made here with ``jit_compile=requested`` resolves to, on this machine.
+
+    tf_keras's rule (:func:`snippets.lib.placements.tf_keras_optimizer_jit`)
+    applied to what ``tf.config.list_physical_devices("GPU")`` lists and to
+    ``tf_utils.can_jit_compile()``: True on a GPU host, False on a CPU-only one.
+    """
+    import tensorflow as tf
+
+    return placements.tf_keras_optimizer_jit(requested, bool(tf.config.list_physical_devices("GPU")),
+                                             private.tf_keras_can_jit_compile())
+
+
+def as_on_gpu_host(optimizer):
+    """``optimizer`` (a tf_keras 2.21 optimizer, not a legacy one) with its update compiled as on a GPU host.
+
+    On a GPU host tf_keras keeps the constructor's default ``jit_compile=True``
+    and sends every update through ``_update_step_xla``, a
+    ``tf.function(jit_compile=True)``, whatever ``Model.compile`` says; on a
+    CPU-only host it turns it off. The CPU emulation plays the GPU host, so
+    this sets the answer of :func:`snippets.lib.placements.resolve_xla` for
+    ``tf_keras_dtensor`` (the planner's, from the same rule). Returns ``optimizer``.
+    """
+    optimizer.jit_compile = placements.resolve_xla("auto", "tf_keras_dtensor")
+    return optimizer
+
+
+def compiled_updates(model) -> int:
+    """How many variables' updates ``model``'s optimizer has traced through ``_update_step_xla`` (XLA)."""
+    return private.tf_keras_xla_update_traces(model.optimizer)
 
 
 def _dataset(x, y):
@@ -333,6 +365,52 @@ def worker_peak(momentum: float = 0.9, ps: int = SHARDS, steps: int = 3, d: int 
     return {"peak": min(peaks), "kernel": units.tensor_bytes((d, f)), "planned": plan.step_peak}
 
 
+# --- tf_keras's compiled update, measured ------------------------------------
+
+
+#: The update probe's variable, ``[16384, 8192]`` float32: 512 MiB, twice the size
+#: below which BFC's split rule can count a whole chunk for a smaller request.
+UPDATE_SHAPE = (16384, 8192)
+
+
+def update_peak(jit: bool, shape: Sequence[int] = UPDATE_SHAPE) -> dict:
+    """What tf_keras's RMSprop update allocates beyond the gradient, with its own XLA on or off.
+
+    Needs the capped CPU allocator (``devices.configure(1, ..., mode="cpu")``
+    first in a fresh process): DTensor cannot run under it (the page's
+    warning), so this is one variable on one device, updated through the
+    same ``_update_step_xla`` (``jit=True``) or ``_update_step`` the DTensor
+    optimizer calls from ``_internal_apply_gradients``. A ``float32`` zeros
+    variable, a ones gradient; one warm-up ``apply_gradients`` (traces,
+    compiles), then the allocator's peak during a second, over what was in
+    use before it (variable, velocity, gradient). These are XLA:CPU's and
+    TensorFlow's CPU executor's buffers; XLA:GPU's are not measured here.
+
+    Returns:
+        ``{"jit": bool, "traces": XLA traces (1 when compiled, else 0),
+        "units": (peak - in use) / variable bytes, "variable": bytes}``.
+    """
+    import tensorflow as tf
+
+    shape = tuple(int(n) for n in shape)
+    pool = "CPU:0"
+    with tf.device(pool):
+        variable = tf.Variable(tf.zeros(shape))
+        gradient = tf.ones(shape)
+        optimizer = tf_keras().optimizers.RMSprop(LEARNING_RATE)
+        optimizer.jit_compile = jit
+        optimizer.build([variable])
+        step = tf.function(lambda: optimizer.apply_gradients([(gradient, variable)]))
+        step()
+        before = tf.config.experimental.get_memory_info(pool)["current"]
+        tf.config.experimental.reset_memory_stats(pool)
+        step()
+        peak = tf.config.experimental.get_memory_info(pool)["peak"]
+    nbytes = units.tensor_bytes(shape)
+    return {"jit": jit, "traces": private.tf_keras_xla_update_traces(optimizer),
+            "units": (peak - before) / nbytes, "variable": nbytes}
+
+
 # --- the seed at full shape: arithmetic only --------------------------------
 
 
@@ -372,9 +450,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(in-process cluster, capped CPU allocator) and print it as JSON")
     parser.add_argument("--momentum", type=float, default=0.9,
                         help="legacy RMSprop momentum for --worker-peak (default 0.9: the fused update)")
+    parser.add_argument("--update-peak", choices=("xla", "no-xla"),
+                        help="measure what tf_keras's RMSprop update allocates beyond the gradient for a "
+                             f"{list(UPDATE_SHAPE)} float32 variable (capped CPU allocator) and print it as JSON")
     args = parser.parse_args(argv)
     if not args.momentum >= 0:
         parser.error(f"--momentum must be >= 0, not {args.momentum:g}")
+    if args.update_peak:
+        devices.configure(1, "3GiB", mode="cpu")
+        print(json.dumps(update_peak(args.update_peak == "xla")), flush=True)
+        return 0
     if args.worker_peak:
         devices.configure(1, "200MiB", mode="cpu")
         print(json.dumps(worker_peak(args.momentum)), flush=True)

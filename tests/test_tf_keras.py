@@ -37,6 +37,7 @@ def dtensor_run() -> dict:
     losses = tk.fit_losses(model, tk.dtensor_dataset(mesh, x, y))
     trained = tk.weights(model)[0]
     return {"type": type(model.layers[0].kernel).__name__, "pieces": found, "losses": losses,
+            "jit": model.optimizer.jit_compile, "compiled": tk.compiled_updates(model),
             "reference": reference, "moved": float(abs(trained - start[0]).max()),
             "trap": tk.numpy_fit_refusal(model, x, y), "versions": tk.versions(), "tolerance": tk.TOLERANCE}
 
@@ -50,6 +51,8 @@ def test_layout_map_shards_kernel_and_velocity_and_fit_matches_unsharded(uncappe
     assert len(got["losses"]) == 3 and got["losses"][2] < got["losses"][0]
     assert got["losses"] == pytest.approx(got["reference"], abs=got["tolerance"], rel=0)
     assert got["moved"] > 1e-4  # training did move the (gathered) kernel
+    # as on a GPU host, the optimizer compiled each variable's update (kernel, bias) with XLA
+    assert got["jit"] is True and got["compiled"] == 2
     assert got["trap"] == ("UnknownError: 'tf.IteratorGetNext' op ComputeLayoutForward error: Could not find "
                            "`tf._element_layouts` attribute of 0-th input to op: tf.DTensorLayout")
 
@@ -89,6 +92,67 @@ def test_ps_fit_shards_kernel_and_slots_but_the_worker_builds_the_whole_kernel_a
     assert "gradient_tape" in got["worker"]["full"][1][1]
     assert got["worker"]["updates"] == {"AssignVariableOp": 16}
     assert got["fused"] == {"ResourceApplyRMSProp": 8}
+
+
+def optimizer_jit_on_faked_hosts() -> dict:
+    """Kernel side: tf_keras's optimizer ``jit_compile`` with ``tf.config`` faked to list one GPU, then none."""
+    from unittest import mock
+
+    import tensorflow as tf
+    from tf_keras.src.optimizers import optimizer as base  # tf_keras reads tf.config through its own module
+
+    from snippets import tf_keras as tk
+
+    real = tf.config.list_physical_devices
+    found = {}
+    for host, gpus in (("gpu", [tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")]), ("cpu", [])):
+        def listed(device_type=None, gpus=gpus):
+            return gpus if device_type == "GPU" else real(device_type)
+
+        with mock.patch.object(tf.config, "list_physical_devices", listed), \
+                mock.patch.object(base.tf.config, "list_physical_devices", listed):
+            made = tk.tf_keras().optimizers.RMSprop(1e-3)
+            found[host] = {"tf_keras": made.jit_compile, "ours": tk.host_optimizer_jit(),
+                           "refused": tk.tf_keras().optimizers.RMSprop(1e-3, jit_compile=False).jit_compile,
+                           "emulated": tk.as_on_gpu_host(made).jit_compile}
+    return found
+
+
+def test_the_emulation_compiles_tf_keras_updates_as_tf_keras_does_when_a_gpu_is_listed():
+    from snippets.lib import placements
+
+    with Kernel(deadline=120) as kernel:
+        got = kernel.call(optimizer_jit_on_faked_hosts)
+    # tf_keras's own constructor: on with a GPU listed, off with none; our reading of its rule agrees
+    assert got["gpu"]["tf_keras"] is True and got["cpu"]["tf_keras"] is False
+    assert got["gpu"]["ours"] is True and got["cpu"]["ours"] is False
+    assert got["gpu"]["refused"] is False  # jit_compile=False on the optimizer is the way out
+    # the emulation plays the GPU host whatever this host lists, from the planner's one rule
+    assert got["gpu"]["emulated"] is got["cpu"]["emulated"] is placements.resolve_xla("auto", "tf_keras_dtensor")
+    assert placements.resolve_xla("auto", "tf_keras_dtensor") == placements.tf_keras_optimizer_jit(True, True)
+    assert placements.xla_mode(True, "tf_keras_dtensor") == "xla-update"
+
+
+def test_tf_keras_compiled_update_needs_nothing_beyond_its_gradient_on_xla_cpu():
+    import json
+    import subprocess
+    import sys
+
+    from harness import kernel_environment
+    from snippets.lib import probe_cache
+
+    runs = {}
+    for mode in ("xla", "no-xla"):  # one after the other: each holds about 2 GiB
+        done = subprocess.run([sys.executable, "-m", "snippets.tf_keras", "--update-peak", mode], capture_output=True,
+                              text=True, env={**kernel_environment(), "TF_CPP_MIN_LOG_LEVEL": "3"}, check=True,
+                              timeout=300)
+        runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert runs["xla"]["traces"] == 1 and runs["no-xla"]["traces"] == 0
+    # XLA updates the slot and the variable in place: what Keras 3's compiled-update probe says (gradient only)
+    assert runs["xla"]["units"] < 0.05
+    assert probe_cache.transient_units("rmsprop", "float32", "xla-update") == 1.0
+    # without XLA, full-size temporaries, and no more than Keras 3's uncompiled RMSprop (which the planner uses)
+    assert 1.5 < runs["no-xla"]["units"] <= probe_cache.transient_units("rmsprop", "float32", False) - 1 + 0.05
 
 
 def capped_runs() -> dict:

@@ -42,6 +42,9 @@ class Placement:
         xla_auto: what Keras's ``jit_compile="auto"`` resolves to on a GPU host.
         xla_compiles: what XLA compiles when on: ``"xla"`` (the whole step) or
             ``"xla-update"`` (each variable's update alone, on its device).
+        init_compiled: initializers are compiled by XLA (Keras 3 on JAX draws a
+            large variable with ``jax.jit``), so the planner takes XLA's init
+            peaks (:data:`snippets.lib.planner.XLA_INIT_PEAK`).
     """
 
     name: str
@@ -57,11 +60,39 @@ class Placement:
     initialises: str | None = "each"
     xla_auto: bool = False
     xla_compiles: str = "xla"
+    init_compiled: bool = False
 
     @property
     def hosted(self) -> bool:
         """The weights live off the device (parameter servers or host RAM)."""
         return self.reads_whole
+
+
+def tf_keras_optimizer_jit(requested: bool = True, gpu_listed: bool = True, can_jit_compile: bool = True) -> bool:
+    """Whether a tf_keras 2.21 optimizer compiles its own update with XLA: tf_keras's rule, without TensorFlow.
+
+    tf_keras's optimizer constructor takes ``jit_compile=True`` by default
+    and keeps it only if ``tf_utils.can_jit_compile()`` (False on Apple
+    ARM and with pluggable devices) and ``tf.config.list_physical_devices("GPU")``
+    lists a GPU (``_BaseOptimizer.__init__`` in
+    tf_keras/src/optimizers/optimizer.py). With it on, the update goes
+    through ``_update_step_xla``, a ``tf.function(jit_compile=True)``: from
+    ``_internal_apply_gradients`` with a DTensor mesh and from
+    ``_distributed_apply_gradients_fn`` under a ``tf.distribute`` strategy,
+    whatever ``Model.compile(jit_compile=...)`` says. The legacy optimizers
+    (``tf_keras.optimizers.legacy``) have no such switch.
+
+    >>> tf_keras_optimizer_jit(True, gpu_listed=True), tf_keras_optimizer_jit(True, gpu_listed=False)
+    (True, False)
+    >>> tf_keras_optimizer_jit(False, gpu_listed=True)
+    False
+
+    Args:
+        requested: the constructor's ``jit_compile`` argument.
+        gpu_listed: ``tf.config.list_physical_devices("GPU")`` is not empty.
+        can_jit_compile: ``tf_utils.can_jit_compile()``.
+    """
+    return bool(requested and can_jit_compile and gpu_listed)
 
 
 #: Every placement the planner knows, by name. The first six are TensorFlow's
@@ -77,8 +108,12 @@ class Placement:
 #: ``tf_keras_dtensor`` is tf_keras 2.21 (Keras 2) with a DTensor ``LayoutMap``
 #: splitting each kernel's columns: the column split, with ``fit``'s step not
 #: compiled by XLA (tf_keras's ``compile`` defaults ``jit_compile`` to off,
-#: tf_keras/src/engine/training.py); its update's temporaries are taken from
-#: Keras 3's optimizer probes, tf_keras's own were not measured (docs/tf-keras.md).
+#: tf_keras/src/engine/training.py) but each variable's update compiled by XLA
+#: on a GPU host, whatever ``compile`` says: tf_keras's optimizer compiles its
+#: own update (:func:`tf_keras_optimizer_jit`), so it plans as ``"xla-update"``;
+#: the update's temporaries are Keras 3's optimizer probes, which
+#: ``snippets.tf_keras.update_peak`` confirms for tf_keras's compiled RMSprop
+#: on XLA:CPU (docs/tf-keras.md).
 #: tf_keras under ParameterServerStrategy needs no entry of its own: its worker
 #: concatenates the shards like Keras 3's, so ``parameter_server`` plans its device.
 #: ``parameter_server`` is
@@ -89,8 +124,10 @@ class Placement:
 #: variables and slots in host RAM, each device reading a copy of the variables
 #: and, since on a GPU host the update's arithmetic runs on the default device,
 #: of the slots. Keras's ``jit_compile="auto"`` (``_resolve_auto_jit_compile``
-#: in keras/src/trainers/trainer.py, Keras 3.15) is False under any
-#: ``tf.distribute`` strategy, True on a GPU machine otherwise; an offloaded
+#: in keras/src/trainers/trainer.py, Keras 3.15) is False for a model
+#: *created* under a ``tf.distribute`` strategy's scope (the TensorFlow
+#: trainer records the strategy at construction, ``_distribute_strategy`` in
+#: keras/src/backend/tensorflow/trainer.py), True on a GPU machine otherwise; an offloaded
 #: model cannot be compiled whole; the ``tf.device`` layers compile each
 #: shard's update on its device (:func:`snippets.lib.optimizers.colocate_updates`).
 PLACEMENTS = {p.name: p for p in (
@@ -102,10 +139,11 @@ PLACEMENTS = {p.name: p for p in (
     Placement("parameter_server", "first-any", "parameter-server.md", reads_whole=True,
               updates_on_device=False, initialises=None),
     Placement("offload", None, "offload.md", reads_whole=True, holds_variables_on_host=True, initialises=None),
-    Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla"),
+    Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla", init_compiled=True),
     Placement("data_parallel", None, "keep-fit.md", all_reduce=True, batch_split=True, xla_auto=True,
-              xla_compiles="xla"),
-    Placement("tf_keras_dtensor", "last", "tf-keras.md"),
+              xla_compiles="xla", init_compiled=True),
+    Placement("tf_keras_dtensor", "last", "tf-keras.md", xla_auto=tf_keras_optimizer_jit(True, gpu_listed=True),
+              xla_compiles="xla-update"),
 )}
 
 #: Placement names, in the order tables list them.
@@ -172,9 +210,12 @@ def resolve_xla(xla: str | bool, strategy: str) -> bool:
 
     ``jit_compile="auto"`` (``Model.compile``'s default) resolves in
     ``_resolve_auto_jit_compile`` (keras/src/trainers/trainer.py, Keras 3.15):
-    False under any ``tf.distribute`` strategy and on CPU-only machines,
-    True on a GPU machine otherwise. So on a GPU host: ``single`` -> True;
-    ``mirrored``, ``parameter_server`` -> False (a strategy is active);
+    False on CPU-only machines and for a model *created* under a
+    ``tf.distribute`` strategy's scope (the TensorFlow trainer records the
+    strategy in ``_distribute_strategy`` when the model is constructed, not
+    when it is compiled), True on a GPU machine otherwise. So on a GPU host:
+    ``single`` -> True; ``mirrored``, ``parameter_server`` -> False (the
+    model is built in the strategy's scope);
     ``offload`` -> False (a model whose variables sit on another device
     cannot be compiled whole; its ``compile`` must say ``jit_compile=False``);
     ``column`` / ``row`` -> True: the site's ``tf.device`` layers
@@ -182,14 +223,18 @@ def resolve_xla(xla: str | bool, strategy: str) -> bool:
     shard's update with XLA on its own device; ``model_parallel`` /
     ``data_parallel`` (Keras 3 on JAX) -> True on any host: on JAX the same
     function returns True whenever every layer supports jit, and ``fit``
-    compiles the whole step with ``jax.jit``; ``tf_keras_dtensor`` -> False
-    (tf_keras's ``compile`` leaves ``jit_compile`` off unless asked). The CPU
-    emulation uses this function, not Keras's CPU answer.
+    compiles the whole step with ``jax.jit``; ``tf_keras_dtensor`` -> True,
+    each variable's update alone (tf_keras's ``compile`` leaves the step
+    uncompiled, but its optimizer compiles its own update whenever a GPU is
+    listed: :func:`tf_keras_optimizer_jit`). The CPU emulation uses this
+    function, not Keras's or tf_keras's CPU answer.
 
     >>> resolve_xla("auto", "mirrored"), resolve_xla("auto", "column"), resolve_xla("off", "single")
     (False, True, False)
     >>> resolve_xla("auto", "model_parallel"), xla_mode(True, "model_parallel"), xla_mode(True, "column")
     (True, 'xla', 'xla-update')
+    >>> resolve_xla("auto", "tf_keras_dtensor"), xla_mode(True, "tf_keras_dtensor")
+    (True, 'xla-update')
 
     Raises:
         ValueError: for an ``xla`` not in :data:`XLA_CHOICES` (or a bool) or an unknown strategy.

@@ -97,3 +97,23 @@ def variable_layout(variable):
     if variable._layout is None:
         variable._initialize_layout()
     return variable._layout
+
+
+def tf_keras_can_jit_compile() -> bool:
+    """tf_keras's own check that XLA is available here (False on Apple ARM and with pluggable devices).
+
+    Private: ``tf_keras.src.utils.tf_utils.can_jit_compile`` (tf-keras 2.21.0),
+    which tf_keras's optimizer constructor consults before keeping ``jit_compile``.
+    """
+    from tf_keras.src.utils import tf_utils
+
+    return bool(tf_utils.can_jit_compile())
+
+
+def tf_keras_xla_update_traces(optimizer) -> int:
+    """How many traces a tf_keras 2.21 optimizer has of its XLA update (one per variable it updated with XLA).
+
+    Private: ``tf_keras.src.optimizers.optimizer._BaseOptimizer._update_step_xla``,
+    a ``tf.function(jit_compile=True)`` traced once per variable (its ``key`` argument).
+    """
+    return int(optimizer._update_step_xla.experimental_get_tracing_count())

@@ -163,8 +163,11 @@ def copy_on_aggregation(optimizer) -> None:
     private.set_gradient_aggregation(optimizer, aggregate)
 
 
-def measure(case: StepCase, steps: int = 1) -> dict:
+def measure(case: StepCase, steps: int = 1, build_slots: bool = True) -> dict:
     """Run ``case``'s device program: build, one warm-up step, then ``steps`` measured steps.
+
+    ``build_slots``: create the optimizer's slots before the warm-up step
+    (the default), or leave it to Keras inside that step, as a user's ``fit`` does.
 
     Call it in a fresh process whose devices are in CPU mode, on the device
     that plays the GPU. The allocator's figures are read with
@@ -200,7 +203,8 @@ def measure(case: StepCase, steps: int = 1) -> dict:
         # Keras would create the slots inside the first step; create them before it,
         # so that every step is a steady one, whose phases the planner predicts
         # (slots are held from the forward pass on).
-        model.optimizer.build(model.trainable_variables)
+        if build_slots:
+            model.optimizer.build(model.trainable_variables)
     except (tf.errors.OpError, ValueError) as error:
         if not is_oom(error):
             raise
@@ -225,7 +229,7 @@ def measure(case: StepCase, steps: int = 1) -> dict:
 
 
 def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
-                  inter_op_threads: int | None = None) -> dict:
+                  inter_op_threads: int | None = None, build_slots: bool = True) -> dict:
     """:func:`measure` in a new Python process capped at ``cap`` (default: 16 x the device's kernel piece).
 
     ``inter_op_threads`` sets ``TF_NUM_INTEROP_THREADS`` for that process
@@ -239,7 +243,7 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
     if cap is None:
         cap = f"{max(64, 16 * units.tensor_bytes(kernel, 'float32') // units.MiB)}MiB"
     command = [sys.executable, "-m", "snippets.lib.step_ledger", "--case", json.dumps(asdict(case)),
-               "--cap", cap, "--steps", str(steps)]
+               "--cap", cap, "--steps", str(steps)] + ([] if build_slots else ["--slots-in-fit"])
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     if inter_op_threads is not None:
         env["TF_NUM_INTEROP_THREADS"] = str(inter_op_threads)
@@ -317,6 +321,25 @@ AGREEMENT_CASES = tuple(
 )
 
 
+#: Updates without XLA at variable sizes where BFC's split rule cannot hand a request a chunk
+#: of twice its size (a chunk is split when it leaves 128 MiB or more: at 384 MiB a whole
+#: chunk is at most a third of a variable too large, at 512 MiB a quarter), for
+#: :data:`snippets.lib.planner.SCHEDULE_MARGIN`'s cause (benchmarks, ``schedule_margin``).
+#: About 3 GiB of real memory each; one at a time.
+MARGIN_CASES = (
+    StepCase("single", "rmsprop", "float32", "off", (16384, 6144)),
+    StepCase("single", "adam", "float32", "off", (16384, 6144)),
+    StepCase("single", "sgd_momentum", "float32", "off", (16384, 8192)),
+)
+
+
+def probe_order_units(case: StepCase) -> float:
+    """The planner's step peak for ``case`` without :data:`snippets.lib.planner.SCHEDULE_MARGIN`, in variables."""
+    plan = planned(case)
+    kernel, _ = case.program
+    return (plan.step_peak - plan.margin) / units.tensor_bytes(kernel, case.var_dtype)
+
+
 # --- scale models -------------------------------------------------------------------
 
 
@@ -378,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--case", required=True, help="a StepCase as JSON")
     parser.add_argument("--cap", default="2048MiB", metavar="SIZE", help="the device's allocator cap")
     parser.add_argument("--steps", type=int, default=1, help="measured steps after the warm-up step")
+    parser.add_argument("--slots-in-fit", action="store_true",
+                        help="let Keras create the optimizer's slots inside the warm-up step (default: before it)")
     args = parser.parse_args(argv)
     try:
         fields = json.loads(args.case)
@@ -391,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, KeyError) as error:
         parser.error(str(error).splitlines()[0])
     devices.configure(1, args.cap, "cpu")
-    print(json.dumps(measure(case, args.steps)), flush=True)
+    print(json.dumps(measure(case, args.steps, not args.slots_in_fit)), flush=True)
     # After an OOM inside an XLA cluster, TensorFlow 2.21 can abort while tearing the
     # allocator down (a failed CHECK in bfc_allocator.cc); the result is already out.
     os._exit(0)
