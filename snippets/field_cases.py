@@ -29,4 +29,9 @@ def figures() -> dict[str, dict[str, int | str]]:
         "F18": {"a [16384, 1024] float32 variable": units.tensor_bytes([16384, 1024])},
         "F19": {"weights + gradients + RMSprop slot, seed, GiB": 3 * seed // units.GiB},
         "F20": {"rank-512 factors of the seed": units.tensor_bytes([d, 512]) + units.tensor_bytes([512, f])},
+        "F21": {"Dense(1024) kernel on x[256, 4096], float32": units.tensor_bytes([4096, 1024]),
+                "its output under mixed_float16": units.tensor_bytes([256, 1024], "float16")},
+        "F22": {"the seed's gradient accumulator": seed},
+        "F24": {"seed kernel + gradient + RMSprop slot, which remat leaves": 3 * seed},
+        "F25": {"one Conv2D(64) output [16, 128, 128, 64] float32": units.tensor_bytes([16, 128, 128, 64])},
     }

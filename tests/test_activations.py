@@ -1,0 +1,165 @@
+"""When the batch is the tensor too big: field cases F21-F25 and scale-model proofs.
+
+Each allocator figure is one model's ``fit`` steps in a fresh kernel (a fork of the harness's
+server, so no TensorFlow import per figure) capped as the test says, measured by
+``snippets.lib.model_step.measure``, the planner's own measurement. The scale-model proofs run one
+capped step that runs out without the remedy and completes with it, for two activation-bound
+models. Kernels run side by side: an OOM costs the BFC allocator's retries, mostly waiting.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from harness import Kernel
+from snippets.lib import devices, model_step, planner, units
+from snippets.lib.model_step import ModelStep
+from snippets.lib.seed import SEED_SHAPE
+from snippets import activations
+
+CONV, ATTENTION = activations.CONV, activations.ATTENTION
+SMALL_CONV = {"model": CONV, "optimizer": "adam", "xla": "off", "loss": "mse", "kwargs": (("size", 64),)}
+TRANSFORMER = {"model": ATTENTION, "optimizer": "adam", "xla": "off", "loss": "mse", "batch": 4}
+
+
+def measured(step, cap, steps=None):
+    """``model_step.measure`` of ``step`` in a fresh kernel capped at ``cap``."""
+    with Kernel(deadline=300) as kernel:
+        kernel.call(devices.configure, 1, cap, "cpu")
+        return kernel.call(model_step.measure, step, steps or max(2, step.accumulation))
+
+
+def run_all(jobs):
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(lambda job: measured(*job), jobs))
+
+
+# --- scale-model proofs: runs out without the remedy, completes with it -----------------------
+
+#: (cap, without the remedy, with it). Each cap sits between the two peaks measured uncapped
+#: (CNN at 64 px: about 102 MiB at batch 16, 50 MiB at 4 x 4; Transformer: about 59 and 20 MiB,
+#: no XLA), with room for what a tight cap adds: the BFC allocator's chunk rounding.
+PROOFS = {
+    "CNN, smaller batch + accumulation": ("76MiB", ModelStep(**SMALL_CONV, batch=16),
+                                          ModelStep(**SMALL_CONV, batch=4, accumulation=4)),
+    "Transformer, keras.remat per block": ("36MiB", ModelStep(**TRANSFORMER),
+                                           ModelStep(**{**TRANSFORMER, "kwargs": (("remat", True),)})),
+}
+
+
+@pytest.fixture(scope="module")
+def proofs():
+    jobs = [(step, cap) for cap, without, with_ in PROOFS.values() for step in (without, with_)]
+    results = iter(run_all(jobs))
+    return {name: (next(results), next(results)) for name in PROOFS}
+
+
+@pytest.mark.parametrize("name", list(PROOFS))
+def test_activation_bound_step_runs_out_without_the_remedy_and_completes_with_it(proofs, name):
+    without, with_ = proofs[name]
+    assert not without["completed"] and without["failed_phase"] == "step", without
+    assert with_["completed"], with_
+
+
+# --- F21: mixed precision halves the activations, not the variables ---------------------------
+
+
+def mixed_facts():
+    devices.configure(1, "512MiB", "cpu")
+    return {policy: activations.mixed_dense(policy) for policy in ("mixed_float16", "mixed_bfloat16")}, \
+        activations.loss_scale_state()
+
+
+def test_F21_mixed_precision_halves_activations_not_variables_gradients_or_slots():
+    with Kernel() as kernel:
+        dense, loss_scale = kernel.call(mixed_facts)
+    kernel_bytes = units.tensor_bytes([4096, 1024])
+    for policy, half in (("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16")):
+        assert dense[policy]["kernel"] == ("float32", kernel_bytes)
+        assert dense[policy]["kernel gradient"] == ("float32", kernel_bytes)
+        assert dense[policy]["output"] == (half, units.tensor_bytes([256, 1024], "float16"))
+    # The loss-scale optimizer's own state: scalars only.
+    assert all(shape == () for shape, _ in loss_scale.values()) and "dynamic_scale" in loss_scale
+    # Slots keep the variable's dtype: Adam on the float32 kernel, 2 float32 slots, whatever the policy.
+    assert planner.per_device([4096, 1024], "float32", "adam", "single", 1, "mixed_float16")[0].slots \
+        == 2 * kernel_bytes
+
+
+# --- F22, F23: optimizer state, counted by Keras ----------------------------------------------
+
+
+def optimizer_facts():
+    devices.configure(1, "512MiB", "cpu")
+    facts = {name: activations.optimizer_state(name, gradient_accumulation_steps=4)["same_shape"]
+             for name in ("SGD", "Adam")}
+    facts["Adam plain"] = activations.optimizer_state("Adam")["same_shape"]
+    facts["Nadam"] = activations.optimizer_state("Nadam")["same_shape"]
+    try:
+        activations.optimizer_state("SGD", accum_steps=4)
+    except ValueError as error:
+        facts["accum_steps"] = str(error)
+    return facts
+
+
+@pytest.fixture(scope="module")
+def optimizer_state():
+    with Kernel() as kernel:
+        return kernel.call(optimizer_facts)
+
+
+def test_F22_accum_steps_does_not_exist_and_accumulation_costs_one_full_size_accumulator(optimizer_state):
+    assert optimizer_state["accum_steps"] == "Argument(s) not recognized: {'accum_steps': 4}"
+    assert optimizer_state["SGD"] == ["w_gradient_accumulator"]
+    assert optimizer_state["Adam"] == ["w_gradient_accumulator", "w_momentum", "w_velocity"]
+
+
+def test_F23_nadam_keeps_as_many_full_size_slots_as_adam(optimizer_state):
+    assert optimizer_state["Nadam"] == optimizer_state["Adam plain"] == ["w_momentum", "w_velocity"]
+
+
+# --- F24: rematerialisation does not shrink a weight-bound step --------------------------------
+
+
+def remat_full_error():
+    """``RematScope("full")`` on a Sequential model in ``fit`` (graph mode), on TensorFlow."""
+    devices.configure(1, "512MiB", "cpu")
+    try:
+        model_step.measure(ModelStep(CONV, batch=2, xla="off", loss="mse", remat="full", kwargs=(("size", 8),)), 1)
+    except ValueError as error:
+        return str(error)
+    return "no error"
+
+
+def test_F24_remat_keeps_a_weight_bound_peak_and_its_full_mode_fails_on_tensorflow():
+    # A seed-like, weight-bound Dense: a [4096, 2048] float32 kernel (32 MiB), Adam, batch 8.
+    dense = {"model": "snippets.activations:seed_model", "optimizer": "adam", "batch": 8, "xla": "off",
+             "loss": "mse", "kwargs": (("k", 1024),)}
+    remat_dense = {**dense, "kwargs": (("k", 1024), ("remat", True))}
+    plain, remat = run_all([(ModelStep(**dense), "512MiB"), (ModelStep(**remat_dense), "512MiB")])
+    kernel = units.tensor_bytes([SEED_SHAPE[0] // 32, SEED_SHAPE[1] // 32])
+    assert plain["completed"] and remat["completed"]
+    assert plain["step_peak"] > 4 * kernel  # weights + gradient + 2 slots: weight-bound
+    assert abs(remat["step_peak"] - plain["step_peak"]) < 0.05 * plain["step_peak"]
+    with Kernel() as kernel_process:
+        message = kernel_process.call(remat_full_error)
+    assert "custom_gradient decorator currently supports keywords arguments only when eager" in message
+
+
+# --- F25: an OOM that is the batch -------------------------------------------------------------
+
+
+def test_F25_two_convolutions_at_128_px_are_activation_bound():
+    step = ModelStep(CONV, "adam", 16, "off", loss="mse")
+    result = measured(step, "1024MiB")
+    assert result["completed"]
+    weights = result["weights_bytes"]
+    assert weights == 4 * activations_parameters()
+    # Two [16, 128, 128, 64] float32 outputs are 64 MiB each; the step keeps several of them.
+    conv_output = units.tensor_bytes([16, 128, 128, 64])
+    assert 2 * conv_output < result["step_peak"] < 12 * conv_output
+    assert result["step_peak"] > 1000 * weights
+
+
+def activations_parameters():
+    # 3*3*3*64 + 64, 3*3*64*64 + 64, 64*10 + 10: the builder's weights, counted by hand.
+    return (27 * 64 + 64) + (9 * 64 * 64 + 64) + (64 * 10 + 10)
