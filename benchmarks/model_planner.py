@@ -11,8 +11,9 @@ batch included, the worst of steps 0 and 1). Each run is a fresh kernel
 imported). Under ``MirroredStrategy`` the emulated devices share one
 allocator, so the replica's program is what is measured, and the real
 strategy's pool peak is reported beside it as a bound
-(:mod:`snippets.lib.model_step`). For three architectures the targets are
-also measured at one inter-op thread, and the spread is published.
+(:mod:`snippets.lib.model_step`). Every target is measured at one and at two
+inter-op threads (two is TensorFlow's default on this 2-core machine), and
+the worse counts; the spread between them is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -37,12 +38,12 @@ from snippets.lib.model_step import ModelStep
 RESULTS = Path(__file__).resolve().parent / "results" / "model_planner.json"
 
 #: Input sizes that keep a CPU step to seconds (the builders' defaults).
-TARGETS = (32, 64)
+TARGETS = (64, 128)
 MODES = (("single", "on"), ("single", "off"), ("mirrored", "off"))
 OPTIMIZERS = ("adam", "rmsprop")
-#: Architectures whose targets are also run at one inter-op thread.
-SPREAD = ("small_cnn", "transformer_classifier", "wide_mlp")
 CAP = "8GiB"
+#: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
+LINEARITY = {"small_cnn": (256,), "transformer_classifier": (256,)}
 
 
 def versions() -> dict:
@@ -70,54 +71,107 @@ def configurations(names: Sequence[str]):
         for optimizer in OPTIMIZERS:
             for strategy, xla in MODES:
                 devices_ = 2 if strategy == "mirrored" else 1
-                yield name, ModelStep(arch.target, optimizer, 1, xla, strategy, devices_, loss=arch.loss)
+                yield name, ModelStep(arch.target, optimizer, 1, xla, strategy, devices_, loss=arch.loss,
+                                      kwargs=arch.kwargs)
 
 
 def jobs(names: Sequence[str]):
-    """Every run the benchmark needs: (step, threads, real_strategy)."""
-    # Every configuration's own runs first, then the bounds and the spread.
+    """Every run the benchmark needs: (step, threads, real_strategy). The planner's own runs
+    (:data:`snippets.lib.model_plan.PLAN_THREADS` inter-op threads) and the targets at one and
+    at two (TensorFlow's default on this machine) threads come first, configuration by
+    configuration; then the real strategy's pool peaks."""
     for name, base in configurations(names):
         replicas = base.devices if base.strategy == "mirrored" else 1
-        for b in sorted(set(model_plan.SMALL_BATCHES) | set(TARGETS)):
-            yield base.at_batch(b * replicas), None, False
+        for b in model_plan.SMALL_BATCHES:
+            yield base.at_batch(b * replicas), model_plan.PLAN_THREADS, False
+        for b in TARGETS:
+            for threads in (1, None):
+                yield base.at_batch(b * replicas), threads, False
     for name, base in configurations(names):
         for b in TARGETS:
             if base.strategy == "mirrored" and base.optimizer == OPTIMIZERS[0]:
                 yield base.at_batch(b * base.devices), None, True
-            if name in SPREAD:
-                yield base.at_batch(b * (base.devices if base.strategy == "mirrored" else 1)), 1, False
+    for name, base in linearity_configurations(names):
+        for b in LINEARITY[name]:
+            yield base.at_batch(b), model_plan.PLAN_THREADS, False
 
 
-def rows(cache: dict, names: Sequence[str]) -> list[dict]:
-    """Planner vs measured at each target, from the cached runs (missing runs are skipped)."""
-    out = []
+def linearity_configurations(names: Sequence[str]):
+    """(name, step) for the architectures of :data:`LINEARITY`: Adam, one device, no XLA."""
     for name, base in configurations(names):
-        replicas = base.devices if base.strategy == "mirrored" else 1
-        small = [cache.get(key(base.at_batch(b * replicas), None, False)) for b in model_plan.SMALL_BATCHES]
+        if name in LINEARITY and (base.optimizer, base.strategy, base.xla) == ("adam", "single", "off"):
+            yield name, base
+
+
+def linearity(cache: dict) -> list[dict]:
+    """For each :data:`LINEARITY` architecture: the line through the planner's runs against
+    runs at large batches, the same thread count, without margins: ``{"architecture",
+    "batch_per_device", "line", "measured", "ratio"}``."""
+    out = []
+    for name, base in linearity_configurations(list(LINEARITY)):
+        small = [cache.get(key(base.at_batch(b), model_plan.PLAN_THREADS, False)) for b in model_plan.SMALL_BATCHES]
         if not all(r and r["completed"] for r in small):
             continue
         plan = model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
                                     tuple(r["step_peak"] for r in small))
+        for b in LINEARITY[name]:
+            big = cache.get(key(base.at_batch(b), model_plan.PLAN_THREADS, False))
+            if big and big["completed"]:
+                line = plan.state + plan.per_sample * b
+                out.append({"architecture": name, "batch_per_device": b, "line": round(line),
+                            "measured": big["step_peak"], "ratio": line / big["step_peak"]})
+    return out
+
+
+def rows(cache: dict, names: Sequence[str]) -> list[dict]:
+    """Planner vs measured at each target, from the cached runs (configurations with a missing run are skipped).
+
+    "Measured" is the worst per-device step peak over steps 0 and 1 and over one and two
+    (the default here) inter-op threads.
+    """
+    out = []
+    for name, base in configurations(names):
+        replicas = base.devices if base.strategy == "mirrored" else 1
+        small = [cache.get(key(base.at_batch(b * replicas), model_plan.PLAN_THREADS, False))
+                 for b in model_plan.SMALL_BATCHES]
+        if not all(r and r["completed"] and "largest_variable" in r for r in small):
+            continue
+        plan = model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
+                                    tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"])
         for b in TARGETS:
             step = base.at_batch(b * replicas)
-            measured = cache.get(key(step, None, False))
-            if not (measured and measured["completed"]):
+            runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}
+            if not all(r and r["completed"] for r in runs.values()):
                 continue
-            worst = measured["step_peak"]
-            one = cache.get(key(step, 1, False))
-            if one and one["completed"]:
-                worst = max(worst, one["step_peak"])
+            worst = max(r["step_peak"] for r in runs.values())
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
                    "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b), "measured": worst,
-                   "ratio": plan.peak_at(b) / worst, "weights": measured["weights_bytes"],
-                   "seconds_per_step_cpu": measured["seconds_per_step"]}
-            if one and one["completed"]:
-                row["one_thread_over_two"] = one["step_peak"] / measured["step_peak"]
+                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"],
+                   "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
+                   "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]
             out.append(row)
     return out
+
+
+#: The reader's command the issue named: a 224 px ResNet50, Adam, batch 256 on 4 V100-16GB.
+DECIDE_RESNET = ["--model", "snippets.lib.zoo:resnet50", "--model-kwargs", '{"size": 224}',
+                 "--loss", "sparse_categorical_crossentropy", "--optimizer", "adam", "--strategy", "mirrored",
+                 "--devices", "4", "--batch", "256", "--card", "V100-PCIE-16GB", "--json"]
+
+
+def time_decide() -> dict:
+    """Wall time of ``python -m snippets.decide`` on :data:`DECIDE_RESNET`, as a reader runs it, and its plan."""
+    import subprocess
+    import sys
+
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "snippets.decide", *DECIDE_RESNET], capture_output=True,
+                          text=True, cwd=RESULTS.parents[2], check=True)
+    seconds = time.perf_counter() - began
+    return {"argv": DECIDE_RESNET, "seconds": round(seconds, 1), "plan": json.loads(done.stdout)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -127,13 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="ignore the cache")
     parser.add_argument("--workers", type=int, default=2, help="kernels side by side (default 2)")
     parser.add_argument("--budget", type=float, default=3600, help="stop starting runs after this many seconds")
+    parser.add_argument("--time-decide", action="store_true",
+                        help="also time the reader's command for a 224 px ResNet50 (DECIDE_RESNET)")
     args = parser.parse_args(argv)
     names = args.only or list(zoo.ARCHITECTURES)
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() and not args.fresh else {}
     if data.get("versions") != versions():
         data = {}
     cache = data.get("runs", {})
-    todo = [job for job in jobs(names) if key(*job) not in cache]
+    # A completed run without "largest_variable" came from an older snippets.lib.model_step: redo it.
+    todo = [job for job in jobs(names) if "largest_variable" not in cache.get(key(*job), {})]
     began = time.perf_counter()
 
     def one(job):
@@ -153,10 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{result.get('step_peak')} ({time.perf_counter() - began:.0f} s)", flush=True)
             RESULTS.write_text(json.dumps({"versions": versions(), "runs": cache}, indent=0))
     seconds = time.perf_counter() - began + data.get("seconds", 0)
+    decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
     table = rows(cache, list(zoo.ARCHITECTURES))
     RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
+                                   "linearity": linearity(cache), "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
-    print(f"{len(table)} rows; {sum(1 for j in jobs(names) if key(*j) not in cache)} runs missing; "
+    print(f"{len(table)} rows; {sum(1 for j in jobs(names) if 'largest_variable' not in cache.get(key(*j), {}))} "
+          "runs missing; "
           f"{seconds:.0f} s in all")
     return 0
 

@@ -391,7 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m snippets.decide",
         description="Per-device peak of one training step (weights, gradients, optimizer slots, activations, "
         "update temporaries; init and step peaks) for a model or plain shapes under a placement, with a "
-        "verdict and, when it does not fit, ranked remedies. Allocates nothing.",
+        "verdict and, when it does not fit, ranked remedies. Plain shapes and a model too large to run here "
+        "are planned by rule (weights, gradients, slots, the update's temporaries, Dense layers' activations), "
+        "allocating nothing; a --model (or --model-json) that runs here is measured: its real fit step at "
+        "two small batches in fresh capped processes, extrapolated in the batch.",
+        epilog=model_plan.accuracy_line() + " Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, "
+        "XLA:GPU's buffer assignment (docs/performance.md).",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--shape", type=int, nargs="+", action="append", metavar="DIM",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from snippets.lib import model_plan, units, zoo
+
 #: The published measurements (committed).
 PUBLISHED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "benchmarks.json"
 
@@ -32,7 +34,7 @@ def medians(name: str, path: Path = PUBLISHED) -> dict[str, float]:
 
 
 #: The planner against the allocator on real architectures (``python -m benchmarks.model_planner``).
-MODEL_PLANNER = PUBLISHED.parent / "model_planner.json"
+MODEL_PLANNER = model_plan.ACCURACY
 
 
 def planner_rows(path: Path = MODEL_PLANNER) -> list[dict]:
@@ -45,26 +47,9 @@ def planner_rows(path: Path = MODEL_PLANNER) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8"))["rows"]
 
 
-def planner_accuracy(path: Path = MODEL_PLANNER) -> dict:
-    """What the rows say in a few numbers.
-
-    Returns:
-        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst"}``: ratios are
-        planned / measured; ``worst`` is the row with the ratio farthest from 1.
-    """
-    data = json.loads(path.read_text(encoding="utf-8"))
-    rows = data["rows"]
-    ratios = [row["ratio"] for row in rows]
-    return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
-            "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
-            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1))}
-
-
 def planner_table(path: Path = MODEL_PLANNER) -> str:
     """One line per architecture: its family, weights, configurations and the range of planned / measured."""
     from tabulate import tabulate
-
-    from snippets.lib import units, zoo
 
     by_arch: dict[str, list[dict]] = {}
     for row in planner_rows(path):

@@ -37,24 +37,36 @@ transposes.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from snippets.lib import allocator, placements, planner, units
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_fresh
 
 #: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
-#: about 8 samples fixed-size buffers still dominate, and XLA:CPU's buffer assignment packs small
-#: tensors differently (measured: a Transformer block's slope per sample from batches 2 and 8 was
-#: 0.75x its slope from 8 on), so a line through tiny batches undershoots.
-SMALL_BATCHES = (4, 16)
+#: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
+#: tensors differently, so a line through small batches bends (benchmarks, model_planner:
+#: through 4 and 16, a Transformer's XLA step was planned at 0.75x and an LSTM's at 0.67x of
+#: the measured peak at 64; through 16 and 32, every one came within the published range).
+SMALL_BATCHES = (16, 32)
 
-#: Added to an extrapolated peak, as a fraction of it. What one run measures varies with the
-#: executor's order of independent ops (inter-op threads), and the first step can peak above the
-#: second; the benchmarks measure that spread on the architectures of :mod:`snippets.lib.zoo`
-#: (docs/performance.md) and this margin covers it.
-MARGIN = 0.05
+#: Inter-op threads of the planner's own runs. With one, TensorFlow's executor runs a step's ops
+#: in one order, so a run reads the same peak every time (measured: to the KiB, five runs of a
+#: CNN); with two or more, independent ops race, and the same step peaks one buffer higher or
+#: lower from run to run (a wide MLP's update read 513, 576 and 640 MiB at one batch). The
+#: order's effect is then added back as an allowance (:data:`MARGIN`, :attr:`ModelPlan.schedule`).
+PLAN_THREADS = 1
+
+#: Added to an extrapolated peak, as a fraction of it: what other orders of the step's ops add
+#: to the activations (more inter-op threads keep more of them live at once; about +20% for a
+#: wide MLP at 8 threads against 2, measured; a Transformer block's step without XLA held 21%
+#: more at two threads than at one), and the first step peaking above the second. The
+#: benchmarks hold the result to the worst of one and two threads on :mod:`snippets.lib.zoo`
+#: (docs/performance.md).
+MARGIN = 0.15
 
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model.
 CAVEATS = (
@@ -78,6 +90,8 @@ class ModelPlan:
         seconds_per_step: wall time of one step at the largest batch run (on this CPU; not a GPU's).
         rule_peak: for ``rule``, the planner's per-device step peak, bytes.
         rule_note: for ``rule``, :func:`rule_how`'s sentence.
+        largest_variable: the largest trainable variable, bytes: without XLA another order of
+            the update's ops holds one more buffer of it (:attr:`schedule`).
     """
 
     step: ModelStep
@@ -89,6 +103,18 @@ class ModelPlan:
     seconds_per_step: float | None = None
     rule_peak: int = 0
     rule_note: str = ""
+    largest_variable: int = 0
+
+    @property
+    def schedule(self) -> int:
+        """Bytes added for the order of a step without XLA: one buffer of the largest trainable variable.
+
+        A compiled step has one buffer assignment; without XLA the executor may run an update's
+        independent ops so that one more variable-sized temporary is live
+        (:data:`snippets.lib.planner.SCHEDULE_MARGIN`, measured on Dense layers; benchmarks,
+        ``planner_vs_step_peak``).
+        """
+        return 0 if self.step.jit else planner.SCHEDULE_MARGIN * self.largest_variable
 
     @property
     def replicas(self) -> int:
@@ -116,14 +142,15 @@ class ModelPlan:
     def peak_at(self, device_batch: int) -> int:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes.
 
-        A measured batch gives its own figure; any other gets the linear fit
-        plus :data:`MARGIN`. ``rule`` plans have no batch dependence they can trust.
+        A measured batch gives its own figure, any other the linear fit; both get
+        :data:`MARGIN` and :attr:`schedule`. ``rule`` plans have no batch dependence they can trust.
         """
         if self.method == "rule":
             return self.rule_peak
         if device_batch in self.batches:
-            return self.peaks[self.batches.index(device_batch)]
-        return round((self.state + self.per_sample * device_batch) * (1 + MARGIN))
+            # Measured at one thread: other orders of the same step still need the allowance.
+            return round(self.peaks[self.batches.index(device_batch)] * (1 + MARGIN)) + self.schedule
+        return round((self.state + self.per_sample * device_batch) * (1 + MARGIN)) + self.schedule
 
     @property
     def step_peak(self) -> int:
@@ -139,7 +166,7 @@ class ModelPlan:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none."""
         if self.method == "rule" or self.per_sample <= 0:
             return 0 if self.total > capacity else self.step.batch
-        per_device = int((capacity / (1 + MARGIN) - self.state) // self.per_sample)
+        per_device = int(((capacity - self.schedule) / (1 + MARGIN) - self.state) // self.per_sample)
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
         return max(per_device, 0) * self.replicas
@@ -152,13 +179,15 @@ class ModelPlan:
         if self.method == "rule":
             return self.rule_note
         runs = " and ".join(str(b) for b in self.batches)
+        order = f"+{MARGIN:.0%}" if not self.schedule else f"+{MARGIN:.0%} and one buffer of the largest variable"
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
-                    "allocator, a fresh process per run, worst of 2 steps.")
+                    f"allocator, a fresh process per run, one inter-op thread, worst of 2 steps; "
+                    f"{order} for other orders of the step's ops.")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} per device "
-                f"(capped CPU allocator, a fresh process each, worst of 2 steps), "
-                f"{units.human_bytes(round(self.per_sample))} per sample, linear in the batch, "
-                f"+{MARGIN:.0%} for the executor's order.")
+                f"(capped CPU allocator, a fresh process each, one inter-op thread, worst of 2 steps), "
+                f"{units.human_bytes(round(self.per_sample))} per sample, linear in the batch; "
+                f"{order} for other orders of the step's ops.")
 
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
@@ -192,7 +221,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             the model runs here and for the ``rule`` method. None: measure.
         cap: allocator cap per run, bytes (default :func:`snippets.lib.model_step.default_cap`).
         progress: called with one line before each run (the CLI prints it to stderr).
-        run: ``run(step, cap)`` measures one configuration in a fresh process and returns
+        run: ``run(step, cap, inter_op_threads=...)`` measures one configuration in a fresh process and returns
             :func:`snippets.lib.model_step.measure`'s result (default
             :func:`snippets.lib.model_step.measure_fresh`; the tests and benchmarks pass a
             runner that forks a preloaded kernel instead of starting Python).
@@ -216,7 +245,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     results = []
     for b in batches:
         say(f"measuring {step.at_batch(b * replicas).label()} in a fresh process ...")
-        result = run(step.at_batch(b * replicas), cap)
+        result = run(step.at_batch(b * replicas), cap, inter_op_threads=PLAN_THREADS)
         if not result["completed"]:
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
                              f"at {b} samples per device ({result['failed_phase']}); plan a smaller --batch "
@@ -225,7 +254,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     method = "measured" if target in batches else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
-                     results[-1]["seconds_per_step"])
+                     results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"])
 
 
 @dataclass(frozen=True)
@@ -304,6 +333,38 @@ def rule_how(weights: Sequence[planner.Weight], too_large: bool = False) -> str:
     return (f"Planned by rule ({why}{counted}): a LOWER BOUND, since the activations of the model's "
             f"{len(other)} other weight(s) of rank 2 or more (convolution, attention, recurrent, embedding) "
             "are not counted; measure the step where it runs (--method auto, strategy single or mirrored).")
+
+
+#: Where ``python -m benchmarks.model_planner`` publishes the planner against the allocator (committed).
+ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "model_planner.json"
+
+
+def published_accuracy(path: Path = ACCURACY) -> dict | None:
+    """The planner's measured error on real architectures, as last published; None if never published.
+
+    Returns:
+        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds"}``; ratios are planned /
+        measured per-device step peaks (benchmarks/model_planner.py says how each is obtained).
+    """
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    rows = data.get("rows") or []
+    if not rows:
+        return None
+    ratios = [row["ratio"] for row in rows]
+    return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
+            "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds")}
+
+
+def accuracy_line(path: Path = ACCURACY) -> str:
+    """One sentence for an answer-first box or ``--help``: what was measured and the range of error."""
+    found = published_accuracy(path)
+    if found is None:
+        return "The planner's accuracy on real architectures has not been measured here (make benchmark)."
+    return (f"On {found['architectures']} architectures ({found['rows']} configurations: CNNs, a Transformer, "
+            f"LSTM, GRU, a recommender, MLPs, the seed; Adam and RMSprop; XLA on and off; MirroredStrategy), "
+            f"planned / measured step peak per device was {found['min_ratio']:.2f}-{found['max_ratio']:.2f}.")
 
 
 def stderr_progress(line: str) -> None:

@@ -177,6 +177,10 @@ def build(step: ModelStep, replica_program: bool = False):
     except ModelError:
         raise
     except Exception as error:  # noqa: BLE001 (the reader's code can raise anything: one line)
+        from snippets.lib.errors import is_oom
+
+        if is_oom(error):
+            raise  # the allocator refused a weight's initial value: measure() reports the init phase
         first = (str(error).strip().splitlines() or [""])[0]
         raise ModelError(f"building the model with {step.model} failed: {type(error).__name__}: {first}") from None
     check_model(model, step.model)
@@ -265,7 +269,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
 
     Returns:
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
-        "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline"}``; peaks in
+        "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable"}``; peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused).
@@ -275,6 +279,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     from snippets.lib.errors import is_oom
 
     device = "CPU:0"
+    # With accumulation the optimizer updates on every k-th step only: measure through one update.
+    steps = max(steps, step.accumulation)
     result = {"step": asdict(step), "completed": False, "failed_phase": None, "init_peak": None,
               "step_peaks": [], "step_peak": None, "weights_bytes": None, "seconds_per_step": None,
               "jit": step.jit, "real_strategy": bool(replica_devices)}
@@ -296,6 +302,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         return result
     result["init_peak"] = tf.config.experimental.get_memory_info(device)["peak"] - start
     result["weights_bytes"] = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
+    result["largest_variable"] = max((units.tensor_bytes(tuple(w.shape), str(w.dtype))
+                                      for w in model.trainable_weights), default=0)
     # One batch held as tensors, as a GPU holds the batch it trains on; a dataset of that one
     # element hands the same tensors to every step (no prefetch copies in the pool).
     dataset = tf.data.Dataset.from_tensors((x, y)).repeat()

@@ -178,11 +178,13 @@ def seed_scaled(k: int = 256):
 
 @dataclass(frozen=True)
 class Architecture:
-    """An entry of :data:`ARCHITECTURES`: the builder's target, its loss, what it stands for."""
+    """An entry of :data:`ARCHITECTURES`: the builder's target, its loss, what it stands for, and the
+    builder's arguments the benchmarks use (input sizes that keep a CPU step to seconds)."""
 
     target: str
     loss: str
     family: str
+    kwargs: tuple = ()
 
 
 #: The architectures the benchmarks hold the planner to (docs/performance.md), by name.
@@ -194,10 +196,13 @@ ARCHITECTURES = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:recommender", "binary_crossentropy", "embeddings"),
     Architecture("snippets.lib.zoo:wide_mlp", "mse", "MLP, activation-bound"),
     Architecture("snippets.lib.zoo:deep_mlp", "sparse_categorical_crossentropy", "MLP + BatchNorm"),
-    Architecture("snippets.lib.zoo:seed_scaled", "mse", "the seed at 1/256"),
+    Architecture("snippets.lib.zoo:seed_scaled", "mse", "the seed at 1/64", (("k", 64),)),
     Architecture("snippets.lib.zoo:mobilenet_v2", "sparse_categorical_crossentropy", "CNN, depthwise + BatchNorm"),
-    Architecture("snippets.lib.zoo:resnet50", "sparse_categorical_crossentropy", "CNN, residual + BatchNorm"),
-    Architecture("snippets.lib.zoo:efficientnet_b0", "sparse_categorical_crossentropy", "CNN, depthwise + SE"),
-    Architecture("snippets.lib.zoo:vgg16", "sparse_categorical_crossentropy", "CNN, plain"),
-    Architecture("snippets.lib.zoo:densenet121", "sparse_categorical_crossentropy", "CNN, dense blocks"),
+    Architecture("snippets.lib.zoo:resnet50", "sparse_categorical_crossentropy", "CNN, residual + BatchNorm",
+                 (("size", 64),)),
+    Architecture("snippets.lib.zoo:efficientnet_b0", "sparse_categorical_crossentropy", "CNN, depthwise + SE",
+                 (("size", 64),)),
+    Architecture("snippets.lib.zoo:vgg16", "sparse_categorical_crossentropy", "CNN, plain", (("size", 32),)),
+    Architecture("snippets.lib.zoo:densenet121", "sparse_categorical_crossentropy", "CNN, dense blocks",
+                 (("size", 32),)),
 )}
