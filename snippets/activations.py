@@ -22,13 +22,8 @@ keras/src/backend/tensorflow/core.py); the mixed policies (Keras mixed-precision
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
-from pathlib import Path
 
 from snippets.lib import hardware, model_step, planner, units
 from snippets.lib.model_step import ModelStep
@@ -157,67 +152,14 @@ def seed_model(k: int = 64, remat: bool = False):
 
 
 def measure_fresh(jobs: Sequence[tuple[ModelStep, str]]) -> list[dict]:
-    """:func:`snippets.lib.model_step.measure` of each ``(step, cap)``, each in its own fresh process.
-
-    One child Python imports TensorFlow once, then forks one process per job before
-    TensorFlow's runtime starts (as the test harness's fork server does), so each figure
-    comes from an allocator nothing else has used, for one TensorFlow import in all instead
-    of one per figure (``model_step.measure_fresh`` starts a new interpreter per figure).
-    Each job runs ``max(2, step.accumulation)`` ``fit`` steps: with accumulation, the last
-    of them applies the averaged gradient.
+    """:func:`snippets.lib.model_step.measure` of each ``(step, cap)``, each in its own fresh process
+    (:func:`snippets.lib.model_step.measure_many`: one TensorFlow import, a fork per figure). With
+    accumulation each job runs through the optimizer's update (``model_step.measure`` does).
 
     Raises:
         RuntimeError: if a child fails for another reason than an OOM (its one line).
     """
-    payload = json.dumps([[asdict(step), cap] for step, cap in jobs])
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-m", "snippets.activations", "--jobs", payload],
-                          capture_output=True, text=True, env=env, check=False,
-                          cwd=Path(__file__).resolve().parents[1])
-    lines = done.stdout.strip().splitlines()
-    if done.returncode or not lines:
-        raise RuntimeError((done.stderr.strip().splitlines() or ["measurement failed"])[-1])
-    return json.loads(lines[-1])
-
-
-def _run_jobs(jobs: list) -> list[dict]:
-    """In the child of :func:`measure_fresh`: fork per job; each configures its own cap."""
-    from snippets.lib import devices  # first: it sets the environment TensorFlow reads on import
-
-    import tensorflow  # noqa: F401  (imported once, before the forks)
-
-    results = []
-    for fields, cap in jobs:
-        step = ModelStep(**fields)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                devices.configure(1, cap, "cpu")
-                try:
-                    out = json.dumps(model_step.measure(step, max(2, step.accumulation)))
-                except model_step.ModelError as error:
-                    # model_step reports an OOM inside the builder (a kernel's initial value)
-                    # as a failing builder: here it is the init phase's refusal.
-                    if "ResourceExhaustedError" not in str(error):
-                        raise
-                    out = json.dumps({"completed": False, "failed_phase": "init", "step_peak": None,
-                                      "weights_bytes": None, "seconds_per_step": None})
-            except BaseException as error:  # noqa: BLE001  (reported to the parent, one line)
-                out = json.dumps({"error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"})
-            with os.fdopen(write, "w") as pipe:
-                pipe.write(out)
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as pipe:
-            text = pipe.read()
-        os.waitpid(pid, 0)
-        result = json.loads(text) if text else {"error": "the process died"}
-        if "error" in result:
-            raise RuntimeError(f"{step.label()}: {result['error']}")
-        results.append(result)
-    return results
+    return model_step.measure_many(list(jobs))
 
 
 def parameters(builder: str, **kwargs) -> int:
@@ -382,14 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snippets.activations",
                                      description="Measure the chapter's fit steps, one fresh capped process "
                                      "each, and print their allocator peaks.")
-    parser.add_argument("--jobs", help="(internal) a JSON list of [ModelStep fields, cap] pairs; "
-                        "prints the results as JSON")
-    args = parser.parse_args(argv)
+    parser.parse_args(argv)
     try:
-        if args.jobs:
-            print(json.dumps(_run_jobs(json.loads(args.jobs))), flush=True)
-        else:
-            print(figures_table(chapter_figures()), flush=True)
+        print(figures_table(chapter_figures()), flush=True)
     except (RuntimeError, ValueError) as error:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 1

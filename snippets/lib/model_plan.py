@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from snippets.lib import allocator, placements, planner, units
-from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_fresh
+from snippets.lib import planner, units
+from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
 
 #: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
 #: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
@@ -211,7 +211,7 @@ def runs_here(weights: Sequence[planner.Weight], step: ModelStep, cap: int | Non
 
 def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None, *,
                cap: int | None = None, progress: Callable[[str], None] | None = None,
-               run: Callable[..., dict] = measure_fresh) -> ModelPlan:
+               run: Callable[..., dict] | None = None) -> ModelPlan:
     """Plan ``step``: measure it (fresh capped processes) where the host can run it, else by rule.
 
     Args:
@@ -222,9 +222,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         cap: allocator cap per run, bytes (default :func:`snippets.lib.model_step.default_cap`).
         progress: called with one line before each run (the CLI prints it to stderr).
         run: ``run(step, cap, inter_op_threads=...)`` measures one configuration in a fresh process and returns
-            :func:`snippets.lib.model_step.measure`'s result (default
-            :func:`snippets.lib.model_step.measure_fresh`; the tests and benchmarks pass a
-            runner that forks a preloaded kernel instead of starting Python).
+            :func:`snippets.lib.model_step.measure`'s result; None (the default): all runs through
+            :func:`snippets.lib.model_step.measure_many` (one TensorFlow import, a fork per run).
+            The tests and benchmarks pass the harness's kernels.
 
     Raises:
         ModelError: the model cannot be measured as given (one line naming the fix).
@@ -242,15 +242,17 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
     batches = sorted({SMALL_BATCHES[0], target} if target <= SMALL_BATCHES[-1] else set(SMALL_BATCHES))
-    results = []
-    for b in batches:
-        say(f"measuring {step.at_batch(b * replicas).label()} in a fresh process ...")
-        result = run(step.at_batch(b * replicas), cap, inter_op_threads=PLAN_THREADS)
+    runs = [step.at_batch(b * replicas) for b in batches]
+    if run is None:
+        say(f"measuring {' and '.join(r.label() for r in runs)}, a fresh process each ...")
+        results = measure_many([(r, cap, PLAN_THREADS) for r in runs])
+    else:
+        results = [run(r, cap, inter_op_threads=PLAN_THREADS) for r in runs]
+    for b, result in zip(batches, results):
         if not result["completed"]:
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
                              f"at {b} samples per device ({result['failed_phase']}); plan a smaller --batch "
                              "or free memory")
-        results.append(result)
     method = "measured" if target in batches else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
