@@ -76,15 +76,13 @@ def configurations(names: Sequence[str]):
 
 
 def jobs(names: Sequence[str]):
-    """Every run the benchmark needs: (step, threads, real_strategy). The planner's own runs
-    (:data:`snippets.lib.model_plan.PLAN_THREADS` inter-op threads) and the targets at one and
-    at two (TensorFlow's default on this machine) threads come first, configuration by
-    configuration; then the real strategy's pool peaks."""
+    """Every run the benchmark needs: (step, threads, real_strategy). The planner's batches and
+    the targets, each at one and at two (TensorFlow's default on this machine; ``None``) inter-op
+    threads, come first, configuration by configuration; then the real strategy's pool peaks and
+    the linearity runs."""
     for name, base in configurations(names):
         replicas = base.devices if base.strategy == "mirrored" else 1
-        for b in model_plan.SMALL_BATCHES:
-            yield base.at_batch(b * replicas), model_plan.PLAN_THREADS, False
-        for b in TARGETS:
+        for b in model_plan.SMALL_BATCHES + TARGETS:
             for threads in (1, None):
                 yield base.at_batch(b * replicas), threads, False
     for name, base in configurations(names):
@@ -93,7 +91,7 @@ def jobs(names: Sequence[str]):
                 yield base.at_batch(b * base.devices), None, True
     for name, base in linearity_configurations(names):
         for b in LINEARITY[name]:
-            yield base.at_batch(b), model_plan.PLAN_THREADS, False
+            yield base.at_batch(b), 1, False
 
 
 def linearity_configurations(names: Sequence[str]):
@@ -104,23 +102,35 @@ def linearity_configurations(names: Sequence[str]):
 
 
 def linearity(cache: dict) -> list[dict]:
-    """For each :data:`LINEARITY` architecture: the line through the planner's runs against
-    runs at large batches, the same thread count, without margins: ``{"architecture",
+    """For each :data:`LINEARITY` architecture: the line through the runs at the planner's batches
+    against runs at large batches, all at one inter-op thread (one order), without margins: ``{"architecture",
     "batch_per_device", "line", "measured", "ratio"}``."""
     out = []
     for name, base in linearity_configurations(list(LINEARITY)):
-        small = [cache.get(key(base.at_batch(b), model_plan.PLAN_THREADS, False)) for b in model_plan.SMALL_BATCHES]
+        small = [cache.get(key(base.at_batch(b), 1, False)) for b in model_plan.SMALL_BATCHES]
         if not all(r and r["completed"] for r in small):
             continue
         plan = model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
                                     tuple(r["step_peak"] for r in small))
         for b in LINEARITY[name]:
-            big = cache.get(key(base.at_batch(b), model_plan.PLAN_THREADS, False))
+            big = cache.get(key(base.at_batch(b), 1, False))
             if big and big["completed"]:
                 line = plan.state + plan.per_sample * b
                 out.append({"architecture": name, "batch_per_device": b, "line": round(line),
                             "measured": big["step_peak"], "ratio": line / big["step_peak"]})
     return out
+
+
+def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
+    """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs, or None."""
+    small = []
+    for b in model_plan.SMALL_BATCHES:
+        runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in model_plan.PLAN_THREADS]
+        if not all(r and r["completed"] and "largest_variable" in r for r in runs):
+            return None
+        small.append(max(runs, key=lambda r: r["step_peak"]))
+    return model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
+                                tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"])
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:
@@ -132,12 +142,9 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     out = []
     for name, base in configurations(names):
         replicas = base.devices if base.strategy == "mirrored" else 1
-        small = [cache.get(key(base.at_batch(b * replicas), model_plan.PLAN_THREADS, False))
-                 for b in model_plan.SMALL_BATCHES]
-        if not all(r and r["completed"] and "largest_variable" in r for r in small):
+        plan = planned(cache, base, replicas)
+        if plan is None:
             continue
-        plan = model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
-                                    tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"])
         for b in TARGETS:
             step = base.at_batch(b * replicas)
             runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}

@@ -94,12 +94,21 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     return weights
 
 
-def builder_policy() -> str | None:
-    """The global dtype policy a builder left set (``"mixed_float16"``...), or None for float32."""
+def builder_policy(build_model: Callable) -> tuple[list[planner.Weight], str | None]:
+    """``(model_weights(build_model), the dtype policy it set)``, leaving the global policy as it was.
+
+    Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
+    builds the model; the planner honours that policy (None: float32) without keeping it set.
+    """
     import keras
 
-    name = keras.config.dtype_policy().name
-    return name if name in units.POLICIES else None
+    before = keras.config.dtype_policy()
+    try:
+        weights = model_weights(build_model)
+        name = keras.config.dtype_policy().name
+    finally:
+        keras.config.set_dtype_policy(before)
+    return weights, (name if name in units.POLICIES else None)
 
 
 def json_weights(text: str) -> list[planner.Weight]:
@@ -293,7 +302,7 @@ BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
     """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), progress on stderr."""
     stored = args.dtype if args.dtype not in (None, "float32") else None
-    policy = args.policy or stored or builder_policy()
+    policy = args.policy or stored or getattr(args, "builder_policy", None)
     devices = args.devices if args.strategy == "mirrored" else 1
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, policy, args.loss,
@@ -455,7 +464,8 @@ def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        return with_precision(_user_model(model_weights, build, args.model), args.dtype)
+        weights, args.builder_policy = _user_model(builder_policy, build, args.model)
+        return with_precision(weights, args.dtype)
     if args.model_json:
         try:
             with open(args.model_json, encoding="utf-8") as handle:
@@ -490,6 +500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
         weights = _weights(args)
         how = model_plan.rule_how(weights)
+        # A mixed policy the model's function set counts as if given on the command line.
+        rule_policy = args.policy or getattr(args, "builder_policy", None)
         if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
             plan = measured_plan(args, weights)
@@ -512,14 +524,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(text)
             return 0
         if args.json:
-            budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, args.policy, reserve,
+            budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, rule_policy, reserve,
                                   batch=args.batch, xla=args.xla)
             text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(args.xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how),
                               indent=1)
         else:
-            text = report(weights, args.optimizer, args.strategy, args.devices, capacity, args.policy,
+            text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,
                           reserve, args.top, batch=args.batch, xla=args.xla)
             text += "\n" + textwrap.fill(how, max(72, len(text.splitlines()[0])))
     except (ValueError, MemoryError, RuntimeError) as error:

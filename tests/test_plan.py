@@ -188,3 +188,38 @@ def test_bad_input_exits_2_with_one_line(argv, message):
     assert lines[0].startswith("usage: python -m snippets.decide")
     assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1]
     assert len([line for line in lines if "error:" in line]) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "tests.plan_builders:unbuilt"], "give it a keras.Input(shape) or call model.build(input_shape)"),
+    (["--model", "tests.plan_builders:failing"],
+     "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
+    (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),
+    (["--model", "tests.plan_builders:tiny", "--model-kwargs", "{size"], "--model-kwargs is not JSON"),
+    (["--model", "tests.plan_builders:tiny", "--strategy", "single"], "or pass --loss (e.g. --loss mse)"),
+])
+def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, message):
+    code, out = kernel.call(run_plan_cli, [*argv, "--optimizer", "adam"])
+    lines = [line for line in out.splitlines() if line.strip() and not line.startswith("measuring ")]
+    assert code == 2 and "Traceback" not in out
+    assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1], out
+
+
+def test_a_tf_keras_model_is_refused_before_it_is_built():
+    code, out, err = run("--model", "tests.plan_builders_tf_keras:model", "--optimizer", "adam")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith("imports tf_keras (Keras 2): the planner reads Keras 3 models; "
+                                                 "plan tf_keras with docs/tf-keras.md")
+
+
+def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
+    import json
+
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny_mixed", "--optimizer", "adam",
+                                           "--strategy", "single", "--batch", "256", "--json"])
+    assert code == 0, out
+    plan = json.loads(out[out.index("{"):])
+    assert plan["plan"]["step"]["policy"] == "mixed_float16" and plan["plan"]["step"]["loss"] is None
+    assert plan["plan"]["method"] == "extrapolated" and plan["plan"]["batches"] == [16, 32]
+    assert "Extrapolated" in plan["plan"]["how"] and plan["largest_batch"]["A100-80GB"] > 256
+    assert plan["fits"] and plan["caveats"].startswith("Not measurable on a CPU")

@@ -53,19 +53,19 @@ from snippets.lib.model_step import ModelError, ModelStep, check_step, default_c
 #: the measured peak at 64; through 16 and 32, every one came within the published range).
 SMALL_BATCHES = (16, 32)
 
-#: Inter-op threads of the planner's own runs. With one, TensorFlow's executor runs a step's ops
-#: in one order, so a run reads the same peak every time (measured: to the KiB, five runs of a
-#: CNN); with two or more, independent ops race, and the same step peaks one buffer higher or
-#: lower from run to run (a wide MLP's update read 513, 576 and 640 MiB at one batch). The
-#: order's effect is then added back as an allowance (:data:`MARGIN`, :attr:`ModelPlan.schedule`).
-PLAN_THREADS = 1
+#: Inter-op thread counts the planner runs each batch at (None: the emulation's default,
+#: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`, two, TensorFlow's default on a 2-core
+#: machine); each batch's figure is the worse. Without XLA the thread count moves the peak
+#: either way: independent ops that run at once keep their buffers live at once (a CNN at
+#: 48 px, batch 64: 113.8 MiB with one thread, 155.5 MiB with two), and an update's ops can
+#: hold one buffer more or fewer (a wide MLP's read 513, 576 and 640 MiB at one batch).
+PLAN_THREADS = (1, None)
 
-#: Added to an extrapolated peak, as a fraction of it: what other orders of the step's ops add
-#: to the activations (more inter-op threads keep more of them live at once; about +20% for a
-#: wide MLP at 8 threads against 2, measured; a Transformer block's step without XLA held 21%
-#: more at two threads than at one), and the first step peaking above the second. The
-#: benchmarks hold the result to the worst of one and two threads on :mod:`snippets.lib.zoo`
-#: (docs/performance.md).
+#: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
+#: runs' own add (two threads race, so one run's order is not the next one's: the same CNN step
+#: read 264.6 and 295.7 MiB at batch 16; more threads keep more activations live at once,
+#: about +20% for a wide MLP at 8 threads against 2, measured). The benchmarks hold the result
+#: to the worst of one and two threads on :mod:`snippets.lib.zoo` (docs/performance.md).
 MARGIN = 0.15
 
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model.
@@ -182,10 +182,10 @@ class ModelPlan:
         order = f"+{MARGIN:.0%}" if not self.schedule else f"+{MARGIN:.0%} and one buffer of the largest variable"
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
-                    f"allocator, a fresh process per run, one inter-op thread, worst of 2 steps; "
+                    f"allocator, a fresh process per run, the worse of 1 and 2 inter-op threads and of 2 steps; "
                     f"{order} for other orders of the step's ops.")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} per device "
-                f"(capped CPU allocator, a fresh process each, one inter-op thread, worst of 2 steps), "
+                f"(capped CPU allocator, a fresh process each, the worse of 1 and 2 inter-op threads and of 2 steps), "
                 f"{units.human_bytes(round(self.per_sample))} per sample, linear in the batch; "
                 f"{order} for other orders of the step's ops.")
 
@@ -242,17 +242,22 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
     batches = sorted({SMALL_BATCHES[0], target} if target <= SMALL_BATCHES[-1] else set(SMALL_BATCHES))
-    runs = [step.at_batch(b * replicas) for b in batches]
+    jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in PLAN_THREADS]
     if run is None:
-        say(f"measuring {' and '.join(r.label() for r in runs)}, a fresh process each ...")
-        results = measure_many([(r, cap, PLAN_THREADS) for r in runs])
+        say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, "
+            f"{len(PLAN_THREADS)} thread counts, a fresh process each ...")
+        flat = measure_many([(s, cap, threads) for s, threads in jobs])
     else:
-        results = [run(r, cap, inter_op_threads=PLAN_THREADS) for r in runs]
-    for b, result in zip(batches, results):
+        flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
+    for (s, _), result in zip(jobs, flat):
         if not result["completed"]:
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
-                             f"at {b} samples per device ({result['failed_phase']}); plan a smaller --batch "
-                             "or free memory")
+                             f"at {s.batch // replicas} samples per device ({result['failed_phase']}); plan a "
+                             "smaller --batch or free memory")
+    # Each batch's figure is the worse of its thread counts; the default count's run times the step.
+    per = len(PLAN_THREADS)
+    results = [max(flat[i * per:(i + 1) * per], key=lambda r: r["step_peak"]) for i in range(len(batches))]
+    results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
     method = "measured" if target in batches else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
