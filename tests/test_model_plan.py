@@ -67,33 +67,69 @@ def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():
 
 
 #: Small models of three kinds, with a batch beyond the planner's runs, so the figure is extrapolated.
+#: Compiled steps have one buffer assignment, so a cap under the planned peak must fail. A step
+#: without XLA is checked for safety only: under a cap, TensorFlow's executor waits for frees and
+#: retries (BFC's retry), so it can finish below its uncapped peak (a 48 px CNN at batch 64:
+#: 155.5 MiB uncapped with two threads, completed under 140 MiB), and the planned figure, the
+#: worst uncapped order, is then safe by more than the 25% a tight check allows.
 VERDICT_MODELS = (
-    ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "off", loss="sparse_categorical_crossentropy",
-              kwargs=(("size", 48),)),
-    ModelStep("snippets.lib.zoo:transformer_classifier", "rmsprop", 64, "on", loss="sparse_categorical_crossentropy",
-              kwargs=(("maxlen", 64), ("vocab_size", 2000), ("embed_dim", 64), ("ff_dim", 128))),
-    ModelStep("snippets.lib.zoo:wide_mlp", "adam", 128, "off", "mirrored", 2, loss="mse",
-              kwargs=(("width", 2048), ("features", 256), ("outputs", 256))),
+    (ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "on", loss="sparse_categorical_crossentropy",
+               kwargs=(("size", 32),)), True),
+    (ModelStep("snippets.lib.zoo:transformer_classifier", "rmsprop", 64, "on", loss="sparse_categorical_crossentropy",
+               kwargs=(("maxlen", 64), ("vocab_size", 2000), ("embed_dim", 64), ("ff_dim", 128))), True),
+    (ModelStep("snippets.lib.zoo:gru_stack", "adam", 64, "on", loss="mse",
+               kwargs=(("maxlen", 32), ("features", 16), ("units", 64))), True),
+    (ModelStep("snippets.lib.zoo:wide_mlp", "adam", 128, "off", "mirrored", 2, loss="mse",
+               kwargs=(("width", 2048), ("features", 256), ("outputs", 256))), False),
 )
 
 
 @pytest.fixture(scope="module")
 def verdicts():
-    def one(step):
+    def one(case):
+        step, tight = case
         plan = model_plan.plan_model(step, run=lambda s, cap, inter_op_threads: run(s, inter_op_threads))
-        baseline = max(1, units.MiB)  # the pool's own level before a model, measured under a MiB
-        caps = {factor: f"{int((factor * plan.total + baseline) // units.MiB)}MiB" for factor in (1.10, 0.80)}
+        baseline = units.MiB  # the pool's own level before a model: measured under a MiB (asserted below)
+        factors = (1.10, 0.80) if tight else (1.10,)
+        caps = {factor: f"{int((factor * plan.total + baseline) // units.MiB)}MiB" for factor in factors}
         return plan, {factor: run(step, cap=cap) for factor, cap in caps.items()}
 
-    with ThreadPoolExecutor(3) as pool:
+    with ThreadPoolExecutor(4) as pool:
         return list(pool.map(one, VERDICT_MODELS))
 
 
 def test_the_planned_peak_times_1_10_completes_and_times_0_80_runs_out(verdicts):
+    assert sum(0.80 in runs for _, runs in verdicts) >= 3
     for plan, runs in verdicts:
         assert plan.method == "extrapolated", plan
-        print(f"{plan.step.label()}: planned {units.human_bytes(plan.total)}; "
-              f"x1.10 {runs[1.10]['completed']}, x0.80 {runs[0.80]['failed_phase']}")
+        print(f"{plan.step.label()}: planned {units.human_bytes(plan.total)}; x1.10 {runs[1.10]['completed']}"
+              + (f", x0.80 {runs[0.80]['failed_phase']}" if 0.80 in runs else ""))
         assert runs[1.10]["completed"], (plan, runs[1.10])
         assert runs[1.10]["baseline"] < units.MiB
-        assert not runs[0.80]["completed"] and runs[0.80]["failed_phase"] == "step", (plan, runs[0.80])
+        if 0.80 in runs:
+            assert not runs[0.80]["completed"] and runs[0.80]["failed_phase"] == "step", (plan, runs[0.80])
+
+
+#: The answer-first boxes that state the planner's measured error, and where.
+ACCURACY_PAGES = ("docs/decide.md", "docs/memory-budget.md", "docs/performance.md")
+
+
+def test_answer_first_boxes_state_the_published_accuracy():
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = model_plan.published_accuracy()
+    assert found is not None, "python -m benchmarks.model_planner has not published its rows"
+    span = f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f}"
+    assert span in model_plan.accuracy_line()
+    for page in ACCURACY_PAGES:
+        box = re.search(r'!!! abstract "In short"\n((?:    .*\n|\n)+)', (root / page).read_text()).group(1)
+        text = " ".join(box.split())
+        assert span in text and f"{found['architectures']} " in text, (page, span, text)
+    notebook = json.loads((root / "docs/notebooks/plan-your-model.ipynb").read_text())
+    first = "".join(notebook["cells"][0]["source"])
+    assert span in " ".join(first.split()), first
+    # What the benchmark measured must be what the pages say it holds the planner to.
+    assert 0.95 <= found["min_ratio"] and found["max_ratio"] <= 1.25

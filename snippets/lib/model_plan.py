@@ -27,10 +27,11 @@ of the batch; what is run is one replica's program alone
 (:mod:`snippets.lib.model_step` says why and how).
 
 What the CPU emulation cannot show, and :data:`CAVEATS` says beside every
-verdict: cuDNN / cuBLAS workspaces (TensorFlow lets cuDNN take up to
-``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``, default 4096 MiB, per convolution
-autotune; GPU convolutions may pick algorithms with larger scratch than
-the CPU's Eigen kernels), XLA:GPU's buffer assignment (an XLA figure here is
+verdict: cuDNN / cuBLAS workspaces (TensorFlow lets a convolution's cuDNN
+algorithm take scratch up to ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``, default
+``1LL << 32`` bytes = 4096 MiB: ``GetDnnWorkspaceLimit`` in
+tensorflow/core/kernels/conv_ops*.cc; scratch it cannot get makes autotuning
+pick another algorithm, so this is headroom, not a fixed cost), XLA:GPU's buffer assignment (an XLA figure here is
 XLA:CPU's), NCCL's buffers, and the GPU layout optimizer's NHWC/NCHW
 transposes.
 """
