@@ -40,3 +40,4 @@ test: $(STAMP)
 # Measures the figures docs/performance.md quotes (median of 3 runs; several minutes).
 benchmark: $(STAMP)
 	$(PYTHON) -m benchmarks --publish
+	$(PYTHON) -m benchmarks.model_planner --time-decide

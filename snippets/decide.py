@@ -347,8 +347,13 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
         lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)} ({r.how})", 100, subsequent_indent="   ")
                   for rank, r in enumerate(remedies_found, 1)]
-        lines.append("   Not derived (they change the bytes per sample): mixed precision (--policy mixed_float16) "
-                     "and rematerialisation; measure them (docs/activations.md).")
+        lines.append(textwrap.fill(
+            "Not planned here (they change the bytes per sample): mixed precision, which on a GPU halves "
+            "activations but not float32 variables, gradients or slots, and which TensorFlow's CPU kernels "
+            "compute in float32, so this host cannot measure it; and rematerialisation (keras.remat around a "
+            "block; keras.RematScope fails inside fit on TensorFlow for layers that take `training`), which "
+            "trades memory for recompute time. See docs/activations.md.", 100, initial_indent="   ",
+            subsequent_indent="   "))
     lines.append(textwrap.fill(model_plan.CAVEATS, 100))
     return "\n".join(lines)
 
