@@ -300,13 +300,16 @@ BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
 
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
-    """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), progress on stderr."""
+    """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), or on
+    ``--backend jax`` by compiling it (:func:`snippets.lib.model_plan.plan_on_jax`); progress on stderr."""
     stored = args.dtype if args.dtype not in (None, "float32") else None
     policy = args.policy or stored or getattr(args, "builder_policy", None)
     devices = args.devices if args.strategy == "mirrored" else 1
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, policy, args.loss,
                      kwargs=tuple(_model_kwargs(args).items()))
+    if args.backend == "jax":
+        return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 
 
@@ -341,7 +344,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     else:
         lines.append(f"Does not fit: {h(plan.total)} against {against}'s {h(capacity)}; short by {h(-spare)}.")
     if plan.method != "rule":
-        fits = ", ".join(f"{name} {plan.largest_batch(hardware.allocator_bytes(name))}" for name in BATCH_CARDS)
+        pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
+        fits = ", ".join(f"{name} {plan.largest_batch(pool(name))}" for name in BATCH_CARDS)
         lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
     if remedies_found:
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
@@ -451,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--model: auto runs the model's real fit step at two small batches in fresh capped "
                         "processes and extrapolates (single or mirrored; the rule where it cannot run here); "
                         "rule counts weights, gradients, slots and Dense activations only")
+    parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
+                        help="--model: the Keras backend you train on. tensorflow (default): measured; jax: "
+                        "XLA's compiled memory analysis of the train step on one device (XLA:CPU's figures)")
     parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes")
     return parser
@@ -515,9 +522,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan = None
         if plan is not None and plan.method != "rule":
             card_name = None if args.device_memory else card.name
+            if plan.method == "compiled" and args.device_memory is None:
+                # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
+                capacity = hardware.jax_pool_bytes(card.name)
+                card_name = f"{card.name} (JAX's default 75% pool)"
             if args.json:
+                pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
                 largest = ({} if plan.method == "rule" else
-                           {name: plan.largest_batch(hardware.allocator_bytes(name)) for name in BATCH_CARDS})
+                           {name: plan.largest_batch(pool(name)) for name in BATCH_CARDS})
                 text = json.dumps({"model": args.model or args.model_json, "plan": plan.as_json(), "capacity": capacity,
                                    "fits": plan.total <= capacity, "card": card_name, "largest_batch": largest,
                                    "caveats": model_plan.CAVEATS}, indent=1)

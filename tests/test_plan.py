@@ -223,3 +223,17 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     assert plan["plan"]["method"] == "extrapolated" and plan["plan"]["batches"] == [16, 32]
     assert "Extrapolated" in plan["plan"]["how"] and plan["largest_batch"]["A100-80GB"] > 256
     assert plan["fits"] and plan["caveats"].startswith("Not measurable on a CPU")
+
+
+def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
+    import json
+
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--loss", "mse", "--optimizer",
+                                           "adam", "--strategy", "single", "--batch", "512", "--backend", "jax",
+                                           "--json"])
+    assert code == 0, out
+    plan = json.loads(out[out.index("{"):])
+    assert plan["plan"]["method"] == "compiled" and plan["plan"]["batches"] == [256, 512]
+    assert "XLA:CPU" in plan["plan"]["how"] and "JAX's default 75% pool" in plan["card"]
+    # 32 -> 64 -> 8 floats per sample: the step's bytes grow with the batch, and the weights are in it.
+    assert plan["plan"]["peaks"][1] > plan["plan"]["peaks"][0] > plan["plan"]["weights_bytes"]

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from snippets.lib import planner, units
@@ -141,6 +141,15 @@ class ModelPlan:
         return self.peaks[0] - self.per_sample * self.batches[0]
 
     def peak_at(self, device_batch: int) -> int:
+        """Planned per-device step peak at ``device_batch`` samples per device, bytes."""
+        if self.method == "compiled":
+            # One buffer assignment: the compiled figure itself, or the line between two of them.
+            if device_batch in self.batches:
+                return self.peaks[self.batches.index(device_batch)]
+            return round(self.state + self.per_sample * device_batch)
+        return self._measured_peak_at(device_batch)
+
+    def _measured_peak_at(self, device_batch: int) -> int:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes.
 
         A measured batch gives its own figure, any other the linear fit; both get
@@ -167,7 +176,8 @@ class ModelPlan:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none."""
         if self.method == "rule" or self.per_sample <= 0:
             return 0 if self.total > capacity else self.step.batch
-        per_device = int(((capacity - self.schedule) / (1 + MARGIN) - self.state) // self.per_sample)
+        margin = 0 if self.method == "compiled" else MARGIN
+        per_device = int(((capacity - self.schedule) / (1 + margin) - self.state) // self.per_sample)
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
         return max(per_device, 0) * self.replicas
@@ -179,6 +189,10 @@ class ModelPlan:
         xla = "XLA:CPU-compiled step" if self.step.jit else "step without XLA"
         if self.method == "rule":
             return self.rule_note
+        if self.method == "compiled":
+            return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step (one device, the "
+                    f"whole step jit-compiled as fit does) at batch {' and '.join(map(str, self.batches))}, "
+                    "for the batch given as shapes only; XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = " and ".join(str(b) for b in self.batches)
         order = f"+{MARGIN:.0%}" if not self.schedule else f"+{MARGIN:.0%} and one buffer of the largest variable"
         if self.method == "measured":
@@ -373,6 +387,25 @@ def accuracy_line(path: Path = ACCURACY) -> str:
     return (f"On {found['architectures']} architectures ({found['rows']} configurations: CNNs, a Transformer, "
             f"LSTM, GRU, a recommender, MLPs, the seed; Adam and RMSprop; XLA on and off; MirroredStrategy), "
             f"planned / measured step peak per device was {found['min_ratio']:.2f}-{found['max_ratio']:.2f}.")
+
+
+def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None) -> ModelPlan:
+    """Plan ``step`` for Keras on JAX (one device): XLA's compiled memory analysis at the reader's batch
+    and at half of it (for the line that gives the largest batch), nothing run at that batch.
+
+    Raises:
+        ModelError: the model was refused. ValueError: ``step.strategy`` is not ``"single"``.
+    """
+    from snippets.lib.model_step import compiled_fresh
+
+    check_step(step)
+    if step.strategy != "single":
+        raise ValueError("Keras on JAX is planned on one device here; for a mesh see docs/keep-fit.md")
+    batches = sorted({max(1, step.batch // 2), step.batch})
+    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {batches} ...")
+    results = compiled_fresh(step, batches)
+    return ModelPlan(replace(step, xla="on"), "compiled", tuple(batches), tuple(r["total"] for r in results),
+                     weights_bytes=results[0]["weights_bytes"])
 
 
 def stderr_progress(line: str) -> None:

@@ -418,6 +418,74 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800) -
     return results
 
 
+def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
+    """Keras on JAX: XLA's buffer assignment of the model's train step at each batch, without running it.
+
+    Call in a process whose Keras backend is JAX (:func:`compiled_fresh` starts one). The model is
+    built and trained for one step on one sample (which builds its optimizer slots and metrics), then
+    Keras's own ``train_step`` is lowered and compiled by ``jax.jit`` for the whole batch given as
+    shapes only (``jax.ShapeDtypeStruct``): no batch is allocated. One device, the step as ``fit``
+    compiles it on JAX (the whole step, :func:`snippets.lib.placements.resolve_xla`).
+
+    Returns:
+        one dict per batch of ``batches`` (default ``[step.batch]``): ``{"batch", "arguments",
+        "outputs", "aliased", "temporaries", "total", "weights_bytes"}``, bytes;
+        ``total`` = arguments + outputs - aliased + temporaries (``peak_memory_in_bytes`` leaves the
+        temporaries out on XLA:CPU, JAX 0.10.2). XLA:CPU's figures, not XLA:GPU's.
+
+    Raises:
+        ModelError: as :func:`build`, or when Keras's backend is not JAX.
+    """
+    import jax
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise ModelError("compile_on_jax needs KERAS_BACKEND=jax")
+    model = build(replace(step, xla="on"))
+    x, y = batch_of(model, 1, compiled_loss(model))
+    model.train_on_batch(x, y)
+    full_x, full_y = x, y
+
+    state = tuple([v.value for v in group] for group in (model.trainable_variables, model.non_trainable_variables,
+                                                           model.optimizer.variables, model.metrics_variables))
+    weights = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
+    results = []
+    for batch in batches or [step.batch]:
+        shapes = jax.tree_util.tree_map(lambda a, b=batch: jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype),
+                                        (full_x, full_y))
+        analysis = jax.jit(model.train_step).lower(state, shapes).compile().memory_analysis()
+        found = {"arguments": analysis.argument_size_in_bytes, "outputs": analysis.output_size_in_bytes,
+                 "aliased": analysis.alias_size_in_bytes, "temporaries": analysis.temp_size_in_bytes}
+        found = {name: int(value) for name, value in found.items()}
+        found["total"] = found["arguments"] + found["outputs"] - found["aliased"] + found["temporaries"]
+        results.append({"batch": batch, **found, "weights_bytes": weights})
+    return results
+
+
+def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float = 900) -> list[dict]:
+    """:func:`compile_on_jax` in a new Python process on Keras's JAX backend (CPU), one device.
+
+    Raises:
+        ModelError: the model was refused (one line). RuntimeError: the process failed otherwise.
+    """
+    check_step(step)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    try:
+        done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--compile-on-jax",
+                               json.dumps([asdict(step), list(batches)])], capture_output=True, text=True, check=False, env=env,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None
+    lines = done.stdout.strip().splitlines()
+    if not (lines and lines[-1][:1] in "[{"):
+        raise RuntimeError((done.stderr.strip().splitlines() or ["the JAX process failed"])[-1])
+    reply = json.loads(lines[-1])
+    if isinstance(reply, dict):
+        raise ModelError(reply.get("refused") or reply.get("error", "the JAX process failed"))
+    return reply
+
+
 def _fork_jobs(payload: list) -> list[dict]:
     """In :func:`measure_many`'s child: import TensorFlow once, then fork a process per job."""
     from snippets.lib import devices  # first: it sets the environment TensorFlow reads on import
@@ -462,7 +530,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="training steps measured")
     parser.add_argument("--real-strategy", action="store_true",
                         help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
+    parser.add_argument("--compile-on-jax", metavar="JSON", help="(internal, compiled_fresh) [ModelStep, batches]")
     args = parser.parse_args(argv)
+    if args.compile_on_jax:
+        fields, batches = json.loads(args.compile_on_jax)
+        try:
+            reply = compile_on_jax(check_step(ModelStep(**fields)), batches)
+        except ModelError as error:
+            reply = {"refused": str(error)}
+        except Exception as error:  # noqa: BLE001 (one line for the parent)
+            reply = {"error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"}
+        print(json.dumps(reply), flush=True)
+        os._exit(0)
     if args.jobs:
         print(json.dumps(_fork_jobs(json.loads(args.jobs))), flush=True)
         os._exit(0)
