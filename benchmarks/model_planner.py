@@ -123,14 +123,16 @@ def linearity(cache: dict) -> list[dict]:
 
 def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
     """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs, or None."""
-    small = []
+    small, floors = [], []
     for b in model_plan.SMALL_BATCHES:
         runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in model_plan.PLAN_THREADS]
         if not all(r and r["completed"] and "largest_variable" in r for r in runs):
             return None
         small.append(max(runs, key=lambda r: r["step_peak"]))
+        floors.append(min(min(r["step_peaks"]) for r in runs))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
-                                tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"])
+                                tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
+                                floors=tuple(floors))
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:

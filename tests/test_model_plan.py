@@ -20,12 +20,11 @@ def test_a_plan_is_the_line_through_its_two_runs_plus_the_margin():
     assert plan.per_sample == 10 * units.MiB and plan.state == -60 * units.MiB
     assert plan.peak_at(32) == round(260 * units.MiB * (1 + model_plan.MARGIN))  # a measured batch: its own figure
     assert plan.step_peak == round((-60 + 640) * units.MiB * (1 + model_plan.MARGIN))
-    # Without XLA another order of the update holds one more buffer of the largest variable.
-    no_xla = model_plan.ModelPlan(step, "extrapolated", (16, 32), plan.peaks, largest_variable=units.MiB)
-    assert no_xla.step_peak - plan.step_peak == units.MiB and no_xla.peak_at(32) == plan.peak_at(32) + units.MiB
-    compiled = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "on"), "extrapolated", (16, 32), plan.peaks,
-                                    largest_variable=units.MiB)
-    assert compiled.step_peak == plan.step_peak
+    # The slope runs between the runs' cleanest orders (floors), the level from the last batch's worst.
+    noisy = model_plan.ModelPlan(step, "extrapolated", (16, 32), plan.peaks, floors=(90 * units.MiB, 210 * units.MiB))
+    assert noisy.per_sample == 7.5 * units.MiB and noisy.state == (260 - 7.5 * 32) * units.MiB
+    flat = model_plan.ModelPlan(step, "extrapolated", (16, 32), plan.peaks, floors=(200 * units.MiB, 150 * units.MiB))
+    assert flat.per_sample == 0 and flat.step_peak == flat.peak_at(32)  # never a negative slope
     largest = plan.largest_batch(units.GiB)
     assert plan.peak_at(largest) <= units.GiB < plan.peak_at(largest + 1)
     assert "Extrapolated" in plan.how() and "16 and 32" in plan.how()

@@ -64,10 +64,10 @@ PLAN_THREADS = (1, None)
 
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (two threads race, so one run's order is not the next one's: the same CNN step
-#: read 264.6 and 295.7 MiB at batch 16; more threads keep more activations live at once,
-#: about +20% for a wide MLP at 8 threads against 2, measured). The benchmarks hold the result
-#: to the worst of one and two threads on :mod:`snippets.lib.zoo` (docs/performance.md).
-MARGIN = 0.15
+#: read 264.6 and 295.7 MiB at batch 16; more threads keep more activations live at once, about
+#: +20% for a wide MLP at 8 threads against 2, measured). The benchmarks hold the result to the
+#: worst of one and two threads on :mod:`snippets.lib.zoo` (docs/performance.md).
+MARGIN = 0.10
 
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model.
 CAVEATS = (
@@ -91,8 +91,12 @@ class ModelPlan:
         seconds_per_step: wall time of one step at the largest batch run (on this CPU; not a GPU's).
         rule_peak: for ``rule``, the planner's per-device step peak, bytes.
         rule_note: for ``rule``, :func:`rule_how`'s sentence.
-        largest_variable: the largest trainable variable, bytes: without XLA another order of
-            the update's ops holds one more buffer of it (:attr:`schedule`).
+        largest_variable: the largest trainable variable, bytes (for the record).
+        floors: each run's lowest per-device step peak (over its steps and thread counts), bytes:
+            the slope per sample is taken between these, the level from ``peaks``. Without XLA two
+            racing threads can add or drop a variable- or activation-sized buffer from one run to
+            the next (a recommender's 49 MiB embedding table, measured); a slope between worst
+            cases amplifies that noise, one between the runs' cleanest orders does not.
     """
 
     step: ModelStep
@@ -105,17 +109,7 @@ class ModelPlan:
     rule_peak: int = 0
     rule_note: str = ""
     largest_variable: int = 0
-
-    @property
-    def schedule(self) -> int:
-        """Bytes added for the order of a step without XLA: one buffer of the largest trainable variable.
-
-        A compiled step has one buffer assignment; without XLA the executor may run an update's
-        independent ops so that one more variable-sized temporary is live
-        (:data:`snippets.lib.planner.SCHEDULE_MARGIN`, measured on Dense layers; benchmarks,
-        ``planner_vs_step_peak``).
-        """
-        return 0 if self.step.jit else planner.SCHEDULE_MARGIN * self.largest_variable
+    floors: tuple[int, ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -128,17 +122,20 @@ class ModelPlan:
 
     @property
     def per_sample(self) -> float:
-        """Bytes per sample per device: the slope through the first and last runs (0 for one run or ``rule``)."""
+        """Bytes per sample per device: the slope between the first and last runs' :attr:`floors`
+        (their peaks if no floors were recorded), never negative; 0 for one run or ``rule``."""
         if len(self.batches) < 2:
             return 0.0
-        return (self.peaks[-1] - self.peaks[0]) / (self.batches[-1] - self.batches[0])
+        low = self.floors or self.peaks
+        return max(0.0, (low[-1] - low[0]) / (self.batches[-1] - self.batches[0]))
 
     @property
     def state(self) -> float:
-        """Bytes per device that do not grow with the batch: the fit's intercept."""
+        """Bytes per device that do not grow with the batch: the line's intercept, anchored at the
+        largest batch's worst peak."""
         if not self.batches:
             return float(self.rule_peak)
-        return self.peaks[0] - self.per_sample * self.batches[0]
+        return self.peaks[-1] - self.per_sample * self.batches[-1]
 
     def peak_at(self, device_batch: int) -> int:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes."""
@@ -153,14 +150,14 @@ class ModelPlan:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes.
 
         A measured batch gives its own figure, any other the linear fit; both get
-        :data:`MARGIN` and :attr:`schedule`. ``rule`` plans have no batch dependence they can trust.
+        :data:`MARGIN`. ``rule`` plans have no batch dependence they can trust.
         """
         if self.method == "rule":
             return self.rule_peak
         if device_batch in self.batches:
-            # Measured at one thread: other orders of the same step still need the allowance.
-            return round(self.peaks[self.batches.index(device_batch)] * (1 + MARGIN)) + self.schedule
-        return round((self.state + self.per_sample * device_batch) * (1 + MARGIN)) + self.schedule
+            # The worst order seen at this batch; orders not seen still need the margin.
+            return round(self.peaks[self.batches.index(device_batch)] * (1 + MARGIN))
+        return round((self.state + self.per_sample * device_batch) * (1 + MARGIN))
 
     @property
     def step_peak(self) -> int:
@@ -177,7 +174,7 @@ class ModelPlan:
         if self.method == "rule" or self.per_sample <= 0:
             return 0 if self.total > capacity else self.step.batch
         margin = 0 if self.method == "compiled" else MARGIN
-        per_device = int(((capacity - self.schedule) / (1 + margin) - self.state) // self.per_sample)
+        per_device = int((capacity / (1 + margin) - self.state) // self.per_sample)
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
         return max(per_device, 0) * self.replicas
@@ -194,14 +191,15 @@ class ModelPlan:
                     f"whole step jit-compiled as fit does) at batch {' and '.join(map(str, self.batches))}, "
                     "for the batch given as shapes only; XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = " and ".join(str(b) for b in self.batches)
-        order = f"+{MARGIN:.0%}" if not self.schedule else f"+{MARGIN:.0%} and one buffer of the largest variable"
+        order = f"+{MARGIN:.0%}"
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
                     f"allocator, a fresh process per run, the worse of 1 and 2 inter-op threads and of 2 steps; "
                     f"{order} for other orders of the step's ops.")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} per device "
                 f"(capped CPU allocator, a fresh process each, the worse of 1 and 2 inter-op threads and of 2 steps), "
-                f"{units.human_bytes(round(self.per_sample))} per sample, linear in the batch; "
+                f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' lowest peaks), linear from the "
+                f"last batch's worst; "
                 f"{order} for other orders of the step's ops.")
 
     def as_json(self) -> dict:
@@ -269,14 +267,18 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
                              f"at {s.batch // replicas} samples per device ({result['failed_phase']}); plan a "
                              "smaller --batch or free memory")
-    # Each batch's figure is the worse of its thread counts; the default count's run times the step.
+    # Each batch's figure is the worse of its thread counts, its floor the lowest step of any;
+    # the default count's run times the step.
     per = len(PLAN_THREADS)
-    results = [max(flat[i * per:(i + 1) * per], key=lambda r: r["step_peak"]) for i in range(len(batches))]
+    groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
+    results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
+    floors = tuple(min(min(r["step_peaks"]) for r in group) for group in groups)
     results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
     method = "measured" if target in batches else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
-                     results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"])
+                     results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
+                     floors=floors)
 
 
 @dataclass(frozen=True)
