@@ -33,7 +33,9 @@ DOCS_ZH = ROOT / "docs-zh"
 #: The extensions that decide heading ids (a subset of mkdocs.yml's, as the translators' brief runs).
 TOC_EXTENSIONS = ["toc", "attr_list", "md_in_html", "admonition", "tables",
                   "pymdownx.superfences", "pymdownx.details", "pymdownx.tabbed"]
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+# CommonMark: a backtick fence's info string holds no backtick (a line that starts with ````x````
+# is inline code, not a fence).
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}(?=[^`]*$)|~{3,})(?P<info>.*)$")
 _DIRECTIVE = re.compile(r"^[ \t]*<!--.*-->[ \t]*$")
 _INCLUDE = re.compile(r"^[ \t]*-{1,}8<-{1,}")
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
