@@ -63,3 +63,40 @@ def planner_table(path: Path = MODEL_PLANNER) -> str:
                       f"{min(ratios):.2f} - {max(ratios):.2f}"])
     return tabulate(lines, headers=["architecture", "kind", "weights", "configurations", "measured peaks",
                                     "planned / measured"])
+
+
+def planner_ranges(path: Path = MODEL_PLANNER) -> dict[str, str]:
+    """planned / measured, as ``"lo-hi"``, for each kind of step the benchmark ran."""
+    kinds: dict[str, list[float]] = {}
+    for row in planner_rows(path):
+        kind = ("MirroredStrategy, no XLA" if row["strategy"] == "mirrored"
+                else f"one device, {'XLA' if row['xla'] == 'on' else 'no XLA'}")
+        kinds.setdefault(kind, []).append(row["ratio"])
+    return {kind: f"{min(v):.2f}-{max(v):.2f}" for kind, v in sorted(kinds.items())}
+
+
+def thread_spread(path: Path = MODEL_PLANNER) -> dict[str, str]:
+    """The measured peak at one inter-op thread over the peak at two, ``"lo-hi"``, with and without XLA."""
+    spread: dict[str, list[float]] = {}
+    for row in planner_rows(path):
+        spread.setdefault("XLA" if row["xla"] == "on" else "no XLA", []).append(row["one_thread_over_two"])
+    return {kind: f"{min(v):.2f}-{max(v):.2f}" for kind, v in sorted(spread.items())}
+
+
+def replica_within_pool(path: Path = MODEL_PLANNER) -> bool | None:
+    """Whether every measured replica program lies between the real MirroredStrategy's pool peak over
+    its 2 replicas and that pool peak (None if no pool peak was measured)."""
+    rows = [row for row in planner_rows(path) if "pool_peak" in row]
+    if not rows:
+        return None
+    return all(row["pool_peak"] / 2 <= row["measured"] <= row["pool_peak"] for row in rows)
+
+
+def linearity(path: Path = MODEL_PLANNER) -> list[dict]:
+    """The line through the planner's batches against steps of a few GiB (``benchmarks.model_planner.linearity``)."""
+    return json.loads(path.read_text(encoding="utf-8")).get("linearity") or []
+
+
+def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:
+    """The timed reader's command for a 224 px ResNet50 (``benchmarks.model_planner.DECIDE_RESNET``), or None."""
+    return json.loads(path.read_text(encoding="utf-8")).get("decide_resnet50_224")

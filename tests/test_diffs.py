@@ -79,9 +79,42 @@ def test_the_site_shows_diffs():
     assert {"tensor-parallel.md", "keep-fit.md", "precision.md", "smaller-layers.md"} <= pages
 
 
+#: Pages whose diffs change an activation-bound reader's script, not the seed report's: each side
+#: must be Python, and a side that trains runs with a small ``build_model`` (its ``x``, ``y``).
+READER_SCRIPT_PAGES = {"activations.md"}
+
+
+def run_reader_script(source: str) -> dict:
+    """Kernel side: run ``source`` with ``build_model`` a small Dense model and a batch ``x[64, 32]``,
+    ``y[64, 8]``; what ``fit`` recorded and the optimizer's accumulation steps."""
+    import keras
+    import numpy as np
+
+    def build_model():
+        return keras.Sequential([keras.Input((32,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(8)])
+
+    rng = np.random.default_rng(0)
+    namespace = {"build_model": build_model, "x": rng.standard_normal((64, 32), dtype=np.float32),
+                 "y": rng.standard_normal((64, 8), dtype=np.float32)}
+    exec(compile(source, "<diff>", "exec"), namespace)
+    model = namespace["model"]
+    return {"losses": [float(v) for v in model.history.history["loss"]],
+            "accumulation": model.optimizer.gradient_accumulation_steps}
+
+
 @pytest.mark.parametrize("page, index, body", CASES, ids=[f"{c[0]}#{c[1]}" for c in CASES])
 def test_diff_starts_from_the_seed_script_and_runs(page, index, body):
     old, new = sides(body)
+    if page in READER_SCRIPT_PAGES:
+        import textwrap
+
+        for side in (old, new):
+            compile(textwrap.dedent(side), f"{page}#{index}", "exec")  # a fragment must still be Python
+        if "model.fit" in new:
+            with Kernel(deadline=300) as kernel:
+                ran = kernel.call(run_reader_script, new)
+            assert ran["losses"] and all(loss == loss for loss in ran["losses"]) and ran["accumulation"] > 1, ran
+        return
     assert old == SEED_SCRIPT, f"{page}: the diff's old side is not the report's script"
     backend = declared_backend((DOCS / page).read_text(encoding="utf-8"))  # the page's own kernel
     with Kernel(backend=backend, deadline=300) as kernel:

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-import yaml
+from tests import mkdocs_config
 from markdown.extensions.toc import slugify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def site_pages() -> list[Path]:
 
 
 def nav_pages() -> set[Path]:
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    config = mkdocs_config.load(ROOT / "mkdocs.yml")
     found: set[Path] = set()
 
     def walk(node):
@@ -336,3 +336,4 @@ def test_anchors_follow_the_toc_slugs():
     ids = anchors(DOCS / "placement.md")
     assert "trap-tfdevice-inside-strategyscope" in ids
     assert "oom" in anchors(DOCS / "troubleshooting.md")
+

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
+from tests import mkdocs_config
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "docs" / "notebooks" / "plan-your-model.ipynb"
@@ -113,7 +113,7 @@ def stdout_of(notebook, marker: str) -> str:
 
 def plugin_config() -> dict:
     """The mkdocs-jupyter settings in mkdocs.yml."""
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    config = mkdocs_config.load(ROOT / "mkdocs.yml")
     for plugin in config["plugins"]:
         if isinstance(plugin, dict) and "mkdocs-jupyter" in plugin:
             return plugin["mkdocs-jupyter"] or {}
@@ -224,3 +224,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
