@@ -64,18 +64,18 @@ def run(step: ModelStep, threads: int | None = None, real: bool = False, cap: st
         return kernel.call(model_step.measure, step, 2, setup.devices if real else ())
 
 
-def configurations(names: Sequence[str]):
+def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     """(name, base step) for every architecture x optimizer x mode."""
     for name in names:
         arch = zoo.ARCHITECTURES[name]
-        for optimizer in OPTIMIZERS:
+        for optimizer in optimizers:
             for strategy, xla in MODES:
                 devices_ = 2 if strategy == "mirrored" else 1
                 yield name, ModelStep(arch.target, optimizer, 1, xla, strategy, devices_, loss=arch.loss,
                                       kwargs=arch.kwargs)
 
 
-def jobs(names: Sequence[str]):
+def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     """Every run the benchmark needs: (step, threads, real_strategy). The planner's batches and
     the targets, each at one and at two (TensorFlow's default on this machine; ``None``) inter-op
     threads, come first, configuration by configuration; then the real strategy's pool peaks and
@@ -85,7 +85,7 @@ def jobs(names: Sequence[str]):
         for b in model_plan.SMALL_BATCHES + TARGETS:
             for threads in (1, None):
                 yield base.at_batch(b * replicas), threads, False
-    for name, base in configurations(names):
+    for name, base in configurations(names, optimizers):
         for b in TARGETS:
             if base.strategy == "mirrored" and base.optimizer == OPTIMIZERS[0]:
                 yield base.at_batch(b * base.devices), None, True
@@ -188,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=list(zoo.ARCHITECTURES), metavar="NAME",
                         help="architectures to measure (default: all)")
     parser.add_argument("--fresh", action="store_true", help="ignore the cache")
+    parser.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=list(OPTIMIZERS),
+                        help="optimizers to measure (default: all)")
     parser.add_argument("--workers", type=int, default=2, help="kernels side by side (default 2)")
     parser.add_argument("--budget", type=float, default=3600, help="stop starting runs after this many seconds")
     parser.add_argument("--time-decide", action="store_true",
@@ -199,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = {}
     cache = data.get("runs", {})
     # A completed run without "largest_variable" came from an older snippets.lib.model_step: redo it.
-    todo = [job for job in jobs(names) if "largest_variable" not in cache.get(key(*job), {})]
+    todo = [job for job in jobs(names, args.optimizers) if "largest_variable" not in cache.get(key(*job), {})]
     began = time.perf_counter()
 
     def one(job):
@@ -224,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
                                    "linearity": linearity(cache), "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
-    print(f"{len(table)} rows; {sum(1 for j in jobs(names) if 'largest_variable' not in cache.get(key(*j), {}))} "
+    print(f"{len(table)} rows; {sum(1 for j in jobs(names, args.optimizers) if 'largest_variable' not in cache.get(key(*j), {}))} "
           "runs missing; "
           f"{seconds:.0f} s in all")
     return 0
