@@ -80,7 +80,7 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     the targets, each at one and at two (TensorFlow's default on this machine; ``None``) inter-op
     threads, come first, configuration by configuration; then the real strategy's pool peaks and
     the linearity runs."""
-    for name, base in configurations(names):
+    for name, base in configurations(names, optimizers):
         replicas = base.devices if base.strategy == "mirrored" else 1
         for b in model_plan.SMALL_BATCHES + TARGETS:
             for threads in (1, None):
