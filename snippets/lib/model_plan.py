@@ -367,7 +367,8 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
 
     Returns:
-        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds"}``; ratios are planned /
+        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst"}`` (``worst``: the row
+        farthest from 1); ratios are planned /
         measured per-device step peaks (benchmarks/model_planner.py says how each is obtained).
     """
     if not path.exists():
@@ -378,7 +379,8 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
         return None
     ratios = [row["ratio"] for row in rows]
     return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
-            "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds")}
+            "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
+            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1))}
 
 
 def accuracy_line(path: Path = ACCURACY) -> str:
