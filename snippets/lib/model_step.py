@@ -25,9 +25,9 @@ replicas (their scratch buffers need not be live at once). The replica's program
 without XLA (Keras resolves ``jit_compile="auto"`` to False for a model
 created under a strategy), with each gradient copied before the update as
 the all-reduce writes the summed gradient into a new buffer
-(:func:`snippets.lib.step_ledger.copy_on_aggregation`). ``real_strategy=True``
-runs the real ``MirroredStrategy`` over ``devices`` emulated devices instead
-and reports the pool's peak (the benchmarks hold the replica's figure
+(:func:`snippets.lib.step_ledger.copy_on_aggregation`). ``--real-strategy`` (and
+:func:`measure`'s ``replica_devices``) runs the real ``MirroredStrategy`` over
+``devices`` emulated devices instead and reports the pool's peak (the benchmarks hold the replica's figure
 between that pool peak over ``devices`` and the pool peak).
 
 Run one by hand::
@@ -335,47 +335,6 @@ def default_cap(step: ModelStep) -> int:
     return min(int(0.6 * allocator.host_available_bytes()), 16 * units.GiB)
 
 
-def measure_fresh(step: ModelStep, cap: str | int | None = None, steps: int = 2,
-                  inter_op_threads: int | None = None, timeout: float = 900, *,
-                  real_strategy: bool = False) -> dict:
-    """:func:`measure` in a new Python process whose allocator is capped at ``cap``.
-
-    ``real_strategy``: under ``mirrored``, run the real ``MirroredStrategy`` over
-    ``step.devices`` emulated devices (the pool's peak) instead of one replica's program.
-    ``cap`` is per process (bytes, or a size such as ``"2GiB"``); default
-    :func:`default_cap`. A cap the host cannot hold is refused before anything
-    starts. ``inter_op_threads`` sets ``TF_NUM_INTEROP_THREADS`` (default:
-    :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
-
-    Raises:
-        ModelError: the child refused the model (its one line).
-        allocator.HostMemoryError: the cap exceeds what the host can spare.
-        RuntimeError: the child failed otherwise (its last line of stderr).
-    """
-    check_step(step)
-    cap_bytes = units.parse_size(cap) if isinstance(cap, str) else (cap or default_cap(step))
-    allocator.check_host_can_hold(cap_bytes, f"measuring {step.label()}")
-    command = [sys.executable, "-m", "snippets.lib.model_step", "--step", json.dumps(asdict(step)),
-               "--cap", f"{cap_bytes // units.MiB}MiB", "--steps", str(steps)]
-    if real_strategy and step.strategy == "mirrored":
-        command.append("--real-strategy")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    if inter_op_threads is not None:
-        env["TF_NUM_INTEROP_THREADS"] = str(inter_op_threads)
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None
-    lines = done.stdout.strip().splitlines()
-    if lines and lines[-1].startswith("{"):
-        reply = json.loads(lines[-1])
-        if "refused" in reply:
-            raise ModelError(reply["refused"])
-        return reply
-    raise RuntimeError(f"{step.label()} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-
-
 def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800) -> list[dict]:
     """:func:`measure` of each job, each in its own fresh process, for one TensorFlow import in all.
 
@@ -385,7 +344,7 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800) -
 
     Args:
         jobs: ``(step, cap)`` or ``(step, cap, inter_op_threads)`` tuples; ``cap`` as
-            :func:`measure_fresh` takes it (None: :func:`default_cap`).
+            bytes or a size such as ``"2GiB"`` (None: :func:`default_cap`).
 
     Raises:
         ModelError: a job's model was refused (its one line).
