@@ -37,7 +37,9 @@ build: $(STAMP)
 test: $(STAMP)
 	$(PYTHON) -m pytest
 
-# Measures the figures docs/performance.md quotes (median of 3 runs; several minutes).
+# Measures the figures docs/performance.md and docs/activations.md quote (median of 3 runs; the
+# planner's accuracy on real architectures takes about an hour the first time, then its cache).
 benchmark: $(STAMP)
 	$(PYTHON) -m benchmarks --publish
 	$(PYTHON) -m benchmarks.model_planner --time-decide
+	$(PYTHON) -m benchmarks.activations

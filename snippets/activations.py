@@ -22,8 +22,11 @@ keras/src/backend/tensorflow/core.py); the mixed policies (Keras mixed-precision
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
 
 from snippets.lib import hardware, model_step, planner, units
 from snippets.lib.model_step import ModelStep
@@ -297,19 +300,48 @@ def chapter_jobs() -> dict[str, tuple[ModelStep, str]]:
 
 def chapter_figures() -> dict[str, dict]:
     """:func:`snippets.lib.model_step.measure` of every :func:`chapter_jobs` configuration,
-    each in its own fresh process (:func:`measure_fresh`)."""
+    each in its own fresh process (:func:`measure_fresh`). About two minutes on two CPU cores:
+    ``python -m benchmarks.activations`` runs it and publishes the result (:data:`RESULTS`)."""
     jobs = chapter_jobs()
     return dict(zip(jobs, measure_fresh(list(jobs.values()))))
 
 
+#: Where ``python -m benchmarks.activations`` publishes :func:`chapter_figures` (committed).
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "activations.json"
+
+
+def jobs_as_json() -> dict[str, dict]:
+    """:func:`chapter_jobs` as plain JSON values: each configuration's step fields and cap."""
+    return json.loads(json.dumps({name: {"step": asdict(step), "cap": cap}
+                                  for name, (step, cap) in chapter_jobs().items()}))
+
+
+def published_figures(path: Path = RESULTS) -> dict[str, dict]:
+    """The chapter's figures as ``python -m benchmarks.activations`` last measured them, in the
+    chapter's order: each configuration's :func:`snippets.lib.model_step.measure` result.
+
+    Raises:
+        RuntimeError: the file is missing, or was measured for other configurations than
+            :func:`chapter_jobs` (one line naming the command that measures them again).
+    """
+    again = "run python -m benchmarks.activations (about two minutes)"
+    if not path.exists():
+        raise RuntimeError(f"{path.name} has not been measured here: {again}")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("jobs") != jobs_as_json():
+        raise RuntimeError(f"{path.name} was measured for other configurations than the chapter's: {again}")
+    return {name: data["figures"][name] for name in chapter_jobs()}
+
+
 def figures_table(figures: dict[str, dict]) -> str:
     """The chapter's figures as a text table: step peak, weights, wall seconds of the last ``fit`` step."""
-    rows = [f"{'configuration':46} {'step peak':>10} {'weights':>10} {'s/step':>8}"]
+    width = max([len("configuration"), *map(len, figures)])
+    rows = [f"{'configuration':{width}} {'step peak':>10} {'weights':>10} {'s/step':>8}"]
     for name, r in figures.items():
         peak = units.human_bytes(r["step_peak"]) if r["completed"] else f"OOM ({r['failed_phase']})"
         weights = units.human_bytes(r["weights_bytes"]) if r["weights_bytes"] is not None else "-"
         seconds = f"{r['seconds_per_step']:.2f}" if r["seconds_per_step"] is not None else "-"
-        rows.append(f"{name:46} {peak:>10} {weights:>10} {seconds:>8}")
+        rows.append(f"{name:{width}} {peak:>10} {weights:>10} {seconds:>8}")
     return "\n".join(rows)
 
 
@@ -323,7 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m snippets.activations",
                                      description="Measure the chapter's fit steps, one fresh capped process "
-                                     "each, and print their allocator peaks.")
+                                     "each, and print their allocator peaks (python -m benchmarks.activations "
+                                     "also publishes them for the chapter).")
     parser.parse_args(argv)
     try:
         print(figures_table(chapter_figures()), flush=True)

@@ -7,7 +7,9 @@ capped step that runs out without the remedy and completes with it, for two acti
 models. Kernels run side by side: an OOM costs the BFC allocator's retries, mostly waiting.
 """
 
+import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 
 import pytest
 
@@ -59,6 +61,29 @@ def test_activation_bound_step_runs_out_without_the_remedy_and_completes_with_it
     without, with_ = proofs[name]
     assert not without["completed"] and without["failed_phase"] == "step", without
     assert with_["completed"], with_
+
+
+def test_the_chapter_reads_figures_measured_for_its_own_configurations(proofs):
+    """The chapter quotes benchmarks/results/activations.json: measured for the chapter's jobs, and
+    consistent with this run's own measurement of the same step (the remat proof's Transformer)."""
+    figures = activations.published_figures()  # raises if the jobs changed since the benchmark ran
+    assert list(figures) == list(activations.chapter_jobs())
+    for name, (step, _) in activations.chapter_jobs().items():
+        assert figures[name]["step"] == json.loads(json.dumps(asdict(step))), name
+    _, with_remat = proofs["Transformer, keras.remat per block"]
+    published = figures["Transformer, keras.remat per block"]["step_peak"]
+    assert json.loads(json.dumps(with_remat["step"])) == figures["Transformer, keras.remat per block"]["step"]
+    # Capped at 36 MiB, the executor may wait for frees and peak lower than the uncapped figure.
+    assert 0.80 * published <= with_remat["step_peak"] <= 1.15 * published, (with_remat["step_peak"], published)
+
+
+def test_published_figures_refuse_a_stale_file_in_one_line(tmp_path):
+    stale = tmp_path / "activations.json"
+    stale.write_text(json.dumps({"jobs": {}, "figures": {}}))
+    with pytest.raises(RuntimeError, match="other configurations than the chapter's: run python -m benchmarks"):
+        activations.published_figures(stale)
+    with pytest.raises(RuntimeError, match="has not been measured here"):
+        activations.published_figures(tmp_path / "missing.json")
 
 
 # --- F21: mixed precision halves the activations, not the variables ---------------------------
