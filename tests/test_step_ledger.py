@@ -7,7 +7,7 @@ its own cap (snippets.lib.step_ledger explains why).
 import pytest
 
 from snippets.lib import step_ledger
-from tests.step_runs import run_all
+from tests.step_runs import run_all, run_case
 
 
 #: Every third configuration, at least one per placement: the benchmarks measure all of them
@@ -42,8 +42,8 @@ SCHEDULED = step_ledger.StepCase("mirrored", "rmsprop", "float32", "auto", (4096
 def test_one_inter_op_thread_saves_one_update_buffer_and_the_planner_holds_both():
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(2) as pool:
-        two, one = pool.map(lambda n: step_ledger.compare(SCHEDULED, step_ledger.measure_fresh(SCHEDULED, None, 1, n)),
+    with ThreadPoolExecutor(2) as pool:  # forks of the harness's server: no TensorFlow import each
+        two, one = pool.map(lambda n: step_ledger.compare(SCHEDULED, run_case(SCHEDULED, inter_op_threads=n)),
                             (2, 1))
     variable = 4096 * 3072 * 4
     assert step_ledger.schedule_slack(SCHEDULED) == 2 * variable

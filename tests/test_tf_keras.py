@@ -133,20 +133,20 @@ def test_the_emulation_compiles_tf_keras_updates_as_tf_keras_does_when_a_gpu_is_
     assert placements.xla_mode(True, "tf_keras_dtensor") == "xla-update"
 
 
-def test_tf_keras_compiled_update_needs_nothing_beyond_its_gradient_on_xla_cpu():
-    import json
-    import subprocess
-    import sys
+def tk_update_peak(jit: bool) -> dict:
+    from snippets import tf_keras as tk
 
-    from harness import kernel_environment
-    from snippets.lib import probe_cache
+    return tk.update_peak(jit)
+
+
+def test_tf_keras_compiled_update_needs_nothing_beyond_its_gradient_on_xla_cpu():
+    from snippets.lib import devices, probe_cache
 
     runs = {}
     for mode in ("xla", "no-xla"):  # one after the other: each holds about 2 GiB
-        done = subprocess.run([sys.executable, "-m", "snippets.tf_keras", "--update-peak", mode], capture_output=True,
-                              text=True, env={**kernel_environment(), "TF_CPP_MIN_LOG_LEVEL": "3"}, check=True,
-                              timeout=300)
-        runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        with Kernel(deadline=300) as kernel:  # what `python -m snippets.tf_keras --update-peak` runs
+            kernel.call(devices.configure, 1, "3GiB", "cpu")
+            runs[mode] = kernel.call(tk_update_peak, mode == "xla")
     assert runs["xla"]["traces"] == 1 and runs["no-xla"]["traces"] == 0
     # XLA updates the slot and the variable in place: what Keras 3's compiled-update probe says (gradient only)
     assert runs["xla"]["units"] < 0.05
