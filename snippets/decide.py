@@ -33,7 +33,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from snippets.lib import hardware, model_plan, optimizers, pictures, placements, planner, splits, units
 from snippets.lib.model_step import ModelStep
@@ -349,14 +349,14 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
     if remedies_found:
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
-        lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)} ({r.how})", 100, subsequent_indent="   ")
+        lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
+                                f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ")
                   for rank, r in enumerate(remedies_found, 1)]
         lines.append(textwrap.fill(
-            "Not planned here (they change the bytes per sample): mixed precision, which on a GPU halves "
-            "activations but not float32 variables, gradients or slots, and which TensorFlow's CPU kernels "
-            "compute in float32, so this host cannot measure it; and rematerialisation (keras.remat around a "
-            "block; keras.RematScope fails inside fit on TensorFlow for layers that take `training`), which "
-            "trades memory for recompute time. See docs/activations.md.", 100, initial_indent="   ",
+            "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
+            "blocks, which trades memory for a second forward pass of each block (keras.RematScope fails "
+            "inside fit on TensorFlow for layers called with keywords such as `training`); measure the changed "
+            "function with --model. See docs/activations.md.", 100, initial_indent="   ",
             subsequent_indent="   "))
     lines.append(textwrap.fill(model_plan.CAVEATS, 100))
     return "\n".join(lines)
@@ -526,18 +526,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
                 capacity = hardware.jax_pool_bytes(card.name)
                 card_name = f"{card.name} (JAX's default 75% pool)"
+            trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
+            found = ([] if plan.total <= capacity else
+                     model_plan.batch_remedies(plan, capacity, args.devices, trainable))[:args.top]
             if args.json:
                 pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
                 largest = ({} if plan.method == "rule" else
                            {name: plan.largest_batch(pool(name)) for name in BATCH_CARDS})
                 text = json.dumps({"model": args.model or args.model_json, "plan": plan.as_json(), "capacity": capacity,
                                    "fits": plan.total <= capacity, "card": card_name, "largest_batch": largest,
-                                   "caveats": model_plan.CAVEATS}, indent=1)
+                                   "remedies": [asdict(r) for r in found], "caveats": model_plan.CAVEATS}, indent=1)
             else:
-                trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
-                found = ([] if plan.total <= capacity else
-                         model_plan.batch_remedies(plan, capacity, args.devices, trainable))
-                text = model_report(plan, capacity, card_name, found[:args.top])
+                text = model_report(plan, capacity, card_name, found)
             print(text)
             return 0
         if args.json:

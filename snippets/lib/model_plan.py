@@ -289,11 +289,15 @@ class BatchRemedy:
         label: what changes, as the reader would write it.
         peak: planned per-device peak, bytes.
         how: how the figure follows from the measurement.
+        cost: what the change costs besides memory: numerics, time, hardware.
+        estimate: True when the figure is a rule's best case, not derived from a run of this step.
     """
 
     label: str
     peak: int
     how: str
+    cost: str = ""
+    estimate: bool = False
 
 
 def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes: int) -> list[BatchRemedy]:
@@ -307,8 +311,11 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
     - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used):
       ``B / N`` samples per replica, the fit at that batch.
 
-    Mixed precision and rematerialisation change the per-sample bytes themselves, so
-    they are not derived here: measure them (``--policy mixed_float16``; docs/activations.md).
+    - last, and only as an estimate (``estimate=True``): ``mixed_float16`` for a float32 step,
+      :func:`mixed_precision_peak`, which this host cannot measure.
+
+    Rematerialisation changes the model's code (``keras.remat`` around the blocks you choose),
+    so it is not derived here: measure the changed builder (docs/activations.md).
     """
     if plan.method == "rule" or plan.per_sample <= 0:
         return []
@@ -317,7 +324,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
     largest = plan.largest_batch(capacity)
     if 0 < largest < plan.step.batch:
         found.append(BatchRemedy(f"batch {largest}", plan.peak_at(largest // replicas),
-                                 "the measured fit at that batch"))
+                                 "the measured fit at that batch",
+                                 "fewer samples per update: retune the learning rate"))
     for k in (2, 4, 8, 16, 32, 64):
         if b % k:
             continue
@@ -326,7 +334,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             found.append(BatchRemedy(f"gradient_accumulation_steps={k} (batch {plan.step.batch // k} per step, "
                                      f"same effective batch {plan.step.batch})", peak,
                                      f"the measured fit at {b // k} per device + one accumulator per trainable "
-                                     "variable (by rule)"))
+                                     "variable (by rule)",
+                                     f"{k} steps per update (about {k}x the time per update at the same throughput); "
+                                     "same losses without BatchNorm, which sees the smaller batch"))
             break
     more = max(devices, 2 * replicas)
     if more > replicas and plan.step.batch % more == 0:
@@ -337,8 +347,38 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             found.append(BatchRemedy(f"MirroredStrategy over {more} (batch {plan.step.batch // more} per replica)",
                                      peak, "the measured fit at that per-replica batch; the step without XLA "
                                      "would need its own measurement" if plan.step.jit else
-                                     "the measured fit at that per-replica batch"))
+                                     "the measured fit at that per-replica batch",
+                                     f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
+                                     "statistics per replica"))
+    if plan.step.policy in (None, "float32"):
+        peak = mixed_precision_peak(plan, trainable_bytes)
+        if peak <= capacity:
+            found.append(BatchRemedy(
+                "keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built", peak,
+                "by rule, the best case: the measured bytes per sample halved (activations in "
+                "16 bits) plus a 16-bit copy of each trainable variable; variables, gradients and slots stay "
+                "float32. Not measurable on this host: TensorFlow's CPU kernels compute half precision through "
+                "float32 copies. Check it with a step on the GPU",
+                "float16's 10-bit mantissa under a LossScaleOptimizer (Keras adds it in compile); compute "
+                "capability 7.0 or newer for speed (a V100 has it); mixed_bfloat16 needs no loss scale but "
+                "an A100 or newer", estimate=True))
     return found
+
+
+def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
+    """Best-case per-device step peak of ``plan``'s float32 step under ``mixed_float16``, bytes.
+
+    The activations a mixed policy keeps are 16-bit: the measured bytes per sample
+    (:attr:`ModelPlan.per_sample`) halve at most; the variables, their gradients and the
+    optimizer's slots stay float32 (field case F21, docs/activations.md); each layer computes
+    with a 16-bit copy of its kernel, counted as half of ``trainable_bytes``. A lower bound on
+    what a GPU would measure: tensors a policy keeps in float32 (the loss, softmax outputs,
+    BatchNorm's statistics) halve less. Source: the Keras mixed-precision guide ("the
+    variables are float32, computations float16").
+    """
+    margin = 0 if plan.method == "compiled" else MARGIN
+    per_device = plan.device_batch
+    return round((plan.state + trainable_bytes / 2 + plan.per_sample * per_device / 2) * (1 + margin))
 
 
 def rule_how(weights: Sequence[planner.Weight], too_large: bool = False) -> str:
