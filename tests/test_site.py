@@ -257,3 +257,27 @@ def test_an_outdated_translation_shows_a_banner_above_the_header():
     assert shown.index("</h1>") < shown.index("译文可能已过时") < shown.index("代码来自英文原版") < shown.index("正文")
     Page.meta = {}
     assert "译文可能已过时" not in editions.on_page_content("<h1>标题</h1>", Page(), config, None)
+
+
+def test_both_editions_search_workers_skip_terms_lunr_invents(site):
+    """hooks/search_guard.py ran on each edition's worker (the whole OOM line found nothing without it)."""
+    from hooks import search_guard
+
+    for edition in (site, site / "zh"):
+        (worker,) = (edition / "assets" / "javascripts" / "workers").glob("search.*.min.js")
+        text = worker.read_text(encoding="utf-8")
+        assert search_guard.GUARDED in text and search_guard.LOOP not in text, worker
+
+
+def test_the_search_guard_patches_once_and_refuses_an_unknown_worker(tmp_path):
+    from mkdocs.exceptions import PluginError
+
+    from hooks import search_guard
+
+    worker = tmp_path / "search.0.min.js"
+    worker.write_text("a;" + search_guard.LOOP + "b", encoding="utf-8")
+    assert search_guard.guard(worker) and worker.read_text() == "a;" + search_guard.GUARDED + "b"
+    assert not search_guard.guard(worker)  # a second build of the same site changes nothing
+    worker.write_text("another release's worker", encoding="utf-8")
+    with pytest.raises(PluginError, match="lunr's Index.query loop is not in search.0.min.js"):
+        search_guard.guard(worker)
