@@ -350,7 +350,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if remedies_found:
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
         lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
-                                f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ")
+                                f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ",
+                                break_on_hyphens=False)
                   for rank, r in enumerate(remedies_found, 1)]
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "

@@ -81,8 +81,9 @@ def visible_outputs(notebook, mask_measured: bool = True) -> list[list[tuple[str
             elif out.output_type == "error":
                 outputs.append(("error", f"{out.ename}: {out.evalue}"))
         if mask_measured and measured(cell):
-            # Numbers masked, and the spaces that align them, which move with their widths.
-            outputs = [(kind, re.sub(r"[ \t]+", " ", NUMBER.sub("#", text))) for kind, text in outputs]
+            # Numbers masked, and the spaces that align them and the line breaks that wrap them,
+            # which move with their widths.
+            outputs = [(kind, re.sub(r"\s+", " ", NUMBER.sub("#", text))) for kind, text in outputs]
         cells.append(outputs)
     return cells
 
