@@ -34,14 +34,15 @@ docstrings = Sybil(
 
 pytest_collect_file = (chapters + docstrings).pytest()
 
-#: The files that take longest (seconds of one full run on 2 cores, 4 workers: 200, 138, 98, 95, 82,
-#: 71, 62, 48, 48, 47), run first. pytest-xdist's ``--dist loadfile`` hands files to workers in
-#: collection order, so a long file collected last kept one worker busy while the others idled
-#: (the last ~90 s of a run at 10-50% idle CPU).
+#: The files that take longest (seconds in one full run on 2 cores, 4 workers: 20 to 200), run first.
+#: pytest-xdist's ``--dist loadfile`` hands files to workers in collection order, so a long file
+#: collected last kept one worker busy while the others idled (the last ~90 s of a run at 10-50%
+#: idle CPU).
 LONG_FIRST = ("tests/test_browser.py", "tests/test_model_plan.py", "tests/test_scale_models.py",
               "tests/test_plan.py", "tests/test_parameter_server.py", "tests/test_tensor_parallel_cli.py",
               "tests/test_reproduce_oom.py", "tests/test_keep_fit.py", "tests/test_tensor_parallel.py",
-              "tests/test_activations.py")
+              "tests/test_activations.py", "tests/test_notebook.py", "tests/test_site.py", "tests/test_api_matrix.py",
+              "docs/tensor-parallel.md", "docs/decide.md", "docs/memory-budget.md")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -80,7 +80,7 @@ def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():
     assert "LOWER BOUND" in model_plan.rule_how(conv)
 
 
-#: Small models of three kinds (convolutions, attention, an MLP), with a batch beyond the planner's runs,
+#: Small models of three kinds (convolutions, recurrence, an MLP), with a batch beyond the planner's runs,
 #: so the figure is extrapolated.
 #: Compiled steps have one buffer assignment, so a cap under the planned peak must fail. A step
 #: without XLA is checked for safety only: under a cap, TensorFlow's executor waits for frees and
@@ -90,8 +90,8 @@ def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():
 VERDICT_MODELS = (
     (ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "on", loss="sparse_categorical_crossentropy",
                kwargs=(("size", 32),)), True),
-    (ModelStep("snippets.lib.zoo:transformer_classifier", "rmsprop", 64, "on", loss="sparse_categorical_crossentropy",
-               kwargs=(("maxlen", 64), ("vocab_size", 2000), ("embed_dim", 64), ("ff_dim", 128))), True),
+    (ModelStep("snippets.lib.zoo:gru_stack", "rmsprop", 64, "on", loss="mse",
+               kwargs=(("maxlen", 32), ("features", 16), ("units", 64))), True),
     (ModelStep("snippets.lib.zoo:wide_mlp", "adam", 128, "off", "mirrored", 2, loss="mse",
                kwargs=(("width", 2048), ("features", 256), ("outputs", 256))), False),
 )
