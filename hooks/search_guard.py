@@ -8,10 +8,12 @@ and adds a trailing wildcard to each term a reader types. For some sets of index
 ``65536*`` expanded to ``6553622``, which no page contains. ``Index.query`` then reads
 ``this.invertedIndex[term]._index`` of ``undefined``, the worker's search throws, and the reader
 sees "No matching documents" for any query holding that term: the whole OOM line this site
-exists for among them (lunr.js issue 279, open since 2017; its workaround is this check). Which
-term breaks moves with the site's text, so the guard is not specific to one term.
+exists for among them (the symptom of lunr.js issue 279, open since 2017; skipping such terms is
+the workaround its PR 327 describes). Which term breaks moves with the site's text, so the guard
+is not specific to one term.
 
-After each build, this hook makes ``Index.query`` skip an expanded term with no postings: the
+After each build, this hook makes ``Index.query`` skip an expanded term with no postings: for
+optional terms (what Material sends for a typed query; the theme's ``search.suggest`` is off) the
 same results as lunr with a correct ``TokenSet``, since such a term matches no document. If
 Material's worker no longer contains lunr's loop as expected (another Material release), the build
 fails naming this hook, rather than ship a search that may answer nothing.

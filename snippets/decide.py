@@ -356,8 +356,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
             "blocks, which trades memory for a second forward pass of each block (keras.RematScope fails "
-            "inside fit on TensorFlow for layers called with keywords such as `training`); measure the changed "
-            "function with --model. See docs/activations.md.", 100, initial_indent="   ",
+            "inside fit on TensorFlow for any layer whose call gets a keyword argument, including the `training` "
+            "that fit passes to every layer that accepts one); measure the changed function with --model. See "
+            "docs/activations.md.", 100, initial_indent="   ",
             subsequent_indent="   "))
     lines.append(textwrap.fill(model_plan.CAVEATS, 100))
     return "\n".join(lines)

@@ -335,8 +335,10 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      f"same effective batch {plan.step.batch})", peak,
                                      f"the measured fit at {b // k} per device + one accumulator per trainable "
                                      "variable (by rule)",
-                                     f"{k} steps per update (about {k}x the time per update at the same throughput); "
-                                     "same losses without BatchNorm, which sees the smaller batch"))
+                                     f"{k} steps per update: about the time of one step at the full batch if the smaller "
+                                     "one keeps the same samples per second, more if it does not; the large batch's "
+                                     "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
+                                     "statistics come from each micro-batch"))
             break
     more = max(devices, 2 * replicas)
     if more > replicas and plan.step.batch % more == 0:
@@ -360,8 +362,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                 "float32. Not measurable on this host: TensorFlow's CPU kernels compute half precision through "
                 "float32 copies. Check it with a step on the GPU",
                 "float16's 10-bit mantissa under a LossScaleOptimizer (Keras adds it in compile); compute "
-                "capability 7.0 or newer for speed (a V100 has it); mixed_bfloat16 needs no loss scale but "
-                "an A100 or newer", estimate=True))
+                "capability 7.0 or newer for speed (a V100 has it); mixed_bfloat16 needs no loss scale, and "
+                "its Tensor Core speed needs compute capability 8.0 or newer (an A100; a V100 is 7.0)",
+                estimate=True))
     return found
 
 
@@ -373,8 +376,9 @@ def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
     optimizer's slots stay float32 (field case F21, docs/activations.md); each layer computes
     with a 16-bit copy of its kernel, counted as half of ``trainable_bytes``. A lower bound on
     what a GPU would measure: tensors a policy keeps in float32 (the loss, softmax outputs,
-    BatchNorm's statistics) halve less. Source: the Keras mixed-precision guide ("the
-    variables are float32, computations float16").
+    BatchNorm's statistics) halve less. Source: Keras's ``DTypePolicy`` docstring
+    (keras/src/dtype_policies/dtype_policy.py: "the use of float16 or bfloat16 for computations
+    and float32 for variables").
     """
     margin = 0 if plan.method == "compiled" else MARGIN
     per_device = plan.device_batch
