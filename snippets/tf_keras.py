@@ -371,6 +371,8 @@ def worker_peak(momentum: float = 0.9, ps: int = SHARDS, steps: int = 3, d: int 
 #: The update probe's variable, ``[16384, 8192]`` float32: 512 MiB, twice the size
 #: below which BFC's split rule can count a whole chunk for a smaller request.
 UPDATE_SHAPE = (16384, 8192)
+#: The probe's allocator cap: the variable, its velocity, the gradient and the update's temporaries.
+UPDATE_CAP = "3GiB"
 
 
 def update_peak(jit: bool, shape: Sequence[int] = UPDATE_SHAPE) -> dict:
@@ -457,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.momentum >= 0:
         parser.error(f"--momentum must be >= 0, not {args.momentum:g}")
     if args.update_peak:
-        devices.configure(1, "3GiB", mode="cpu")
+        devices.configure(1, UPDATE_CAP, mode="cpu")
         print(json.dumps(update_peak(args.update_peak == "xla")), flush=True)
         return 0
     if args.worker_peak:

@@ -12,11 +12,10 @@ from snippets.lib import devices, step_ledger
 
 def run_case(case, cap=None, steps=1, inter_op_threads=None):
     """:func:`snippets.lib.step_ledger.measure` of ``case`` in a fresh kernel capped at ``cap``
-    (default 16 x the device's float32 kernel piece), with ``TF_NUM_INTEROP_THREADS`` set to
+    (default :func:`snippets.lib.step_ledger.default_cap`), with ``TF_NUM_INTEROP_THREADS`` set to
     ``inter_op_threads`` if given (the kernel's runtime starts after it is set)."""
-    kernel_piece, _ = case.program
     if cap is None:
-        cap = f"{max(64, 16 * kernel_piece[0] * kernel_piece[1] * 4 // 2**20)}MiB"
+        cap = step_ledger.default_cap(case)
     env = {"TF_NUM_INTEROP_THREADS": str(inter_op_threads)} if inter_op_threads else {}
     with Kernel(env=env, deadline=300) as kernel:
         kernel.call(devices.configure, 1, cap, "cpu")

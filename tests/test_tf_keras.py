@@ -133,6 +133,12 @@ def test_the_emulation_compiles_tf_keras_updates_as_tf_keras_does_when_a_gpu_is_
     assert placements.xla_mode(True, "tf_keras_dtensor") == "xla-update"
 
 
+def tk_update_cap() -> str:
+    from snippets import tf_keras as tk
+
+    return tk.UPDATE_CAP
+
+
 def tk_update_peak(jit: bool) -> dict:
     from snippets import tf_keras as tk
 
@@ -145,7 +151,7 @@ def test_tf_keras_compiled_update_needs_nothing_beyond_its_gradient_on_xla_cpu()
     runs = {}
     for mode in ("xla", "no-xla"):  # one after the other: each holds about 2 GiB
         with Kernel(deadline=300) as kernel:  # what `python -m snippets.tf_keras --update-peak` runs
-            kernel.call(devices.configure, 1, "3GiB", "cpu")
+            kernel.call(devices.configure, 1, tk_update_cap(), "cpu")
             runs[mode] = kernel.call(tk_update_peak, mode == "xla")
     assert runs["xla"]["traces"] == 1 and runs["no-xla"]["traces"] == 0
     # XLA updates the slot and the variable in place: what Keras 3's compiled-update probe says (gradient only)

@@ -228,6 +228,12 @@ def measure(case: StepCase, steps: int = 1, build_slots: bool = True) -> dict:
     return result
 
 
+def default_cap(case: StepCase) -> str:
+    """The cap a device program is measured under by default: 16 x its float32 kernel piece, at least 64 MiB."""
+    kernel, _ = case.program
+    return f"{max(64, 16 * units.tensor_bytes(kernel, 'float32') // units.MiB)}MiB"
+
+
 def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
                   inter_op_threads: int | None = None, build_slots: bool = True) -> dict:
     """:func:`measure` in a new Python process capped at ``cap`` (default: 16 x the device's kernel piece).
@@ -239,9 +245,8 @@ def measure_fresh(case: StepCase, cap: str | None = None, steps: int = 1,
     Raises:
         RuntimeError: if the process fails for another reason than an OOM.
     """
-    kernel, _ = case.program
     if cap is None:
-        cap = f"{max(64, 16 * units.tensor_bytes(kernel, 'float32') // units.MiB)}MiB"
+        cap = default_cap(case)
     command = [sys.executable, "-m", "snippets.lib.step_ledger", "--case", json.dumps(asdict(case)),
                "--cap", cap, "--steps", str(steps)] + ([] if build_slots else ["--slots-in-fit"])
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
