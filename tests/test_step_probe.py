@@ -44,20 +44,20 @@ def test_slot_layouts_in_the_cache_are_what_keras_builds():
     assert live == CACHE["slots"]
 
 
-def test_planning_the_seed_imports_no_tensorflow_and_answers_fast():
+def test_planning_the_seed_imports_no_tensorflow():
     import subprocess
     import sys
 
     from harness import ROOT
 
-    code = ("import sys, time; t = time.perf_counter(); from snippets import decide; "
+    # What keeps the seed's answer instant: no TensorFlow or Keras import (a wall-clock bound
+    # would test the machine's load, not the code).
+    code = ("import sys; from snippets import decide; "
             "decide.main(['--shape', '131072', '65536', '--optimizer', 'rmsprop', '--json']); "
-            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported TF'; "
-            "print(time.perf_counter() - t, file=sys.stderr)")
+            "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'imported TF'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["fits"] is False
-    assert float(done.stderr.strip().splitlines()[-1]) < 1.0
 
 
 def test_card_table_follows_the_reserve_rule():
