@@ -459,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "rule counts weights, gradients, slots and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
                         help="--model: the Keras backend you train on. tensorflow (default): measured; jax: "
-                        "XLA's compiled memory analysis of the train step on one device (XLA:CPU's figures)")
+                        "XLA's compiled memory analysis of the train step (XLA:CPU's figures) on one device, or with "
+                        "--strategy mirrored on each device of keras.distribution.DataParallel over --devices")
     parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes")
     return parser

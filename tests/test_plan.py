@@ -237,3 +237,13 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     assert "XLA:CPU" in plan["plan"]["how"] and "JAX's default 75% pool" in plan["card"]
     # 32 -> 64 -> 8 floats per sample: the step's bytes grow with the batch, and the weights are in it.
     assert plan["plan"]["peaks"][1] > plan["plan"]["peaks"][0] > plan["plan"]["weights_bytes"]
+    # DataParallel over 2 emulated devices: each device's partitioned program at 256 per device, the
+    # same state whole on each, and the gradients' all-reduce on top of the one-device step.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--loss", "mse", "--optimizer",
+                                           "adam", "--strategy", "mirrored", "--devices", "2", "--batch", "1024",
+                                           "--backend", "jax", "--json"])
+    assert code == 0, out
+    parallel = json.loads(out[out.index("{"):])["plan"]
+    assert parallel["method"] == "compiled" and parallel["batches"] == [256, 512]
+    assert "DataParallel over 2" in parallel["how"] and parallel["weights_bytes"] == plan["plan"]["weights_bytes"]
+    assert parallel["peaks"][1] >= plan["plan"]["peaks"][1]

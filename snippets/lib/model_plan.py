@@ -187,9 +187,13 @@ class ModelPlan:
         if self.method == "rule":
             return self.rule_note
         if self.method == "compiled":
-            return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step (one device, the "
-                    f"whole step jit-compiled as fit does) at batch {' and '.join(map(str, self.batches))}, "
-                    "for the batch given as shapes only; XLA:CPU's figures (XLA:GPU assigns its own buffers).")
+            devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
+                       "on each, its partitioned program with the gradients' all-reduce"
+                       if self.replicas > 1 else "one device")
+            return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
+                    f"whole step jit-compiled as fit does, its state donated) at batch "
+                    f"{' and '.join(map(str, self.batches))} per device, for the batch given as shapes only; "
+                    "XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = " and ".join(str(b) for b in self.batches)
         order = f"+{MARGIN:.0%}"
         if self.method == "measured":
@@ -438,20 +442,24 @@ def accuracy_line(path: Path = ACCURACY) -> str:
 
 
 def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None) -> ModelPlan:
-    """Plan ``step`` for Keras on JAX (one device): XLA's compiled memory analysis at the reader's batch
-    and at half of it (for the line that gives the largest batch), nothing run at that batch.
+    """Plan ``step`` for Keras on JAX: XLA's compiled memory analysis of ``fit``'s train step at the
+    reader's batch and at half of it (for the line that gives the largest batch), nothing run.
+
+    ``strategy="single"``: one device. ``strategy="mirrored"``: ``keras.distribution.DataParallel``
+    over ``step.devices`` emulated devices, each device's partitioned program
+    (:func:`snippets.lib.model_step.compile_on_jax`).
 
     Raises:
-        ModelError: the model was refused. ValueError: ``step.strategy`` is not ``"single"``.
+        ModelError: the model was refused.
     """
     from snippets.lib.model_step import compiled_fresh
 
     check_step(step)
-    if step.strategy != "single":
-        raise ValueError("Keras on JAX is planned on one device here; for a mesh see docs/keep-fit.md")
-    batches = sorted({max(1, step.batch // 2), step.batch})
-    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {batches} ...")
-    results = compiled_fresh(step, batches)
+    replicas = step.devices if step.strategy == "mirrored" else 1
+    per_device = step.batch // replicas
+    batches = sorted({max(1, per_device // 2), per_device})
+    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {batches} per device ...")
+    results = compiled_fresh(step, [b * replicas for b in batches])
     return ModelPlan(replace(step, xla="on"), "compiled", tuple(batches), tuple(r["total"] for r in results),
                      weights_bytes=results[0]["weights_bytes"])
 

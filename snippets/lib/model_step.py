@@ -381,54 +381,81 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
     """Keras on JAX: XLA's buffer assignment of the model's train step at each batch, without running it.
 
     Call in a process whose Keras backend is JAX (:func:`compiled_fresh` starts one). The model is
-    built and trained for one step on one sample (which builds its optimizer slots and metrics), then
-    Keras's own ``train_step`` is lowered and compiled by ``jax.jit`` for the whole batch given as
-    shapes only (``jax.ShapeDtypeStruct``): no batch is allocated. One device, the step as ``fit``
-    compiles it on JAX (the whole step, :func:`snippets.lib.placements.resolve_xla`).
+    built and trained for one step on one sample per replica (which builds its optimizer slots and
+    metrics), then Keras's own ``train_step`` is lowered and compiled as ``fit`` compiles it
+    (``make_train_function`` in keras/src/backend/jax/trainer.py: ``jax.jit(train_step,
+    donate_argnums=0)``, so the new state is written into the old one's buffers, and under a
+    distribution ``out_shardings=(None, state shardings)``) for the whole batch given as shapes
+    only (``jax.ShapeDtypeStruct``): no batch is allocated. ``strategy="single"``: one device.
+    ``strategy="mirrored"``: ``keras.distribution.DataParallel`` over ``step.devices`` devices
+    (JAX's counterpart of ``MirroredStrategy``: every variable whole on each device, the batch
+    split), the program XLA partitions for each device, gradient all-reduce included.
 
     Returns:
-        one dict per batch of ``batches`` (default ``[step.batch]``): ``{"batch", "arguments",
-        "outputs", "aliased", "temporaries", "total", "weights_bytes"}``, bytes;
+        one dict per global batch of ``batches`` (default ``[step.batch]``): ``{"batch", "arguments",
+        "outputs", "aliased", "temporaries", "total", "weights_bytes"}``, bytes per device;
         ``total`` = arguments + outputs - aliased + temporaries (``peak_memory_in_bytes`` leaves the
         temporaries out on XLA:CPU, JAX 0.10.2). XLA:CPU's figures, not XLA:GPU's.
 
     Raises:
-        ModelError: as :func:`build`, or when Keras's backend is not JAX.
+        ModelError: as :func:`build`, when Keras's backend is not JAX, or when the process has fewer
+            JAX devices than ``step.devices``.
     """
     import jax
     import keras
 
     if keras.backend.backend() != "jax":
         raise ModelError("compile_on_jax needs KERAS_BACKEND=jax")
+    replicas = step.devices if step.strategy == "mirrored" else 1
+    distribution = None
+    if replicas > 1:
+        if len(jax.devices()) < replicas:
+            raise ModelError(f"{replicas} JAX devices wanted, {len(jax.devices())} found: set "
+                             f"XLA_FLAGS=--xla_force_host_platform_device_count={replicas} before JAX starts")
+        distribution = keras.distribution.DataParallel(devices=jax.devices()[:replicas])
+        keras.distribution.set_distribution(distribution)
     model = build(replace(step, xla="on"))
-    x, y = batch_of(model, 1, compiled_loss(model))
+    x, y = batch_of(model, replicas, compiled_loss(model))
     model.train_on_batch(x, y)
-    full_x, full_y = x, y
 
-    state = tuple([v.value for v in group] for group in (model.trainable_variables, model.non_trainable_variables,
-                                                           model.optimizer.variables, model.metrics_variables))
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+              model.metrics_variables)
+    state = tuple([v.value for v in group] for group in groups)
+    out_shardings = None if distribution is None else (None, tuple([a.sharding for a in group] for group in state))
+    step_fn = jax.jit(model.train_step, donate_argnums=0, out_shardings=out_shardings)
     weights = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
+
+    def shaped(array, batch):
+        shape = (batch, *array.shape[1:])
+        sharding = None if distribution is None else distribution.get_data_layout(shape).backend_layout
+        return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)
+
     results = []
     for batch in batches or [step.batch]:
-        shapes = jax.tree_util.tree_map(lambda a, b=batch: jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype),
-                                        (full_x, full_y))
-        analysis = jax.jit(model.train_step).lower(state, shapes).compile().memory_analysis()
+        shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), (x, y))
+        analysis = step_fn.lower(state, shapes).compile().memory_analysis()
         found = {"arguments": analysis.argument_size_in_bytes, "outputs": analysis.output_size_in_bytes,
                  "aliased": analysis.alias_size_in_bytes, "temporaries": analysis.temp_size_in_bytes}
         found = {name: int(value) for name, value in found.items()}
         found["total"] = found["arguments"] + found["outputs"] - found["aliased"] + found["temporaries"]
         results.append({"batch": batch, **found, "weights_bytes": weights})
+    if distribution is not None:
+        keras.distribution.set_distribution(None)
     return results
 
 
 def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float = 900) -> list[dict]:
-    """:func:`compile_on_jax` in a new Python process on Keras's JAX backend (CPU), one device.
+    """:func:`compile_on_jax` in a new Python process on Keras's JAX backend (CPU), with as many
+    emulated devices as ``step`` has replicas.
 
     Raises:
         ModelError: the model was refused (one line). RuntimeError: the process failed otherwise.
     """
     check_step(step)
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if step.strategy == "mirrored":
+        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
+                                     f"--xla_force_host_platform_device_count={step.devices}"]).strip()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
         done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--compile-on-jax",
