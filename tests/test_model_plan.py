@@ -164,3 +164,26 @@ def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
     flat = " ".join(text.split())
     assert "mixed_float16'), before the model is built: " in flat and ", an ESTIMATE (by rule, the best case" in flat
     assert "Not planned here (it changes your model's code): rematerialisation" in flat
+
+
+def test_runs_side_by_side_share_the_host_and_a_run_the_share_may_have_held_down_runs_again_alone(monkeypatch):
+    from snippets.lib import model_step
+
+    whole = 8 * units.GiB
+    monkeypatch.setattr(model_step, "default_cap", lambda step: whole)
+    calls = []
+
+    def fake(jobs, steps, timeout, parallel):
+        calls.append(([(step.batch, cap) for step, cap, _ in jobs], parallel))
+        # Batch 32 peaks near its share of the host, batch 16 well under it; alone, under the whole cap, 32 reads more.
+        return [{"completed": True, "step_peak": (0.9 if step.batch == 32 else 0.3) * cap} for step, cap, _ in jobs]
+
+    monkeypatch.setattr(model_step, "_run_forks", fake)
+    step = ModelStep("m:f", "adam", 16, "off")
+    results = model_step.measure_many([(step, None, 1), (step.at_batch(32), None, 1)], parallel=2)
+    assert calls == [([(16, whole // 2), (32, whole // 2)], 2), ([(32, whole)], 1)]
+    assert [r["step_peak"] for r in results] == [0.3 * whole / 2, 0.9 * whole]
+    # A cap the caller gave is the caller's: not split, not re-run.
+    calls.clear()
+    model_step.measure_many([(step, "1GiB", 1)], parallel=2)
+    assert calls == [([(16, units.GiB)], 2)]

@@ -62,6 +62,11 @@ SMALL_BATCHES = (16, 32)
 #: hold one buffer more or fewer (a wide MLP's read 513, 576 and 640 MiB at one batch).
 PLAN_THREADS = (1, None)
 
+#: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one
+#: Python thread each, so on two cores two runs overlap them; the benchmark measured its rows two
+#: at a time as well.
+PARALLEL = 2
+
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (two threads race, so one run's order is not the next one's: the same CNN step
 #: read 264.6 and 295.7 MiB at batch 16; more threads keep more activations live at once, about
@@ -262,8 +267,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in PLAN_THREADS]
     if run is None:
         say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, "
-            f"{len(PLAN_THREADS)} thread counts, a fresh process each ...")
-        flat = measure_many([(s, cap, threads) for s, threads in jobs])
+            f"{len(PLAN_THREADS)} thread counts, a fresh process each, {PARALLEL} at a time ...")
+        flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL)
     else:
         flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
     for (s, _), result in zip(jobs, flat):
