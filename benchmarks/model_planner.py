@@ -12,8 +12,10 @@ imported). Under ``MirroredStrategy`` the emulated devices share one
 allocator, so the replica's program is what is measured, and the real
 strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
-inter-op threads (two is TensorFlow's default on this 2-core machine), and
-the worse counts; the spread between them is published.
+inter-op threads and once more at TensorFlow's default (two on this 2-core
+machine): without XLA, racing threads add or drop a whole buffer from one run
+to the next, so the worst of three draws counts; the spread between one and
+two threads is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -42,6 +44,10 @@ TARGETS = (64, 128)
 MODES = (("single", "on"), ("single", "off"), ("mirrored", "off"))
 OPTIMIZERS = ("adam", "rmsprop")
 CAP = "8GiB"
+#: Extra runs of each target without XLA at TensorFlow's default thread count: without XLA one
+#: run's order of the ops is one draw (a wide MLP's step read 530 MiB at batch 128 in two runs and
+#: 641-713 MiB at 16, 32 and 64), so "measured" is the worst of these and the two thread counts.
+REPEATS = 1
 #: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
 LINEARITY = {"small_cnn": (256,), "transformer_classifier": (256,)}
 
@@ -51,13 +57,15 @@ def versions() -> dict:
     return {key: info[key] for key in info if key in ("tensorflow", "keras", "jax", "numpy", "python")}
 
 
-def key(step: ModelStep, threads: int | None, real: bool) -> str:
-    return json.dumps([asdict(step), threads, real], sort_keys=True)
+def key(step: ModelStep, threads: int | None, real: bool, repeat: int = 0) -> str:
+    """The cache's key of one run; ``repeat`` > 0 for another draw of the same configuration."""
+    return json.dumps([asdict(step), threads, real] + ([repeat] if repeat else []), sort_keys=True)
 
 
-def run(step: ModelStep, threads: int | None = None, real: bool = False, cap: str = CAP) -> dict:
+def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat: int = 0, cap: str = CAP) -> dict:
     """One measured run in a fresh kernel (a fork of the harness's preloaded server) capped at ``cap``:
-    :func:`snippets.lib.model_step.measure`'s result. Shared with tests/test_model_plan.py."""
+    :func:`snippets.lib.model_step.measure`'s result (``repeat`` only tells draws apart). Shared with
+    tests/test_model_plan.py."""
     env = {"TF_NUM_INTEROP_THREADS": str(threads)} if threads else {}
     with Kernel(env=env, deadline=1200) as kernel:
         setup = kernel.call(devices.configure, step.devices if real else 1, cap, "cpu")
@@ -76,22 +84,27 @@ def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS)
 
 
 def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
-    """Every run the benchmark needs: (step, threads, real_strategy). The planner's batches and
-    the targets, each at one and at two (TensorFlow's default on this machine; ``None``) inter-op
-    threads, come first, configuration by configuration; then the real strategy's pool peaks and
-    the linearity runs."""
+    """Every run the benchmark needs: (step, threads, real_strategy, repeat). The planner's batches
+    and the targets, each at one and at two (TensorFlow's default on this machine; ``None``) inter-op
+    threads, come first, configuration by configuration, then the targets' extra draws without XLA
+    (:data:`REPEATS`); then the real strategy's pool peaks and the linearity runs."""
     for name, base in configurations(names, optimizers):
         replicas = base.devices if base.strategy == "mirrored" else 1
         for b in model_plan.SMALL_BATCHES + TARGETS:
             for threads in (1, None):
-                yield base.at_batch(b * replicas), threads, False
+                yield base.at_batch(b * replicas), threads, False, 0
+    for name, base in configurations(names, optimizers):
+        replicas = base.devices if base.strategy == "mirrored" else 1
+        for b in TARGETS:
+            for repeat in range(1, REPEATS + 1) if base.xla == "off" else ():
+                yield base.at_batch(b * replicas), None, False, repeat
     for name, base in configurations(names, optimizers):
         for b in TARGETS:
             if base.strategy == "mirrored" and base.optimizer == OPTIMIZERS[0]:
-                yield base.at_batch(b * base.devices), None, True
+                yield base.at_batch(b * base.devices), None, True, 0
     for name, base in linearity_configurations(names):
         for b in LINEARITY[name]:
-            yield base.at_batch(b), 1, False
+            yield base.at_batch(b), 1, False, 0
 
 
 def linearity_configurations(names: Sequence[str]):
@@ -123,23 +136,25 @@ def linearity(cache: dict) -> list[dict]:
 
 def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
     """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs, or None."""
-    small, floors = [], []
+    small, floors, groups = [], [], []
     for b in model_plan.SMALL_BATCHES:
         runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in model_plan.PLAN_THREADS]
         if not all(r and r["completed"] and "largest_variable" in r for r in runs):
             return None
         small.append(max(runs, key=lambda r: r["step_peak"]))
         floors.append(min(min(r["step_peaks"]) for r in runs))
+        groups.append(runs)
+    by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(model_plan.PLAN_THREADS)))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
-                                floors=tuple(floors))
+                                floors=tuple(floors), by_threads=by_threads)
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     """Planner vs measured at each target, from the cached runs (configurations with a missing run are skipped).
 
-    "Measured" is the worst per-device step peak over steps 0 and 1 and over one and two
-    (the default here) inter-op threads.
+    "Measured" is the worst per-device step peak over steps 0 and 1, over one and two (the
+    default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default.
     """
     out = []
     for name, base in configurations(names):
@@ -150,12 +165,14 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
         for b in TARGETS:
             step = base.at_batch(b * replicas)
             runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}
-            if not all(r and r["completed"] for r in runs.values()):
+            extra = [cache.get(key(step, None, False, repeat))
+                     for repeat in (range(1, REPEATS + 1) if base.xla == "off" else ())]
+            if not all(r and r["completed"] for r in [*runs.values(), *extra]):
                 continue
-            worst = max(r["step_peak"] for r in runs.values())
+            worst = max(r["step_peak"] for r in [*runs.values(), *extra])
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
                    "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b), "measured": worst,
-                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"],
+                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"], "draws": 2 + len(extra),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
             pool = cache.get(key(step, None, True))
@@ -217,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if result is None:
                 continue
             cache[key(*job)] = result
-            print(f"{job[0].label()} threads={job[1]} real={job[2]}: "
+            print(f"{job[0].label()} threads={job[1]} real={job[2]} repeat={job[3]}: "
                   f"{result.get('step_peak')} ({time.perf_counter() - began:.0f} s)", flush=True)
             RESULTS.write_text(json.dumps({"versions": versions(), "runs": cache}, indent=0))
     seconds = time.perf_counter() - began + data.get("seconds", 0)

@@ -84,13 +84,38 @@ def thread_spread(path: Path = MODEL_PLANNER) -> dict[str, str]:
     return {kind: f"{min(v):.2f}-{max(v):.2f}" for kind, v in sorted(spread.items())}
 
 
-def replica_within_pool(path: Path = MODEL_PLANNER) -> bool | None:
-    """Whether every measured replica program lies between the real MirroredStrategy's pool peak over
-    its 2 replicas and that pool peak (None if no pool peak was measured)."""
+def replica_against_pool(path: Path = MODEL_PLANNER) -> dict[str, str | bool] | None:
+    """Each measured replica program against the real MirroredStrategy's pool peak over its 2 replicas:
+    the range of replica / (pool / 2), as ``"lo-hi"``, and whether every replica stays under the whole
+    pool (None if no pool peak was measured).
+
+    The pool is one allocator shared by both emulated replicas and by what the strategy keeps on one
+    device only: on CPU devices MirroredStrategy reduces gradients with ``ReductionToOneDevice`` (both
+    replicas' gradients gathered on the first device, then copied back), where a GPU host uses NCCL
+    (``tf.distribute.cross_device_ops``, ``select_cross_device_ops``). So half the pool is not a floor
+    for one GPU's peak; the whole pool is a ceiling.
+    """
     rows = [row for row in planner_rows(path) if "pool_peak" in row]
     if not rows:
         return None
-    return all(row["pool_peak"] / 2 <= row["measured"] <= row["pool_peak"] for row in rows)
+    shares = [row["measured"] / (row["pool_peak"] / 2) for row in rows]
+    return {"replica / (pool / 2)": f"{min(shares):.2f}-{max(shares):.2f}",
+            "replica <= pool": all(row["measured"] <= row["pool_peak"] for row in rows)}
+
+
+def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
+              path: Path = MODEL_PLANNER) -> list[str]:
+    """Each run the benchmark made of one configuration at one batch per device (every inter-op thread
+    count and draw, not the real strategy's pool), its worst step peak, ascending, as text."""
+    found = []
+    for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
+        step, _, real = json.loads(key)[:3]
+        replicas = step["devices"] if step["strategy"] == "mirrored" else 1
+        if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
+                and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
+                and step["batch"] == batch_per_device * replicas):
+            found.append(run["step_peak"])
+    return [units.human_bytes(peak) for peak in sorted(found)]
 
 
 def linearity(path: Path = MODEL_PLANNER) -> list[dict]:

@@ -7,6 +7,7 @@ step at x 0.80 runs out.
 """
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,9 @@ def test_a_plan_is_the_line_through_its_two_runs_plus_the_margin():
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (100 * units.MiB, 260 * units.MiB))
     assert plan.per_sample == 10 * units.MiB and plan.state == -60 * units.MiB
     assert plan.peak_at(32) == round(260 * units.MiB * (1 + model_plan.MARGIN))  # a measured batch: its own figure
-    assert plan.step_peak == round((-60 + 640) * units.MiB * (1 + model_plan.MARGIN))
+    # Beyond the last batch run, the extrapolated part gets EXTRAPOLATION (a peak is convex in the batch).
+    beyond = 10 * (64 - 32) * model_plan.EXTRAPOLATION
+    assert plan.step_peak == round((-60 + 640 + beyond) * units.MiB * (1 + model_plan.MARGIN))
     # The slope runs between the runs' cleanest orders (floors), the level from the last batch's worst.
     noisy = model_plan.ModelPlan(step, "extrapolated", (16, 32), plan.peaks, floors=(90 * units.MiB, 210 * units.MiB))
     assert noisy.per_sample == 7.5 * units.MiB and noisy.state == (260 - 7.5 * 32) * units.MiB
@@ -32,6 +35,30 @@ def test_a_plan_is_the_line_through_its_two_runs_plus_the_margin():
     mirrored = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off", "mirrored", 4), "extrapolated", (16, 32),
                                     plan.peaks)
     assert mirrored.device_batch == 16 and mirrored.largest_batch(units.GiB) % 4 == 0
+
+
+def test_each_thread_count_has_its_own_line_and_a_race_is_not_a_slope():
+    MiB = units.MiB
+    step = ModelStep("m:f", "adam", 128, "off")
+    # A 64 px ResNet50 replica, Adam, no XLA, as measured (benchmarks, model_planner): one thread's order
+    # already peaks in the backward pass (447 -> 570 MiB), two threads' still in the update (490 -> 582).
+    resnet = model_plan.ModelPlan(step, "extrapolated", (16, 32), (490 * MiB, 582 * MiB), floors=(310 * MiB, 398 * MiB),
+                                  by_threads=((447 * MiB, 570 * MiB), (490 * MiB, 582 * MiB)))
+    assert [round(slope / MiB, 2) for _, slope in resnet.lines()] == [7.69, 5.75]
+    assert resnet.per_sample == resnet.lines()[0][1]  # the steeper line is the higher one at 128
+    assert resnet.step_peak == round((570 + 123 / 16 * 96 * (1 + model_plan.EXTRAPOLATION)) * MiB * (1 + model_plan.MARGIN))
+    assert resnet.peak_at(32) == round(582 * MiB * (1 + model_plan.MARGIN))  # a measured batch keeps its worst
+    # A recommender, RMSprop: two threads held a 49 MiB buffer more at 32 than at 16; the lowest peaks did not move.
+    race = model_plan.ModelPlan(step, "extrapolated", (16, 32), (417 * MiB, 491 * MiB), floors=(369 * MiB, 369 * MiB),
+                                by_threads=((371 * MiB, 370 * MiB), (417 * MiB, 491 * MiB)))
+    assert race.per_sample == 0 and race.step_peak == race.peak_at(32)
+    # Held to SLOPE_CAP times the lowest peaks' slope, not dropped.
+    capped = replace(race, floors=(369 * MiB, 385 * MiB))
+    assert capped.lines()[1][1] == model_plan.SLOPE_CAP * MiB
+    # The largest batch is where the first line reaches the capacity.
+    for plan in (resnet, capped):
+        largest = plan.largest_batch(2 * units.GiB)
+        assert plan.peak_at(largest) <= 2 * units.GiB < plan.peak_at(largest + 1)
 
 
 def test_batch_remedies_follow_from_the_fit_and_say_so():
@@ -51,9 +78,11 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     mixed = roomy[-1]
     assert "mixed_float16" in mixed.label and mixed.estimate and "by rule, the best case" in mixed.how
     assert not any(r.estimate for r in roomy[:-1])
-    # 10 MiB per sample measured (220 -> 380 MiB over 16 samples), halved; the state and a 16-bit copy stay.
+    # 10 MiB per sample measured (220 -> 380 MiB over 16 samples) with the extrapolation's allowance beyond 32,
+    # halved; the state and a 16-bit copy stay.
     state = 380 * units.MiB - 10 * units.MiB * 32
-    assert mixed.peak == round((state + 5 * units.MiB + 5 * units.MiB * 256) * 1.10)
+    activations = 10 * units.MiB * (256 + model_plan.EXTRAPOLATION * (256 - 32))
+    assert mixed.peak == round((state + 5 * units.MiB + activations / 2) * 1.10)
     already = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", policy="mixed_float16"), "extrapolated",
                                    (16, 32), (220 * units.MiB, 380 * units.MiB))
     assert not any(r.estimate for r in model_plan.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB))
@@ -144,13 +173,14 @@ def test_answer_first_boxes_state_the_published_accuracy():
     notebook = json.loads((root / "docs/notebooks/plan-your-model.ipynb").read_text())
     first = "".join(notebook["cells"][0]["source"])
     assert span in " ".join(first.split()), first
-    # What the pages say the benchmark found: every compiled step within the issue's 0.95-1.25; without
-    # XLA never more than 10% under, and over by at most 40% (weight-bound steps whose racing threads
-    # add or drop a whole variable-sized buffer between runs).
+    # What the pages say the benchmark found: every compiled step within the issue's 0.95-1.25; no
+    # row more than 5% under; without XLA over by at most 35% (weight-bound steps whose racing
+    # threads held a whole variable-sized buffer at 32 per device that no draw showed at 128).
     rows = json.loads(model_plan.ACCURACY.read_text())["rows"]
     compiled = [row["ratio"] for row in rows if row["xla"] == "on"]
     assert compiled and 0.95 <= min(compiled) and max(compiled) <= 1.25
-    assert 0.90 <= found["min_ratio"] and found["max_ratio"] <= 1.40 and found["architectures"] >= 12
+    assert 0.95 <= found["min_ratio"] and found["max_ratio"] <= 1.35 and found["architectures"] >= 13
+    assert all(row["draws"] == (3 if row["xla"] == "off" else 2) for row in rows)
 
 
 def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():

@@ -6,15 +6,20 @@ batch, plus what the batch makes (activations and their gradients), which
 grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
 (benchmarks, ``model_planner``). So the planner runs the reader's real step
 (:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``,
-each in a fresh capped process, fits ``peak(b) = state + per_sample * b``
-through them and reads the fit at the reader's batch. A batch no larger
-than ``b2`` is measured itself. Every figure carries how it was obtained
+each at one and at two inter-op threads in a fresh capped process, fits a
+line ``peak(b) = state + per_sample * b`` for each thread count through its
+runs and reads the highest line at the reader's batch (a peak is the larger
+of the backward pass's, which grows with the batch, and the update's, which
+does not, so it is convex in the batch: the steepest order carries). A
+batch no larger than ``b2`` is measured itself. Every figure carries how it was obtained
 (:attr:`ModelPlan.method`, :meth:`ModelPlan.how`):
 
 ``measured``
     the reader's own per-device batch was run.
 ``extrapolated``
-    run at ``b1`` and ``b2``, extrapolated linearly, plus :data:`MARGIN`.
+    run at ``b1`` and ``b2``, extrapolated linearly, plus :data:`MARGIN`:
+    one line per inter-op thread count, each through its own worst peaks
+    (:meth:`ModelPlan.lines`), and the highest line at the reader's batch.
 ``rule``
     the model's weights are too large to run on this host: weights,
     gradients, slots and the update's temporaries by the rule of
@@ -62,6 +67,25 @@ SMALL_BATCHES = (16, 32)
 #: hold one buffer more or fewer (a wide MLP's read 513, 576 and 640 MiB at one batch).
 PLAN_THREADS = (1, None)
 
+#: A thread count's slope is held to at most this many times the slope between the runs' lowest
+#: peaks (:attr:`ModelPlan.floors`). Between 16 and 32 samples a step's peak can still sit in the
+#: optimizer's update, which the batch does not grow, while one order of the ops already peaks in
+#: the backward pass: that order's slope is the one that carries to large batches (a 64 px
+#: ResNet50 replica, Adam, no XLA: 7.7 MiB per sample at one thread, 5.5 between the lowest
+#: peaks; 8.0 between 64 and 128). A slope far above the lowest peaks' is a race instead: a
+#: variable-sized buffer one run held at the larger batch and not at the smaller (a
+#: recommender's 49 MiB embedding gradient read as 3 MiB per sample). Measured over the 13
+#: architectures of the benchmark: twice keeps the first and drops the second.
+SLOPE_CAP = 2.0
+
+#: Added to the part of a planned peak that is extrapolated beyond the largest batch run, as a
+#: fraction of it. A step's peak is convex in the batch (the larger of an update that the batch
+#: does not grow and a backward pass that it does), so a slope between small batches can be lower
+#: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16
+#: and 32, 2.9 between 64 and 128. Chosen on the benchmark's rows (benchmarks, model_planner):
+#: the smallest multiple of 5% with every row at most 5% under; 0 left one row 5.4% under.
+EXTRAPOLATION = 0.05
+
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one
 #: Python thread each, so on two cores two runs overlap them; the benchmark measured its rows two
 #: at a time as well.
@@ -97,11 +121,13 @@ class ModelPlan:
         rule_peak: for ``rule``, the planner's per-device step peak, bytes.
         rule_note: for ``rule``, :func:`rule_how`'s sentence.
         largest_variable: the largest trainable variable, bytes (for the record).
-        floors: each run's lowest per-device step peak (over its steps and thread counts), bytes:
-            the slope per sample is taken between these, the level from ``peaks``. Without XLA two
-            racing threads can add or drop a variable- or activation-sized buffer from one run to
-            the next (a recommender's 49 MiB embedding table, measured); a slope between worst
-            cases amplifies that noise, one between the runs' cleanest orders does not.
+        floors: each batch's lowest per-device step peak (over its steps and thread counts), bytes:
+            the slope between these bounds each thread count's (:data:`SLOPE_CAP`). Without XLA
+            two racing threads can add or drop a variable- or activation-sized buffer from one run
+            to the next (a recommender's 49 MiB embedding table, measured).
+        by_threads: for each thread count run (:data:`PLAN_THREADS`), its worst step peak at each
+            batch of ``batches``, bytes: one line each (:meth:`lines`). Empty: one line through
+            ``floors`` (or ``peaks``), levelled at the last batch's worst peak.
     """
 
     step: ModelStep
@@ -115,6 +141,7 @@ class ModelPlan:
     rule_note: str = ""
     largest_variable: int = 0
     floors: tuple[int, ...] = ()
+    by_threads: tuple[tuple[int, ...], ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -125,22 +152,66 @@ class ModelPlan:
         """Samples each device runs per step."""
         return self.step.batch // self.replicas
 
-    @property
-    def per_sample(self) -> float:
-        """Bytes per sample per device: the slope between the first and last runs' :attr:`floors`
-        (their peaks if no floors were recorded), never negative; 0 for one run or ``rule``."""
+    def _floor_slope(self) -> float:
+        """Bytes per sample between the first and last batches' :attr:`floors` (their peaks if no
+        floors were recorded), never negative; 0 for one run."""
         if len(self.batches) < 2:
             return 0.0
         low = self.floors or self.peaks
         return max(0.0, (low[-1] - low[0]) / (self.batches[-1] - self.batches[0]))
 
+    def lines(self) -> list[tuple[float, float]]:
+        """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
+
+        With :attr:`by_threads`: one per thread count, through that count's worst peaks at the
+        first and last batches, its slope held to ``[0, SLOPE_CAP x`` the floors' slope ``]``
+        and its level kept at the last batch. Without: one line, the floors' slope through the
+        last batch's worst peak. ``[]`` for ``rule``; one flat line for a single run.
+        """
+        if not self.batches:
+            return []
+        last = self.batches[-1]
+        floor_slope = self._floor_slope()
+        if not self.by_threads or len(self.batches) < 2:
+            return [(self.peaks[-1] - floor_slope * last, floor_slope)]
+        span = last - self.batches[0]
+        found = []
+        for peaks in self.by_threads:
+            slope = min(max(0.0, (peaks[-1] - peaks[0]) / span), SLOPE_CAP * floor_slope)
+            found.append((peaks[-1] - slope * last, slope))
+        return found
+
+    def _line_at(self, device_batch: int) -> tuple[float, float]:
+        """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
+        return max(self.lines(), key=lambda line: (line[0] + line[1] * device_batch, line[1]))
+
+    @property
+    def per_sample(self) -> float:
+        """Bytes per sample per device at the reader's batch: the slope of the highest line there
+        (:meth:`lines`); 0 for one run or ``rule``."""
+        if len(self.batches) < 2:
+            return 0.0
+        return self._line_at(self.device_batch)[1]
+
     @property
     def state(self) -> float:
-        """Bytes per device that do not grow with the batch: the line's intercept, anchored at the
-        largest batch's worst peak."""
+        """Bytes per device that do not grow with the batch: the highest line's intercept at the
+        reader's batch (the rule's peak for ``rule``)."""
         if not self.batches:
             return float(self.rule_peak)
-        return self.peaks[-1] - self.per_sample * self.batches[-1]
+        return self._line_at(self.device_batch)[0]
+
+    def _reaching_lines(self, device_batch: int) -> list[tuple[float, float]]:
+        """:meth:`lines` as they stand at ``device_batch``: beyond the largest batch run, each slope
+        with :data:`EXTRAPOLATION` on the part past that batch (``compiled`` plans: as fitted)."""
+        if self.method == "compiled" or not self.batches or device_batch <= self.batches[-1]:
+            return self.lines()
+        last = self.batches[-1]
+        return [(c - EXTRAPOLATION * s * last, s * (1 + EXTRAPOLATION)) for c, s in self.lines()]
+
+    def _line_peak(self, device_batch: int) -> float:
+        """The highest line at ``device_batch``, bytes, no margin."""
+        return max(c + s * device_batch for c, s in self._reaching_lines(device_batch))
 
     def peak_at(self, device_batch: int) -> int:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes."""
@@ -148,7 +219,7 @@ class ModelPlan:
             # One buffer assignment: the compiled figure itself, or the line between two of them.
             if device_batch in self.batches:
                 return self.peaks[self.batches.index(device_batch)]
-            return round(self.state + self.per_sample * device_batch)
+            return round(self._line_peak(device_batch))
         return self._measured_peak_at(device_batch)
 
     def _measured_peak_at(self, device_batch: int) -> int:
@@ -162,7 +233,7 @@ class ModelPlan:
         if device_batch in self.batches:
             # The worst order seen at this batch; orders not seen still need the margin.
             return round(self.peaks[self.batches.index(device_batch)] * (1 + MARGIN))
-        return round((self.state + self.per_sample * device_batch) * (1 + MARGIN))
+        return round(self._line_peak(device_batch) * (1 + MARGIN))
 
     @property
     def step_peak(self) -> int:
@@ -176,10 +247,15 @@ class ModelPlan:
 
     def largest_batch(self, capacity: int) -> int:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none."""
-        if self.method == "rule" or self.per_sample <= 0:
+        lines = self._reaching_lines(self.batches[-1] + 1 if self.batches else 0)
+        if self.method == "rule" or not any(slope > 0 for _, slope in lines):
             return 0 if self.total > capacity else self.step.batch
         margin = 0 if self.method == "compiled" else MARGIN
-        per_device = int((capacity / (1 + margin) - self.state) // self.per_sample)
+        room = capacity / (1 + margin)
+        if any(slope <= 0 and intercept > room for intercept, slope in lines):
+            return 0
+        # Where the lowest-reaching line meets the capacity; the loop settles a measured batch's own figure.
+        per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
         return max(per_device, 0) * self.replicas
@@ -206,9 +282,10 @@ class ModelPlan:
                     f"allocator, a fresh process per run, the worse of 1 and 2 inter-op threads and of 2 steps; "
                     f"{order} for other orders of the step's ops.")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} per device "
-                f"(capped CPU allocator, a fresh process each, the worse of 1 and 2 inter-op threads and of 2 steps), "
-                f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' lowest peaks), linear from the "
-                f"last batch's worst; "
+                f"(capped CPU allocator, a fresh process each, 1 and 2 inter-op threads, the worse of 2 steps), "
+                f"a line in the batch for each thread count, the highest at this batch: "
+                f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
+                f"between the runs' lowest peaks), +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}; "
                 f"{order} for other orders of the step's ops.")
 
     def as_json(self) -> dict:
@@ -282,12 +359,13 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
     floors = tuple(min(min(r["step_peaks"]) for r in group) for group in groups)
+    by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per))
     results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
     method = "measured" if target in batches else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
-                     floors=floors)
+                     floors=floors, by_threads=by_threads)
 
 
 @dataclass(frozen=True)
@@ -391,7 +469,8 @@ def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
     """
     margin = 0 if plan.method == "compiled" else MARGIN
     per_device = plan.device_batch
-    return round((plan.state + trainable_bytes / 2 + plan.per_sample * per_device / 2) * (1 + margin))
+    activations = plan._line_peak(per_device) - plan.state
+    return round((plan.state + trainable_bytes / 2 + activations / 2) * (1 + margin))
 
 
 def rule_how(weights: Sequence[planner.Weight], too_large: bool = False) -> str:
