@@ -12,10 +12,10 @@ imported). Under ``MirroredStrategy`` the emulated devices share one
 allocator, so the replica's program is what is measured, and the real
 strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
-inter-op threads and once more at TensorFlow's default (two on this 2-core
-machine): without XLA, racing threads add or drop a whole buffer from one run
-to the next, so the worst of three draws counts; the spread between one and
-two threads is published.
+inter-op threads (two is TensorFlow's default on this 2-core machine), and
+without XLA once more at two (:data:`REPEATS`): there racing threads add or
+drop a whole buffer from one run to the next, so the worst of three draws
+counts; the spread between one and two threads is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only

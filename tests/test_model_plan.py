@@ -59,6 +59,23 @@ def test_each_thread_count_has_its_own_line_and_a_race_is_not_a_slope():
     for plan in (resnet, capped):
         largest = plan.largest_batch(2 * units.GiB)
         assert plan.peak_at(largest) <= 2 * units.GiB < plan.peak_at(largest + 1)
+    # A measured batch keeps its own figure, under the flat line pinned at 32's worst: 16 fits where 17 does not.
+    assert race.peak_at(16) < 500 * MiB < race.peak_at(17)
+    assert race.largest_batch(500 * MiB) == 16
+
+
+def test_a_readers_batch_of_16_per_device_is_still_run_at_two_batches():
+    seen = []
+
+    def fake(step, cap, inter_op_threads):
+        seen.append(step.batch)
+        peak = (100 + 5 * step.batch) * units.MiB
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+
+    plan = model_plan.plan_model(ModelStep("m:f", "adam", 16, "off"), run=fake)
+    assert plan.method == "measured" and plan.batches == (16, 32) and sorted(set(seen)) == [16, 32]
+    assert plan.per_sample == 5 * units.MiB and plan.largest_batch(units.GiB) > 16
 
 
 def test_batch_remedies_follow_from_the_fit_and_say_so():
@@ -213,7 +230,7 @@ def test_runs_side_by_side_share_the_host_and_a_run_the_share_may_have_held_down
     results = model_step.measure_many([(step, None, 1), (step.at_batch(32), None, 1)], parallel=2)
     assert calls == [([(16, whole // 2), (32, whole // 2)], 2), ([(32, whole)], 1)]
     assert [r["step_peak"] for r in results] == [0.3 * whole / 2, 0.9 * whole]
-    # A cap the caller gave is the caller's: not split, not re-run.
+    # A cap the caller gave is the caller's: not split, not re-run, not held twice at once.
     calls.clear()
-    model_step.measure_many([(step, "1GiB", 1)], parallel=2)
-    assert calls == [([(16, units.GiB)], 2)]
+    model_step.measure_many([(step, "1GiB", 1), (step.at_batch(32), "1GiB", 1)], parallel=2)
+    assert calls == [([(16, units.GiB), (32, units.GiB)], 1)]

@@ -246,18 +246,32 @@ class ModelPlan:
         return max(self.init_peak, self.step_peak)
 
     def largest_batch(self, capacity: int) -> int:
-        """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none."""
-        lines = self._reaching_lines(self.batches[-1] + 1 if self.batches else 0)
-        if self.method == "rule" or not any(slope > 0 for _, slope in lines):
+        """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none.
+
+        A measured batch keeps its own figure, which can sit below the lines through it (a thread
+        count's slope held by :data:`SLOPE_CAP` or at 0 pins its line at the last batch's peak), so
+        the planned peak is not monotone there: batch 16 can fit where 17 does not.
+        """
+        if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
+        lines = self._reaching_lines(self.batches[-1] + 1)
         margin = 0 if self.method == "compiled" else MARGIN
         room = capacity / (1 + margin)
         if any(slope <= 0 and intercept > room for intercept, slope in lines):
-            return 0
-        # Where the lowest-reaching line meets the capacity; the loop settles a measured batch's own figure.
-        per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
+            per_device = 0
+        elif not any(slope > 0 for _, slope in lines):
+            # Flat beyond the last batch run: the reader's batch if it fits, else nothing past that batch.
+            fits = max(self.init_peak, self.peak_at(self.device_batch)) <= capacity
+            per_device = self.device_batch if fits else min(self.device_batch, self.batches[-1])
+        else:
+            # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
+            per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
+        for batch in sorted(self.batches, reverse=True):
+            if batch > per_device and max(self.init_peak, self.peak_at(batch)) <= capacity:
+                per_device = batch
+                break
         return max(per_device, 0) * self.replicas
 
     def how(self) -> str:
@@ -340,7 +354,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          rule_note=rule_how(weights, too_large=True))
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
-    batches = sorted({SMALL_BATCHES[0], target} if target <= SMALL_BATCHES[-1] else set(SMALL_BATCHES))
+    # Two batches always (a line needs two); the reader's own when it is one of them or smaller.
+    small = target <= SMALL_BATCHES[-1] and target != SMALL_BATCHES[0]
+    batches = sorted({SMALL_BATCHES[0], target} if small else set(SMALL_BATCHES))
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in PLAN_THREADS]
     if run is None:
         say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, "

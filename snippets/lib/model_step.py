@@ -344,7 +344,7 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
 
     With ``parallel`` > 1, that many jobs run at once (a model's build and tracing are one Python
     thread each, so two overlap on two cores), and the host's share is split: a job given no cap
-    gets :func:`default_cap` / ``parallel``. A job whose step came within :data:`CAP_BOUND` of that
+    gets :func:`default_cap` / ``parallel`` (jobs given a cap run one at a time, each under it). A job whose step came within :data:`CAP_BOUND` of that
     share, or ran out of it, is run again alone under the whole :func:`default_cap`: a cap that
     binds changes the figure (the executor waits for frees and finishes lower), so it is not kept.
     The benchmark that publishes the planner's accuracy runs two such processes side by side too.
@@ -359,7 +359,8 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
         allocator.HostMemoryError: a cap exceeds what the host can spare.
         RuntimeError: a child failed for another reason than an OOM.
     """
-    parallel = max(1, int(parallel))
+    # A cap the caller gave is the caller's to spend: not split, and not held twice at once.
+    parallel = 1 if any((*job, None)[1] for job in jobs) else max(1, int(parallel))
     plans = []
     for job in jobs:
         step, cap, threads = (*job, None)[:3]
@@ -525,13 +526,16 @@ def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
                 pipe.write(json.dumps(out))
             os._exit(0)
         os.close(write)
-        return pid, os.fdopen(read)
+        return pid, os.fdopen(read), ModelStep(**fields).label()
 
-    def finish(pid, pipe):
+    def finish(pid, pipe, label):
         with pipe:
             text = pipe.read()
         os.waitpid(pid, 0)
-        return json.loads(text) if text else {"error": "the measuring process died"}
+        try:
+            return json.loads(text) if text else {"error": f"the process measuring {label} died"}
+        except ValueError:
+            return {"error": f"the process measuring {label} died while replying"}
 
     results, running = [], []
     for job in payload:
