@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -388,15 +389,19 @@ def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int)
     payload = [[asdict(step), f"{cap // units.MiB}MiB", threads, steps] for step, cap, threads in jobs]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # A session of its own: on a timeout the child's forked runs are ended with it, not orphaned.
+    child = subprocess.Popen([sys.executable, "-m", "snippets.lib.model_step", "--jobs", json.dumps(payload),
+                              "--parallel", str(parallel)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env, start_new_session=True)
     try:
-        done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--jobs", json.dumps(payload),
-                               "--parallel", str(parallel)],
-                              capture_output=True, text=True, check=False, env=env, timeout=timeout)
+        stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
         raise RuntimeError(f"no result in {timeout:.0f} s") from None
-    lines = done.stdout.strip().splitlines()
+    lines = stdout.strip().splitlines()
     if not (lines and lines[-1].startswith("[")):
-        raise RuntimeError((done.stderr.strip().splitlines() or ["the measuring process failed"])[-1])
+        raise RuntimeError((stderr.strip().splitlines() or ["the measuring process failed"])[-1])
     results = json.loads(lines[-1])
     for reply in results:
         if "refused" in reply:
