@@ -48,6 +48,11 @@ CAP = "8GiB"
 #: run's order of the ops is one draw (a wide MLP's step read 530 MiB at batch 128 in two runs and
 #: 641-713 MiB at 16, 32 and 64), so "measured" is the worst of these and the two thread counts.
 REPEATS = 1
+#: And one run of each target without XLA at a GPU host's default inter-op thread count, published
+#: beside "measured" (``host_threads_peak``), not in it: TensorFlow sizes that pool to the host's
+#: cores (8 on a small GPU server; 2 here), and more threads keep more independent ops' buffers live
+#: at once, which the planner's runs at 1 and 2 threads do not show.
+HOST_THREADS = 8
 #: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
 LINEARITY = {"small_cnn": (256,), "transformer_classifier": (256,)}
 
@@ -98,6 +103,8 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
         for b in TARGETS:
             for repeat in range(1, REPEATS + 1) if base.xla == "off" else ():
                 yield base.at_batch(b * replicas), None, False, repeat
+            if base.xla == "off":
+                yield base.at_batch(b * replicas), HOST_THREADS, False, 0
     for name, base in configurations(names, optimizers):
         for b in TARGETS:
             if base.strategy == "mirrored" and base.optimizer == OPTIMIZERS[0]:
@@ -175,6 +182,9 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                    "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"], "draws": 2 + len(extra),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
+            host = cache.get(key(step, HOST_THREADS, False)) if base.xla == "off" else None
+            if host and host["completed"]:
+                row["host_threads_peak"] = host["step_peak"]
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]

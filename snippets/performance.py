@@ -103,13 +103,31 @@ def replica_against_pool(path: Path = MODEL_PLANNER) -> dict[str, str | bool] | 
             "replica <= pool": all(row["measured"] <= row["pool_peak"] for row in rows)}
 
 
+def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
+    """Targets without XLA run once more at a GPU host's default inter-op thread count
+    (``benchmarks.model_planner.HOST_THREADS``), outside "measured": that run's peak over the measured
+    one, and planned over the worse of the two, as ``"lo-hi"``, with how many rows the latter puts
+    under 0.95 (None if no such run was published)."""
+    rows = [row for row in planner_rows(path) if "host_threads_peak" in row]
+    if not rows:
+        return None
+    over = [row["host_threads_peak"] / row["measured"] for row in rows]
+    planned = [row["planned"] / max(row["measured"], row["host_threads_peak"]) for row in rows]
+    return {"rows": len(rows), "8 threads / measured": f"{min(over):.2f}-{max(over):.2f}",
+            "planned / worst with 8 threads": f"{min(planned):.2f}-{max(planned):.2f}",
+            "rows under 0.95": sum(ratio < 0.95 for ratio in planned)}
+
+
 def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
               path: Path = MODEL_PLANNER) -> list[str]:
-    """Each run the benchmark made of one configuration at one batch per device (every inter-op thread
-    count and draw, not the real strategy's pool), its worst step peak, ascending, as text."""
+    """Each run that "measured" takes for one configuration at one batch per device (one and two
+    inter-op threads and every draw; not the host-thread run, not the real strategy's pool), its worst
+    step peak, ascending, as text."""
     found = []
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
-        step, _, real = json.loads(key)[:3]
+        step, threads, real = json.loads(key)[:3]
+        if threads not in (1, None):
+            continue
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)

@@ -102,7 +102,10 @@ MARGIN = 0.10
 CAVEATS = (
     "Not measurable on a CPU: cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, "
     "caps cuDNN's), NCCL buffers, the GPU layout optimizer's transposes, and XLA:GPU's buffer assignment "
-    "(XLA figures here are XLA:CPU's); leave headroom for them."
+    "(XLA figures here are XLA:CPU's); leave headroom for them. Not planned: without XLA, more inter-op "
+    "threads than the 1 and 2 run here (TensorFlow's default is the host's core count; "
+    "tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more buffers live at once, "
+    "most for weight-bound steps (docs/performance.md measures 8)."
 )
 
 
