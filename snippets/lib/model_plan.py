@@ -550,12 +550,12 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None) 
 
     ``strategy="single"``: one device. ``strategy="mirrored"``: ``keras.distribution.DataParallel``
     over ``step.devices`` emulated devices, each device's partitioned program
-    (:func:`snippets.lib.model_step.compile_on_jax`).
+    (:func:`snippets.lib.jax_step.compile_on_jax`).
 
     Raises:
         ModelError: the model was refused.
     """
-    from snippets.lib.model_step import compiled_fresh
+    from snippets.lib.jax_step import compiled_fresh
 
     check_step(step)
     replicas = step.devices if step.strategy == "mirrored" else 1

@@ -20,15 +20,17 @@ peak above the second).
 Under ``strategy="mirrored"`` what is measured is **one replica's program
 alone** (the project's way, :mod:`snippets.lib.step_ledger`): the emulated
 devices share one allocator, so a real ``MirroredStrategy`` run shows only
-the pool's peak, which lies between the per-device peak and its sum over
-replicas (their scratch buffers need not be live at once). The replica's program is the model at ``batch / devices`` samples,
+the pool's peak: every replica's buffers (not necessarily live at once) and
+what the strategy keeps on one device (on CPU devices it all-reduces with
+``ReductionToOneDevice``, both gradients gathered on the first device; a GPU
+host uses NCCL). The replica's program is the model at ``batch / devices`` samples,
 without XLA (Keras resolves ``jit_compile="auto"`` to False for a model
 created under a strategy), with each gradient copied before the update as
 the all-reduce writes the summed gradient into a new buffer
 (:func:`snippets.lib.step_ledger.copy_on_aggregation`). ``--real-strategy`` (and
 :func:`measure`'s ``replica_devices``) runs the real ``MirroredStrategy`` over
-``devices`` emulated devices instead and reports the pool's peak (the benchmarks hold the replica's figure
-between that pool peak over ``devices`` and the pool peak).
+``devices`` emulated devices instead and reports the pool's peak (the benchmarks publish the replica's
+figure against it, docs/performance.md). Keras on JAX is compiled instead of run: :mod:`snippets.lib.jax_step`.
 
 Run one by hand::
 
@@ -411,101 +413,6 @@ def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int)
     return results
 
 
-def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
-    """Keras on JAX: XLA's buffer assignment of the model's train step at each batch, without running it.
-
-    Call in a process whose Keras backend is JAX (:func:`compiled_fresh` starts one). The model is
-    built and trained for one step on one sample per replica (which builds its optimizer slots and
-    metrics), then Keras's own ``train_step`` is lowered and compiled as ``fit`` compiles it
-    (``make_train_function`` in keras/src/backend/jax/trainer.py: ``jax.jit(train_step,
-    donate_argnums=0)``, so the new state is written into the old one's buffers, and under a
-    distribution ``out_shardings=(None, state shardings)``) for the whole batch given as shapes
-    only (``jax.ShapeDtypeStruct``): no batch is allocated. ``strategy="single"``: one device.
-    ``strategy="mirrored"``: ``keras.distribution.DataParallel`` over ``step.devices`` devices
-    (JAX's counterpart of ``MirroredStrategy``: every variable whole on each device, the batch
-    split), the program XLA partitions for each device, gradient all-reduce included.
-
-    Returns:
-        one dict per global batch of ``batches`` (default ``[step.batch]``): ``{"batch", "arguments",
-        "outputs", "aliased", "temporaries", "total", "weights_bytes"}``, bytes per device;
-        ``total`` = arguments + outputs - aliased + temporaries (``peak_memory_in_bytes`` leaves the
-        temporaries out on XLA:CPU, JAX 0.10.2). XLA:CPU's figures, not XLA:GPU's.
-
-    Raises:
-        ModelError: as :func:`build`, when Keras's backend is not JAX, or when the process has fewer
-            JAX devices than ``step.devices``.
-    """
-    import jax
-    import keras
-
-    if keras.backend.backend() != "jax":
-        raise ModelError("compile_on_jax needs KERAS_BACKEND=jax")
-    replicas = step.devices if step.strategy == "mirrored" else 1
-    distribution = None
-    if replicas > 1:
-        if len(jax.devices()) < replicas:
-            raise ModelError(f"{replicas} JAX devices wanted, {len(jax.devices())} found: set "
-                             f"XLA_FLAGS=--xla_force_host_platform_device_count={replicas} before JAX starts")
-        distribution = keras.distribution.DataParallel(devices=jax.devices()[:replicas])
-        keras.distribution.set_distribution(distribution)
-    model = build(replace(step, xla="on"))
-    x, y = batch_of(model, replicas, compiled_loss(model))
-    model.train_on_batch(x, y)
-
-    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
-              model.metrics_variables)
-    state = tuple([v.value for v in group] for group in groups)
-    out_shardings = None if distribution is None else (None, tuple([a.sharding for a in group] for group in state))
-    step_fn = jax.jit(model.train_step, donate_argnums=0, out_shardings=out_shardings)
-    weights = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
-
-    def shaped(array, batch):
-        shape = (batch, *array.shape[1:])
-        sharding = None if distribution is None else distribution.get_data_layout(shape).backend_layout
-        return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)
-
-    results = []
-    for batch in batches or [step.batch]:
-        shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), (x, y))
-        analysis = step_fn.lower(state, shapes).compile().memory_analysis()
-        found = {"arguments": analysis.argument_size_in_bytes, "outputs": analysis.output_size_in_bytes,
-                 "aliased": analysis.alias_size_in_bytes, "temporaries": analysis.temp_size_in_bytes}
-        found = {name: int(value) for name, value in found.items()}
-        found["total"] = found["arguments"] + found["outputs"] - found["aliased"] + found["temporaries"]
-        results.append({"batch": batch, **found, "weights_bytes": weights})
-    if distribution is not None:
-        keras.distribution.set_distribution(None)
-    return results
-
-
-def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float = 900) -> list[dict]:
-    """:func:`compile_on_jax` in a new Python process on Keras's JAX backend (CPU), with as many
-    emulated devices as ``step`` has replicas.
-
-    Raises:
-        ModelError: the model was refused (one line). RuntimeError: the process failed otherwise.
-    """
-    check_step(step)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    if step.strategy == "mirrored":
-        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
-                                     f"--xla_force_host_platform_device_count={step.devices}"]).strip()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    try:
-        done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--compile-on-jax",
-                               json.dumps([asdict(step), list(batches)])], capture_output=True, text=True, check=False, env=env,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None
-    lines = done.stdout.strip().splitlines()
-    if not (lines and lines[-1][:1] in "[{"):
-        raise RuntimeError((done.stderr.strip().splitlines() or ["the JAX process failed"])[-1])
-    reply = json.loads(lines[-1])
-    if isinstance(reply, dict):
-        raise ModelError(reply.get("refused") or reply.get("error", "the JAX process failed"))
-    return reply
-
-
 def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
     """In :func:`measure_many`'s child: import TensorFlow once, then fork a process per job,
     ``parallel`` at a time; the results in the jobs' order."""
@@ -564,18 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="training steps measured")
     parser.add_argument("--real-strategy", action="store_true",
                         help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
-    parser.add_argument("--compile-on-jax", metavar="JSON", help="(internal, compiled_fresh) [ModelStep, batches]")
     args = parser.parse_args(argv)
-    if args.compile_on_jax:
-        fields, batches = json.loads(args.compile_on_jax)
-        try:
-            reply = compile_on_jax(check_step(ModelStep(**fields)), batches)
-        except ModelError as error:
-            reply = {"refused": str(error)}
-        except Exception as error:  # noqa: BLE001 (one line for the parent)
-            reply = {"error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"}
-        print(json.dumps(reply), flush=True)
-        os._exit(0)
     if args.jobs:
         print(json.dumps(_fork_jobs(json.loads(args.jobs), args.parallel)), flush=True)
         os._exit(0)

@@ -1,0 +1,143 @@
+"""Keras on JAX: the reader's train step compiled by XLA, its buffers read without running it.
+
+:mod:`snippets.lib.model_step` measures TensorFlow's executor by running steps;
+on JAX, ``fit`` compiles the whole step with ``jax.jit``, so XLA's own buffer
+assignment of that program (``jax.stages.Compiled.memory_analysis``) is the
+step's memory, read at any batch given as shapes only. Each plan runs in a new
+Python process on Keras's JAX backend (``KERAS_BACKEND`` is read once, at the
+first ``import keras``), with as many emulated CPU devices as the step has
+replicas (``XLA_FLAGS=--xla_force_host_platform_device_count``). XLA:CPU's
+figures, not XLA:GPU's.
+
+Run by :func:`snippets.lib.model_plan.plan_on_jax`; by hand::
+
+    KERAS_BACKEND=jax python -m snippets.lib.jax_step '[{"model": "tests.plan_builders:tiny", "loss": "mse"}, [64]]'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+
+from snippets.lib import units
+from snippets.lib.model_step import ROOT, ModelError, ModelStep, batch_of, build, check_step, compiled_loss
+
+
+def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
+    """Keras on JAX: XLA's buffer assignment of the model's train step at each batch, without running it.
+
+    Call in a process whose Keras backend is JAX (:func:`compiled_fresh` starts one). The model is
+    built and trained for one step on one sample per replica (which builds its optimizer slots and
+    metrics), then Keras's own ``train_step`` is lowered and compiled as ``fit`` compiles it
+    (``make_train_function`` in keras/src/backend/jax/trainer.py: ``jax.jit(train_step,
+    donate_argnums=0)``, so the new state is written into the old one's buffers, and under a
+    distribution ``out_shardings=(None, state shardings)``) for the whole batch given as shapes
+    only (``jax.ShapeDtypeStruct``): no batch is allocated. ``strategy="single"``: one device.
+    ``strategy="mirrored"``: ``keras.distribution.DataParallel`` over ``step.devices`` devices
+    (JAX's counterpart of ``MirroredStrategy``: every variable whole on each device, the batch
+    split), the program XLA partitions for each device, gradient all-reduce included.
+
+    Returns:
+        one dict per global batch of ``batches`` (default ``[step.batch]``): ``{"batch", "arguments",
+        "outputs", "aliased", "temporaries", "total", "weights_bytes"}``, bytes per device;
+        ``total`` = arguments + outputs - aliased + temporaries (``peak_memory_in_bytes`` leaves the
+        temporaries out on XLA:CPU, JAX 0.10.2). XLA:CPU's figures, not XLA:GPU's.
+
+    Raises:
+        ModelError: as :func:`build`, when Keras's backend is not JAX, or when the process has fewer
+            JAX devices than ``step.devices``.
+    """
+    import jax
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise ModelError("compile_on_jax needs KERAS_BACKEND=jax")
+    replicas = step.devices if step.strategy == "mirrored" else 1
+    distribution = None
+    if replicas > 1:
+        if len(jax.devices()) < replicas:
+            raise ModelError(f"{replicas} JAX devices wanted, {len(jax.devices())} found: set "
+                             f"XLA_FLAGS=--xla_force_host_platform_device_count={replicas} before JAX starts")
+        distribution = keras.distribution.DataParallel(devices=jax.devices()[:replicas])
+        keras.distribution.set_distribution(distribution)
+    model = build(replace(step, xla="on"))
+    x, y = batch_of(model, replicas, compiled_loss(model))
+    model.train_on_batch(x, y)
+
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
+              model.metrics_variables)
+    state = tuple([v.value for v in group] for group in groups)
+    out_shardings = None if distribution is None else (None, tuple([a.sharding for a in group] for group in state))
+    step_fn = jax.jit(model.train_step, donate_argnums=0, out_shardings=out_shardings)
+    weights = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
+
+    def shaped(array, batch):
+        shape = (batch, *array.shape[1:])
+        sharding = None if distribution is None else distribution.get_data_layout(shape).backend_layout
+        return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)
+
+    results = []
+    for batch in batches or [step.batch]:
+        shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), (x, y))
+        analysis = step_fn.lower(state, shapes).compile().memory_analysis()
+        found = {"arguments": analysis.argument_size_in_bytes, "outputs": analysis.output_size_in_bytes,
+                 "aliased": analysis.alias_size_in_bytes, "temporaries": analysis.temp_size_in_bytes}
+        found = {name: int(value) for name, value in found.items()}
+        found["total"] = found["arguments"] + found["outputs"] - found["aliased"] + found["temporaries"]
+        results.append({"batch": batch, **found, "weights_bytes": weights})
+    if distribution is not None:
+        keras.distribution.set_distribution(None)
+    return results
+
+
+def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float = 900) -> list[dict]:
+    """:func:`compile_on_jax` in a new Python process on Keras's JAX backend (CPU), with as many
+    emulated devices as ``step`` has replicas.
+
+    Raises:
+        ModelError: the model was refused (one line). RuntimeError: the process failed otherwise.
+    """
+    check_step(step)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if step.strategy == "mirrored":
+        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
+                                     f"--xla_force_host_platform_device_count={step.devices}"]).strip()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    try:
+        done = subprocess.run([sys.executable, "-m", "snippets.lib.jax_step", json.dumps([asdict(step), list(batches)])],
+                              capture_output=True, text=True, check=False, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None
+    lines = done.stdout.strip().splitlines()
+    if not (lines and lines[-1][:1] in "[{"):
+        raise RuntimeError((done.stderr.strip().splitlines() or ["the JAX process failed"])[-1])
+    reply = json.loads(lines[-1])
+    if isinstance(reply, dict):
+        raise ModelError(reply.get("refused") or reply.get("error", "the JAX process failed"))
+    return reply
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m snippets.lib.jax_step '[step, batches]'``: :func:`compile_on_jax`'s result as JSON,
+    or ``{"refused": ...}`` / ``{"error": ...}`` in one line."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1:
+        print("usage: python -m snippets.lib.jax_step '[ModelStep fields as JSON, [batches]]'", file=sys.stderr)
+        return 2
+    try:
+        fields, batches = json.loads(args[0])
+        reply = compile_on_jax(check_step(ModelStep(**fields)), batches)
+    except ModelError as error:
+        reply = {"refused": str(error)}
+    except Exception as error:  # noqa: BLE001 (one line for the parent)
+        reply = {"error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"}
+    print(json.dumps(reply), flush=True)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
