@@ -37,6 +37,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from snippets.lib import optimizers, planner, private, units  # noqa: E402
+from snippets.lib.jax_step import device_bytes  # noqa: E402
 from snippets.lib.seed import SEED_SHAPE  # noqa: E402
 
 if keras.backend.backend() != "jax":
@@ -265,25 +266,6 @@ def full_shape_step(distribution, optimizer: str = "rmsprop",
                  for shape in ((batch_size, d), (batch_size, f)))
     step = jax.jit(model.train_step, donate_argnums=0, out_shardings=(None, shardings))
     return step.lower(state, data).compile(), state
-
-
-def device_bytes(compiled) -> dict[str, int]:
-    """Bytes XLA's compiled memory analysis gives one device, and their sum.
-
-    ``"arguments"`` (the state and the batch), ``"outputs"``, ``"aliased"``
-    (outputs written into donated arguments' buffers: the new state),
-    ``"temporaries"`` (the one buffer XLA's buffer assignment packs every
-    temporary into: the gradient, an all-gathered kernel...), and
-    ``"total"`` = arguments + outputs - aliased + temporaries: what the
-    device holds while the step runs. Not ``peak_memory_in_bytes``, which
-    on XLA:CPU (JAX 0.10.2) leaves the temporaries out.
-    """
-    analysis = compiled.memory_analysis()
-    found = {"arguments": analysis.argument_size_in_bytes, "outputs": analysis.output_size_in_bytes,
-             "aliased": analysis.alias_size_in_bytes, "temporaries": analysis.temp_size_in_bytes}
-    found = {key: int(value) for key, value in found.items()}
-    found["total"] = found["arguments"] + found["outputs"] - found["aliased"] + found["temporaries"]
-    return found
 
 
 def initializer_bytes(initializer: str, axes: tuple, device_mesh, shape: tuple[int, ...] = SEED_SHAPE) -> dict[str, int]:
