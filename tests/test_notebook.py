@@ -31,9 +31,12 @@ HIDDEN_TAG = "remove_output"
 #: Cells whose figures are measured (section 6 runs the model's step): their text is compared
 #: with numbers masked, and the numbers within MEASURED_TOLERANCE of the stored ones. Without XLA
 #: one run's peak can read one activation-sized buffer more or less than another (the executor's
-#: order of independent ops): 264.6 to 295.7 MiB seen for the same CNN step at batch 16.
+#: order of independent ops): 264.6 to 295.7 MiB seen for the same CNN step at batch 16. And the
+#: CPU matters: stored on the development host (where 7 runs of each of the plan's four steps
+#: read within 3.5 MiB of each other), the notebook's CNN read 6.86 MiB per sample there and
+#: 8.81 (x1.28) on the CI host, all its figures with it; the cell says so on the page.
 MEASURED_TAG = "measured"
-MEASURED_TOLERANCE = 0.15
+MEASURED_TOLERANCE = 0.35
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 #: TensorFlow's C++ start-up lines (absl), which TF_CPP_MIN_LOG_LEVEL does not silence.
 STARTUP_LOG = re.compile(r"absl::InitializeLog|^[IWE]\d{4} \d\d:\d\d:|cudart_stub|cuInit", re.MULTILINE)
