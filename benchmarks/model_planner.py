@@ -13,9 +13,10 @@ allocator, so the replica's program is what is measured, and the real
 strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
 inter-op threads (two is TensorFlow's default on this 2-core machine), and
-without XLA once more at two (:data:`REPEATS`): there racing threads add or
-drop a whole buffer from one run to the next, so the worst of three draws
-counts; the spread between one and two threads is published.
+without XLA once more at two (:data:`REPEATS`) and once at a GPU server's
+eight (:data:`HOST_THREADS`): there racing threads add or drop a whole buffer
+from one run to the next, and more threads keep more buffers live, so the
+worst of four draws counts; the spread between one and two threads is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -46,12 +47,12 @@ OPTIMIZERS = ("adam", "rmsprop")
 CAP = "8GiB"
 #: Extra runs of each target without XLA at TensorFlow's default thread count: without XLA one
 #: run's order of the ops is one draw (a wide MLP's step read 530 MiB at batch 128 in two runs and
-#: 641-713 MiB at 16, 32 and 64), so "measured" is the worst of these and the two thread counts.
+#: 641-713 MiB at 16, 32 and 64), so "measured" is the worst of these and the thread counts.
 REPEATS = 1
-#: And one run of each target without XLA at a GPU host's default inter-op thread count, published
-#: beside "measured" (``host_threads_peak``), not in it: TensorFlow sizes that pool to the host's
-#: cores (8 on a small GPU server; 2 here), and more threads keep more independent ops' buffers live
-#: at once, which the planner's runs at 1 and 2 threads do not show.
+#: And one run of each target without XLA at a GPU host's inter-op thread count, in "measured"
+#: too (also published alone, ``host_threads_peak``): TensorFlow sizes that pool to the host's
+#: cores (8 on a small GPU server; 2 here), and more threads keep more independent ops' buffers
+#: live at once.
 HOST_THREADS = 8
 #: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
 LINEARITY = {"small_cnn": (256,), "transformer_classifier": (256,)}
@@ -90,12 +91,16 @@ def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS)
 
 def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     """Every run the benchmark needs: (step, threads, real_strategy, repeat). The planner's batches
-    and the targets, each at one and at two (TensorFlow's default on this machine; ``None``) inter-op
-    threads, come first, configuration by configuration, then the targets' extra draws without XLA
-    (:data:`REPEATS`); then the real strategy's pool peaks and the linearity runs."""
+    at the planner's thread counts (:func:`snippets.lib.model_plan.plan_threads`) and the targets
+    at one and at two (TensorFlow's default on this machine; ``None``) inter-op threads come first,
+    configuration by configuration, then the targets' extra draws without XLA (:data:`REPEATS`,
+    :data:`HOST_THREADS`); then the real strategy's pool peaks and the linearity runs."""
     for name, base in configurations(names, optimizers):
         replicas = base.devices if base.strategy == "mirrored" else 1
-        for b in model_plan.SMALL_BATCHES + TARGETS:
+        for b in model_plan.SMALL_BATCHES:
+            for threads in model_plan.plan_threads(base):
+                yield base.at_batch(b * replicas), threads, False, 0
+        for b in TARGETS:
             for threads in (1, None):
                 yield base.at_batch(b * replicas), threads, False, 0
     for name, base in configurations(names, optimizers):
@@ -105,12 +110,6 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
                 yield base.at_batch(b * replicas), None, False, repeat
             if base.xla == "off":
                 yield base.at_batch(b * replicas), HOST_THREADS, False, 0
-    # The planner's own batches at HOST_THREADS too, for a plan with a line at a GPU host's pool
-    # (cached, not yet planned: docs/performance.md says what the plan leaves out).
-    for name, base in configurations(names, optimizers):
-        replicas = base.devices if base.strategy == "mirrored" else 1
-        for b in model_plan.SMALL_BATCHES if base.xla == "off" else ():
-            yield base.at_batch(b * replicas), HOST_THREADS, False, 0
     for name, base in configurations(names, optimizers):
         for b in TARGETS:
             if base.strategy == "mirrored" and base.optimizer == OPTIMIZERS[0]:
@@ -150,24 +149,26 @@ def linearity(cache: dict) -> list[dict]:
 def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
     """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs, or None."""
     small, floors, groups = [], [], []
+    counts = model_plan.plan_threads(base)
     for b in model_plan.SMALL_BATCHES:
-        runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in model_plan.PLAN_THREADS]
+        runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in counts]
         if not all(r and r["completed"] and "largest_variable" in r for r in runs):
             return None
         small.append(max(runs, key=lambda r: r["step_peak"]))
         floors.append(min(min(r["step_peaks"]) for r in runs))
         groups.append(runs)
-    by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(model_plan.PLAN_THREADS)))
+    by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
-                                floors=tuple(floors), by_threads=by_threads)
+                                floors=tuple(floors), by_threads=by_threads, threads=counts)
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     """Planner vs measured at each target, from the cached runs (configurations with a missing run are skipped).
 
     "Measured" is the worst per-device step peak over steps 0 and 1, over one and two (the
-    default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default.
+    default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default
+    and one at :data:`HOST_THREADS`.
     """
     out = []
     for name, base in configurations(names):
@@ -180,6 +181,8 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}
             extra = [cache.get(key(step, None, False, repeat))
                      for repeat in (range(1, REPEATS + 1) if base.xla == "off" else ())]
+            host = cache.get(key(step, HOST_THREADS, False)) if base.xla == "off" else None
+            extra += [host] if base.xla == "off" else []
             if not all(r and r["completed"] for r in [*runs.values(), *extra]):
                 continue
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
@@ -188,9 +191,10 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                    "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"], "draws": 2 + len(extra),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
-            host = cache.get(key(step, HOST_THREADS, False)) if base.xla == "off" else None
-            if host and host["completed"]:
+            if host:
+                # The 8-thread run alone, and the worst without it: what a GPU server's pool adds.
                 row["host_threads_peak"] = host["step_peak"]
+                row["fewer_threads_peak"] = max(r["step_peak"] for r in [*runs.values(), *extra] if r is not host)
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]

@@ -93,41 +93,42 @@ def replica_against_pool(path: Path = MODEL_PLANNER) -> dict[str, str | bool] | 
     device only: on CPU devices MirroredStrategy reduces gradients with ``ReductionToOneDevice`` (both
     replicas' gradients gathered on the first device, then copied back), where a GPU host uses NCCL
     (``tf.distribute.cross_device_ops``, ``select_cross_device_ops``). So half the pool is not a floor
-    for one GPU's peak; the whole pool is a ceiling.
+    for one GPU's peak; the whole pool is a ceiling. The pool ran at the emulation's two inter-op
+    threads, so each replica counts its runs at one and two threads, not the one at eight.
     """
     rows = [row for row in planner_rows(path) if "pool_peak" in row]
     if not rows:
         return None
-    shares = [row["measured"] / (row["pool_peak"] / 2) for row in rows]
+    replica = [row.get("fewer_threads_peak", row["measured"]) for row in rows]
+    shares = [peak / (row["pool_peak"] / 2) for peak, row in zip(replica, rows)]
     return {"replica / (pool / 2)": f"{min(shares):.2f}-{max(shares):.2f}",
-            "replica <= pool": all(row["measured"] <= row["pool_peak"] for row in rows)}
+            "replica <= pool": all(peak <= row["pool_peak"] for peak, row in zip(replica, rows))}
 
 
 def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
-    """Targets without XLA run once more at a GPU host's default inter-op thread count
-    (``benchmarks.model_planner.HOST_THREADS``), outside "measured": that run's peak over the measured
-    one, and planned over the worse of the two, as ``"lo-hi"``, with how many rows the latter puts
-    under 0.95 (None if no such run was published)."""
-    rows = [row for row in planner_rows(path) if "host_threads_peak" in row]
+    """What a GPU host's inter-op pool adds: each target without XLA runs once at
+    ``benchmarks.model_planner.HOST_THREADS`` (8) threads, in "measured" as the planner runs its
+    batches at 1 and 8 (:data:`snippets.lib.model_plan.PLAN_THREADS`). Returns that run's peak over
+    the worst of the runs at 1 and 2 threads, as ``"lo-hi"``, how many rows it sets "measured" for,
+    and the planned figure over that worst of 1 and 2 alone (None if no such run was published)."""
+    rows = [row for row in planner_rows(path) if "fewer_threads_peak" in row]
     if not rows:
         return None
-    over = [row["host_threads_peak"] / row["measured"] for row in rows]
-    planned = [row["planned"] / max(row["measured"], row["host_threads_peak"]) for row in rows]
-    return {"rows": len(rows), "8 threads / measured": f"{min(over):.2f}-{max(over):.2f}",
-            "planned / worst with 8 threads": f"{min(planned):.2f}-{max(planned):.2f}",
-            "rows under 0.95": sum(ratio < 0.95 for ratio in planned)}
+    over = [row["host_threads_peak"] / row["fewer_threads_peak"] for row in rows]
+    planned = [row["planned"] / row["fewer_threads_peak"] for row in rows]
+    return {"rows": len(rows), "8 threads / 1 and 2": f"{min(over):.2f}-{max(over):.2f}",
+            "rows 8 threads sets": sum(ratio > 1 for ratio in over),
+            "planned / 1 and 2": f"{min(planned):.2f}-{max(planned):.2f}"}
 
 
 def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
               path: Path = MODEL_PLANNER) -> list[str]:
     """Each run that "measured" takes for one configuration at one batch per device (one and two
-    inter-op threads and every draw; not the host-thread run, not the real strategy's pool), its worst
-    step peak, ascending, as text."""
+    inter-op threads, every draw and without XLA the 8-thread run; not the real strategy's pool), its
+    worst step peak, ascending, as text."""
     found = []
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         step, threads, real = json.loads(key)[:3]
-        if threads not in (1, None):
-            continue
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)

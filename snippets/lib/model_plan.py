@@ -6,7 +6,8 @@ batch, plus what the batch makes (activations and their gradients), which
 grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
 (benchmarks, ``model_planner``). So the planner runs the reader's real step
 (:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``,
-each at one and at two inter-op threads in a fresh capped process, fits a
+each at one and at eight inter-op threads (:func:`plan_threads`; a compiled step at one
+count) in a fresh capped process, fits a
 line ``peak(b) = state + per_sample * b`` for each thread count through its
 runs and reads the highest line at the reader's batch (a peak is the larger
 of the backward pass's, which grows with the batch, and the update's, which
@@ -50,6 +51,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from snippets.lib import planner, units
+from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
 
 #: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
@@ -59,13 +61,22 @@ from snippets.lib.model_step import ModelError, ModelStep, check_step, default_c
 #: the measured peak at 64; through 16 and 32, every one came within the published range).
 SMALL_BATCHES = (16, 32)
 
-#: Inter-op thread counts the planner runs each batch at (None: the emulation's default,
-#: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`, two, TensorFlow's default on a 2-core
-#: machine); each batch's figure is the worse. Without XLA the thread count moves the peak
-#: either way: independent ops that run at once keep their buffers live at once (a CNN at
-#: 48 px, batch 64: 113.8 MiB with one thread, 155.5 MiB with two), and an update's ops can
-#: hold one buffer more or fewer (a wide MLP's read 513, 576 and 640 MiB at one batch).
-PLAN_THREADS = (1, None)
+#: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
+#: figure is the worse. The thread count moves the peak either way: independent ops that run at
+#: once keep their buffers live at once (a CNN at 48 px, batch 64: 113.8 MiB with one thread,
+#: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
+#: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
+#: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
+#: 104 rows without XLA a run at 8 threads peaked up to 1.30x above the runs at 1 and 2; a plan
+#: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
+#: lines at 1 and 2 fell to 0.82 of it (benchmarks, model_planner; docs/performance.md).
+PLAN_THREADS = (1, 8)
+
+#: The thread counts for a step XLA compiles: one (None: the emulation's default,
+#: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). The compiled step is one program that
+#: assigns its own buffers; on the benchmark's 52 compiled rows one thread against two moved the
+#: peak by 1% at most.
+COMPILED_THREADS = (None,)
 
 #: A thread count's slope is held to at most this many times the slope between the runs' lowest
 #: peaks (:attr:`ModelPlan.floors`). Between 16 and 32 samples a step's peak can still sit in the
@@ -92,20 +103,25 @@ EXTRAPOLATION = 0.05
 PARALLEL = 2
 
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
-#: runs' own add (two threads race, so one run's order is not the next one's: the same CNN step
-#: read 264.6 and 295.7 MiB at batch 16; more threads keep more activations live at once, about
-#: +20% for a wide MLP at 8 threads against 2, measured). The benchmarks hold the result to the
-#: worst of one and two threads on :mod:`snippets.lib.zoo` (docs/performance.md).
+#: runs' own add (threads race, so one run's order is not the next one's: the same CNN step
+#: read 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of one,
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 15 of
+#: their 156 rows would fall under 0.95 (the lowest to 0.88).
 MARGIN = 0.10
+
+def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
+    """The inter-op thread counts ``step`` is run at: :data:`COMPILED_THREADS` if Keras compiles
+    it with XLA (``step.jit``, as a GPU host resolves ``"auto"``), else :data:`PLAN_THREADS`."""
+    return COMPILED_THREADS if step.jit else PLAN_THREADS
+
 
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model.
 CAVEATS = (
     "Not measurable on a CPU: cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, "
     "caps cuDNN's), NCCL buffers, the GPU layout optimizer's transposes, and XLA:GPU's buffer assignment "
     "(XLA figures here are XLA:CPU's); leave headroom for them. Not planned: without XLA, more inter-op "
-    "threads than the 1 and 2 run here (TensorFlow's default is the host's core count; "
-    "tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more buffers live at once, "
-    "most for weight-bound steps (docs/performance.md measures 8)."
+    "threads than the 8 run here (TensorFlow's default is the host's core count; "
+    "tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more buffers live at once."
 )
 
 
@@ -128,7 +144,9 @@ class ModelPlan:
             the slope between these bounds each thread count's (:data:`SLOPE_CAP`). Without XLA
             two racing threads can add or drop a variable- or activation-sized buffer from one run
             to the next (a recommender's 49 MiB embedding table, measured).
-        by_threads: for each thread count run (:data:`PLAN_THREADS`), its worst step peak at each
+        threads: the inter-op thread counts run (:func:`plan_threads`; None: the emulation's
+            default, :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
+        by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
             batch of ``batches``, bytes: one line each (:meth:`lines`). Empty: one line through
             ``floors`` (or ``peaks``), levelled at the last batch's worst peak.
     """
@@ -145,6 +163,7 @@ class ModelPlan:
     largest_variable: int = 0
     floors: tuple[int, ...] = ()
     by_threads: tuple[tuple[int, ...], ...] = ()
+    threads: tuple[int | None, ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -294,13 +313,18 @@ class ModelPlan:
                     "XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = " and ".join(str(b) for b in self.batches)
         order = f"+{MARGIN:.0%}"
+        counts = [CPU_INTER_OP_THREADS if t is None else t for t in self.threads or plan_threads(self.step)]
+        threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
+        worse = f"the worse of {threads} and of 2 steps" if len(counts) > 1 else f"{threads}, the worse of 2 steps"
+        lines = "a line in the batch for each thread count, the highest at this batch" if len(counts) > 1 else \
+            "a line in the batch"
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
-                    f"allocator, a fresh process per run, the worse of 1 and 2 inter-op threads and of 2 steps; "
+                    f"allocator, a fresh process per run, {worse}; "
                     f"{order} for other orders of the step's ops.")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} per device "
-                f"(capped CPU allocator, a fresh process each, 1 and 2 inter-op threads, the worse of 2 steps), "
-                f"a line in the batch for each thread count, the highest at this batch: "
+                f"(capped CPU allocator, a fresh process each, {threads}, the worse of 2 steps), "
+                f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
                 f"between the runs' lowest peaks), +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}; "
                 f"{order} for other orders of the step's ops.")
@@ -360,10 +384,11 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     # Two batches always (a line needs two); the reader's own when it is one of them or smaller.
     small = target <= SMALL_BATCHES[-1] and target != SMALL_BATCHES[0]
     batches = sorted({SMALL_BATCHES[0], target} if small else set(SMALL_BATCHES))
-    jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in PLAN_THREADS]
+    counts = plan_threads(step)
+    jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
     if run is None:
         say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, "
-            f"{len(PLAN_THREADS)} thread counts, a fresh process each, {PARALLEL} at a time ...")
+            f"{len(counts)} thread count(s), a fresh process each, {PARALLEL} at a time ...")
         flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL)
     else:
         flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
@@ -374,7 +399,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                              "smaller --batch or free memory")
     # Each batch's figure is the worse of its thread counts, its floor the lowest step of any;
     # the default count's run times the step.
-    per = len(PLAN_THREADS)
+    per = len(counts)
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
     floors = tuple(min(min(r["step_peaks"]) for r in group) for group in groups)
@@ -384,7 +409,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
-                     floors=floors, by_threads=by_threads)
+                     floors=floors, by_threads=by_threads, threads=counts)
 
 
 @dataclass(frozen=True)
