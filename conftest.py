@@ -5,7 +5,9 @@ chapter can configure TensorFlow's devices the way its first block says.
 """
 
 from doctest import ELLIPSIS, NORMALIZE_WHITESPACE
+from pathlib import Path
 
+import pytest
 from sybil import Sybil
 from sybil.evaluators.doctest import NUMBER
 from sybil.parsers.markdown import SkipParser
@@ -56,3 +58,21 @@ def pytest_collection_modifyitems(session, config, items):
         return rank.get(path, len(rank)), position[id(item)]
 
     items.sort(key=key)
+
+
+class DocstringsOnly(pytest.Module):
+    """A module of ``snippets/`` named on the command line: Sybil runs its docstrings (above) in a
+    kernel, and pytest, which collects a named file whatever its name, does not import it here.
+    Imported here, ``snippets.keep_fit`` sets ``KERAS_BACKEND=jax`` in this process (it must, to
+    import Keras on JAX), and every kernel started afterwards inherited it: TensorFlow kernels ran
+    Keras on JAX ('ArrayImpl' object has no attribute 'numpy' in tests/test_api_matrix.py)."""
+
+    def collect(self):
+        return []
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    snippets = Path(__file__).resolve().parent / "snippets"
+    if snippets in module_path.resolve().parents and not module_path.name.startswith("test_"):
+        return DocstringsOnly.from_parent(parent, path=module_path)
+    return None

@@ -114,3 +114,19 @@ def test_a_document_declares_its_kernel_on_its_first_lines():
     # Too far down, or inside a sentence, it declares nothing.
     assert declared_backend("# Title\n\n\n\n<!-- kernel: jax -->\n") == "tensorflow"
     assert declared_backend("Run it in a <!-- kernel: jax --> kernel.\n") == "tensorflow"
+
+
+def test_a_snippets_module_named_on_the_command_line_is_not_imported_by_pytest():
+    # Named on the command line, pytest collects any .py file as a test module and imports it:
+    # snippets.keep_fit would set KERAS_BACKEND=jax in the test process, and the TensorFlow kernels
+    # started after it would run Keras on JAX (conftest.DocstringsOnly).
+    import subprocess
+
+    probe = ("import os, sys, pytest; "
+             "code = pytest.main(['--collect-only', '-q', '-n', '0', '-p', 'no:randomly', 'snippets/keep_fit.py']); "
+             "print(code, os.environ.get('KERAS_BACKEND'), 'keras' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    last = done.stdout.strip().splitlines()[-1]
+    assert last == "0 None False", done.stdout + done.stderr
+    assert "keep_fit.py::sybil:docstrings" in done.stdout  # its docstrings are still collected
