@@ -106,11 +106,12 @@ def replica_against_pool(path: Path = MODEL_PLANNER) -> dict[str, str | bool] | 
 
 
 def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
-    """What a GPU host's inter-op pool adds: each target without XLA runs once at
+    """What a GPU host's inter-op pool adds: each target without XLA runs twice at
     ``benchmarks.model_planner.HOST_THREADS`` (8) threads, in "measured" as the planner runs its
-    batches at 1 and 8 (:data:`snippets.lib.model_plan.PLAN_THREADS`). Returns that run's peak over
-    the worst of the runs at 1 and 2 threads, as ``"lo-hi"``, how many rows it sets "measured" for,
-    and the planned figure over that worst of 1 and 2 alone (None if no such run was published)."""
+    batches at 1 and 8 (:data:`snippets.lib.model_plan.PLAN_THREADS`). Returns the worse of those
+    runs' peaks over the worst of the runs at 1 and 2 threads, as ``"lo-hi"``, how many rows the
+    8-thread runs set "measured" for, and the planned figure over that worst of 1 and 2 alone
+    (None if no such run was published)."""
     rows = [row for row in planner_rows(path) if "fewer_threads_peak" in row]
     if not rows:
         return None
@@ -124,11 +125,15 @@ def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
 def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
               path: Path = MODEL_PLANNER) -> list[str]:
     """Each run that "measured" takes for one configuration at one batch per device (one and two
-    inter-op threads, every draw and without XLA the 8-thread run; not the real strategy's pool), its
-    worst step peak, ascending, as text."""
+    inter-op threads, every draw and without XLA the 8-thread runs; not the real strategy's pool), or
+    at one of the planner's batches (:data:`snippets.lib.model_plan.SMALL_BATCHES`) the runs the
+    planner takes, its worst step peak, ascending, as text."""
     found = []
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         step, threads, real = json.loads(key)[:3]
+        counts = model_plan.PLAN_THREADS if step["xla"] == "off" else model_plan.COMPILED_THREADS
+        if batch_per_device in model_plan.SMALL_BATCHES and threads not in counts:
+            continue  # a planner's batch: only the thread counts the planner runs it at
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)

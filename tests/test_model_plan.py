@@ -64,6 +64,19 @@ def test_each_thread_count_has_its_own_line_and_a_race_is_not_a_slope():
     assert race.largest_batch(500 * MiB) == 16
 
 
+def test_a_peak_seen_at_a_smaller_batch_holds_at_every_larger_one():
+    MiB = units.MiB
+    # A wide MLP, RMSprop, no XLA, as measured: at 8 threads one run held a whole buffer more at 16
+    # than the run at 32 did, and a draw at 64 held it again (769 MiB); a peak does not fall as the
+    # batch grows, so the plan stays at or above it everywhere past 16.
+    step = ModelStep("m:f", "rmsprop", 64, "off")
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (769 * MiB, 643 * MiB), floors=(514 * MiB, 515 * MiB),
+                                by_threads=((576 * MiB, 515 * MiB), (769 * MiB, 643 * MiB)), threads=(1, 8))
+    assert all(plan.peak_at(b) >= round(769 * MiB * (1 + model_plan.MARGIN)) for b in (16, 17, 32, 64, 1024))
+    assert plan.peak_at(64) / (769 * MiB) > 1.0  # levelled at 32's 643 MiB it was 0.92 of the draw at 64
+    assert plan.largest_batch(800 * MiB) == 0
+
+
 def test_a_readers_batch_of_16_per_device_is_still_run_at_two_batches():
     seen, threads = [], []
 
@@ -213,14 +226,15 @@ def test_answer_first_boxes_state_the_published_accuracy():
     first = "".join(notebook["cells"][0]["source"])
     assert span in " ".join(first.split()), first
     # What the pages say the benchmark found: every compiled step within the issue's 0.95-1.25; no
-    # row more than 5% under; without XLA over by at most 35% (weight-bound steps whose racing
-    # threads held a whole variable-sized buffer at 32 per device that no draw showed at 128).
+    # row more than 5% under; without XLA over by at most 45% (steps whose runs at 8 threads rose
+    # more steeply between 16 and 32, or held a buffer there, that none of five draws showed at
+    # the target; a line keeps its highest peak, since a peak does not fall as the batch grows).
     rows = json.loads(model_plan.ACCURACY.read_text())["rows"]
     compiled = [row["ratio"] for row in rows if row["xla"] == "on"]
     assert compiled and 0.95 <= min(compiled) and max(compiled) <= 1.25
-    assert 0.95 <= found["min_ratio"] and found["max_ratio"] <= 1.35 and found["architectures"] >= 13
-    # Without XLA "measured" counts four draws, one of them at a GPU server's 8 inter-op threads.
-    assert all(row["draws"] == (4 if row["xla"] == "off" else 2) for row in rows)
+    assert 0.95 <= found["min_ratio"] and found["max_ratio"] <= 1.45 and found["architectures"] >= 13
+    # Without XLA "measured" counts five draws, two of them at a GPU server's 8 inter-op threads.
+    assert all(row["draws"] == (5 if row["xla"] == "off" else 2) for row in rows)
     assert all("host_threads_peak" in row for row in rows if row["xla"] == "off")
     assert all(row["measured"] == max(row["host_threads_peak"], row["fewer_threads_peak"])
                for row in rows if row["xla"] == "off")

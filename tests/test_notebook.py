@@ -174,8 +174,8 @@ def test_numbers_are_the_planners_and_verdicts_follow(fresh):
                                ("A100-80GB", "A100-80GB"), ("H100-80GB", "H100-80GB"))}
     with Kernel() as kernel:
         seed = kernel.call(decide.model_weights, seed_model)
-        placements = (("MirroredStrategy", "mirrored", None), ("column split W", "column", None),
-                      ("column split + float16", "column", "float16"))
+        placements = (("MirroredStrategy", "mirrored", None), ("column split, XLA", "column", None),
+                      ("column split, float16", "column", "float16"))
         for label, strategy, dtype in placements:
             weights = kernel.call(decide.with_precision, seed, dtype)
             for n in (1, 2, 4, 8):
