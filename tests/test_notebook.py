@@ -34,10 +34,10 @@ HIDDEN_TAG = "remove_output"
 #: order of independent ops): 264.6 to 295.7 MiB seen for the same CNN step at batch 16. A rare
 #: order moves the plan much more: one of 20 runs of the notebook's CNN at 32 per device (1, 2
 #: and 8 threads) held 312.4 MiB in a step where the others held at most 280.9, and its line went
-#: from 6.86 to 8.82 MiB per sample (x1.29), every figure with it (CI read 8.81 once); the cell
-#: says so on the page.
+#: from 6.64-6.86 MiB per sample in other plans to 8.82 (up to x1.33), every figure with it (CI
+#: read 8.81 once); the cell says so on the page.
 MEASURED_TAG = "measured"
-MEASURED_TOLERANCE = 0.35
+MEASURED_TOLERANCE = 0.40
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 #: TensorFlow's C++ start-up lines (absl), which TF_CPP_MIN_LOG_LEVEL does not silence.
 STARTUP_LOG = re.compile(r"absl::InitializeLog|^[IWE]\d{4} \d\d:\d\d:|cudart_stub|cuInit", re.MULTILINE)
