@@ -192,7 +192,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             extra += host
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
-                   "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b), "measured": worst,
+                   "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b), "measured": worst,
                    "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"], "draws": 2 + len(extra),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
