@@ -13,10 +13,11 @@ allocator, so the replica's program is what is measured, and the real
 strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
 inter-op threads (two is TensorFlow's default on this 2-core machine), and
-without XLA once more at two (:data:`REPEATS`) and once at a GPU server's
-eight, twice (:data:`HOST_THREADS`, :data:`HOST_REPEATS`): there racing threads
-add or drop a whole buffer from one run to the next, and more threads keep more
-buffers live, so the worst of five draws counts; the spread between one and two threads is published.
+without XLA once more at two (:data:`REPEATS`) and twice at a GPU server's
+eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`): there racing threads add or
+drop a whole buffer from one run to the next, and more threads keep more buffers
+live, so the worst of five draws counts; the spread between one and two threads
+is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -49,7 +50,7 @@ CAP = "8GiB"
 #: run's order of the ops is one draw (a wide MLP's step read 530 MiB at batch 128 in two runs and
 #: 641-713 MiB at 16, 32 and 64), so "measured" is the worst of these and the thread counts.
 REPEATS = 1
-#: And one run of each target without XLA at a GPU host's inter-op thread count, in "measured"
+#: And runs of each target without XLA at a GPU host's inter-op thread count, in "measured"
 #: too (also published alone, ``host_threads_peak``): TensorFlow sizes that pool to the host's
 #: cores (8 on a small GPU server; 2 here), and more threads keep more independent ops' buffers
 #: live at once.
@@ -192,7 +193,8 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             extra += host
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
-                   "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b), "measured": worst,
+                   "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b),
+                   "measured": worst,
                    "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"], "draws": 2 + len(extra),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}

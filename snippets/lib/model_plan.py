@@ -5,9 +5,8 @@ optimizer slots, the update's temporaries), which does not depend on the
 batch, plus what the batch makes (activations and their gradients), which
 grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
 (benchmarks, ``model_planner``). So the planner runs the reader's real step
-(:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``,
-each at one and at eight inter-op threads (:func:`plan_threads`; a compiled step at one
-count) in a fresh capped process, fits a
+(:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``, each at one and
+at eight inter-op threads (:func:`plan_threads`) in a fresh capped process, fits a
 line ``peak(b) = state + per_sample * b`` for each thread count through its
 runs and reads the highest line at the reader's batch (a peak is the larger
 of the backward pass's, which grows with the batch, and the update's, which
@@ -67,9 +66,9 @@ SMALL_BATCHES = (16, 32)
 #: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
 #: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
 #: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
-#: 104 rows without XLA a run at 8 threads peaked up to 1.30x above the runs at 1 and 2; a plan
+#: 104 rows without XLA a run at 8 threads peaked up to 1.35x above the runs at 1 and 2; a plan
 #: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
-#: lines at 1 and 2 fell to 0.82 of it (benchmarks, model_planner; docs/performance.md).
+#: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
 PLAN_THREADS = (1, 8)
 
 #: The thread counts for a step XLA compiles: one (None: the emulation's default,
@@ -109,6 +108,7 @@ PARALLEL = 2
 #: their 156 rows would fall under 0.95 (the lowest to 0.88).
 MARGIN = 0.10
 
+
 def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
     """The inter-op thread counts ``step`` is run at: :data:`COMPILED_THREADS` if Keras compiles
     it with XLA (``step.jit``, as a GPU host resolves ``"auto"``), else :data:`PLAN_THREADS`."""
@@ -147,8 +147,8 @@ class ModelPlan:
         threads: the inter-op thread counts run (:func:`plan_threads`; None: the emulation's
             default, :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
         by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
-            batch of ``batches``, bytes: one line each (:meth:`lines`). Empty: one line through
-            ``floors`` (or ``peaks``), levelled at the last batch's worst peak.
+            batch of ``batches``, bytes: one line each (:meth:`lines`). Empty: one line, the
+            slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
     """
 
     step: ModelStep
