@@ -159,6 +159,9 @@ def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():
     assert "too large to run its step on this host" in plan.how() and "LOWER BOUND" not in plan.how()
     conv = seed + [planner.Weight((3, 3, 64, 64), path="conv2d/kernel")]
     assert "LOWER BOUND" in model_plan.rule_how(conv)
+    # Planned for inference (no --optimizer), a CNN is a rule figure too: the hint names every flag a
+    # measured training step needs.
+    assert "(an --optimizer, --method auto, --strategy single or mirrored)" in model_plan.rule_how(conv)
 
 
 #: Small models of three kinds (convolutions, recurrence, an MLP), with a batch beyond the planner's runs,

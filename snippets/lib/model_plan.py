@@ -319,8 +319,7 @@ class ModelPlan:
         counts = [CPU_INTER_OP_THREADS if t is None else t for t in self.threads or plan_threads(self.step)]
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
         worse = f"the worse of {threads} and of 2 steps" if len(counts) > 1 else f"{threads}, the worse of 2 steps"
-        lines = "a line in the batch for each thread count, the highest at this batch" if len(counts) > 1 else \
-            "a line in the batch"
+        lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
@@ -535,7 +534,8 @@ def rule_how(weights: Sequence[planner.Weight], too_large: bool = False) -> str:
                 "(benchmarks, planner_vs_step_peak).")
     return (f"Planned by rule ({why}{counted}): a LOWER BOUND, since the activations of the model's "
             f"{len(other)} other weight(s) of rank 2 or more (convolution, attention, recurrent, embedding) "
-            "are not counted; measure the step where it runs (--method auto, strategy single or mirrored).")
+            "are not counted; measure its training step where it runs (an --optimizer, --method auto, --strategy "
+            "single or mirrored).")
 
 
 #: Where ``python -m benchmarks.model_planner`` publishes the planner against the allocator (committed).
