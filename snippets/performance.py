@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from snippets.lib import model_plan, units
+from snippets.lib.model_step import ModelStep
 
 #: The published measurements (committed).
 PUBLISHED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "benchmarks.json"
@@ -131,8 +132,7 @@ def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_
     found = []
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         step, threads, real = json.loads(key)[:3]
-        counts = model_plan.PLAN_THREADS if step["xla"] == "off" else model_plan.COMPILED_THREADS
-        if batch_per_device in model_plan.SMALL_BATCHES and threads not in counts:
+        if batch_per_device in model_plan.SMALL_BATCHES and threads not in model_plan.plan_threads(ModelStep(**step)):
             continue  # a planner's batch: only the thread counts the planner runs it at
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
