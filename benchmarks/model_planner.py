@@ -14,10 +14,11 @@ strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
 inter-op threads (two is TensorFlow's default on this 2-core machine), and
 without XLA once more at two (:data:`REPEATS`) and twice at a GPU server's
-eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`): there racing threads add or
-drop a whole buffer from one run to the next, and more threads keep more buffers
-live, so the worst of five draws counts; the spread between one and two threads
-is published.
+eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`), then once there for
+:data:`HOST_STEPS` steps: racing threads add or drop a whole buffer from one
+step to the next, and more threads keep more buffers live, so the worst of
+those 18 steps counts (a training run takes thousands); the spread between one
+and two threads is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -58,6 +59,9 @@ HOST_THREADS = 8
 #: Runs of each target without XLA at :data:`HOST_THREADS`: the planner's lines at 8 threads came
 #: out steeper than one draw at the target showed (five rows over 1.25), so "measured" takes two.
 HOST_REPEATS = 2
+#: And one more run there of this many steps, each a draw: a reader's training run draws thousands
+#: (DenseNet121, Adam, 128 per device: at most 450.95 MiB in the ten steps of five runs, 463.51 in eight).
+HOST_STEPS = 8
 #: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
 LINEARITY = {"small_cnn": (256,), "transformer_classifier": (256,)}
 
@@ -67,19 +71,22 @@ def versions() -> dict:
     return {key: info[key] for key in info if key in ("tensorflow", "keras", "jax", "numpy", "python")}
 
 
-def key(step: ModelStep, threads: int | None, real: bool, repeat: int = 0) -> str:
-    """The cache's key of one run; ``repeat`` > 0 for another draw of the same configuration."""
-    return json.dumps([asdict(step), threads, real] + ([repeat] if repeat else []), sort_keys=True)
+def key(step: ModelStep, threads: int | None, real: bool, repeat: int = 0, steps: int = 2) -> str:
+    """The cache's key of one run; ``repeat`` > 0 for another draw of the same configuration, ``steps``
+    the training steps it measured."""
+    tail = ([repeat] if repeat else []) + ([steps] if steps != 2 else [])
+    return json.dumps([asdict(step), threads, real] + tail, sort_keys=True)
 
 
-def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat: int = 0, cap: str = CAP) -> dict:
-    """One measured run in a fresh kernel (a fork of the harness's preloaded server) capped at ``cap``:
-    :func:`snippets.lib.model_step.measure`'s result (``repeat`` only tells draws apart). Shared with
-    tests/test_model_plan.py."""
+def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat: int = 0,
+        steps: int = 2, cap: str = CAP) -> dict:
+    """One measured run of ``steps`` training steps in a fresh kernel (a fork of the harness's preloaded
+    server) capped at ``cap``: :func:`snippets.lib.model_step.measure`'s result (``repeat`` only tells
+    draws apart). Shared with tests/test_model_plan.py."""
     env = {"TF_NUM_INTEROP_THREADS": str(threads)} if threads else {}
     with Kernel(env=env, deadline=1200) as kernel:
         setup = kernel.call(devices.configure, step.devices if real else 1, cap, "cpu")
-        return kernel.call(model_step.measure, step, 2, setup.devices if real else ())
+        return kernel.call(model_step.measure, step, steps, setup.devices if real else ())
 
 
 def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
@@ -103,24 +110,26 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
         replicas = base.devices if base.strategy == "mirrored" else 1
         for b in model_plan.SMALL_BATCHES:
             for threads in model_plan.plan_threads(base):
-                yield base.at_batch(b * replicas), threads, False, 0
+                yield base.at_batch(b * replicas), threads, False, 0, 2
         for b in TARGETS:
             for threads in (1, None):
-                yield base.at_batch(b * replicas), threads, False, 0
+                yield base.at_batch(b * replicas), threads, False, 0, 2
     for name, base in configurations(names, optimizers):
         replicas = base.devices if base.strategy == "mirrored" else 1
         for b in TARGETS:
             for repeat in range(1, REPEATS + 1) if base.xla == "off" else ():
-                yield base.at_batch(b * replicas), None, False, repeat
+                yield base.at_batch(b * replicas), None, False, repeat, 2
             for repeat in range(HOST_REPEATS) if base.xla == "off" else ():
-                yield base.at_batch(b * replicas), HOST_THREADS, False, repeat
+                yield base.at_batch(b * replicas), HOST_THREADS, False, repeat, 2
+            if base.xla == "off":
+                yield base.at_batch(b * replicas), HOST_THREADS, False, 0, HOST_STEPS
     for name, base in configurations(names, optimizers):
         for b in TARGETS:
             if base.strategy == "mirrored" and base.optimizer == OPTIMIZERS[0]:
-                yield base.at_batch(b * base.devices), None, True, 0
+                yield base.at_batch(b * base.devices), None, True, 0, 2
     for name, base in linearity_configurations(names):
         for b in LINEARITY[name]:
-            yield base.at_batch(b), 1, False, 0
+            yield base.at_batch(b), 1, False, 0, 2
 
 
 def linearity_configurations(names: Sequence[str]):
@@ -171,8 +180,9 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     """Planner vs measured at each target, from the cached runs (configurations with a missing run are skipped).
 
     "Measured" is the worst per-device step peak over steps 0 and 1, over one and two (the
-    default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default
-    and :data:`HOST_REPEATS` at :data:`HOST_THREADS`.
+    default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default,
+    :data:`HOST_REPEATS` at :data:`HOST_THREADS` and one of :data:`HOST_STEPS` steps there;
+    ``draws`` counts the steps.
     """
     out = []
     for name, base in configurations(names):
@@ -187,6 +197,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                      for repeat in (range(1, REPEATS + 1) if base.xla == "off" else ())]
             host = [cache.get(key(step, HOST_THREADS, False, repeat))
                     for repeat in (range(HOST_REPEATS) if base.xla == "off" else ())]
+            host += [cache.get(key(step, HOST_THREADS, False, 0, HOST_STEPS))] if base.xla == "off" else []
             if not all(r and r["completed"] for r in [*runs.values(), *extra, *host]):
                 continue
             fewer = max(r["step_peak"] for r in [*runs.values(), *extra])
@@ -195,7 +206,8 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
                    "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b),
                    "measured": worst,
-                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"], "draws": 2 + len(extra),
+                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"],
+                   "draws": sum(len(r["step_peaks"]) for r in [*runs.values(), *extra]),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
             if host:
@@ -269,6 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began + data.get("seconds", 0)
     decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
     table = rows(cache, list(zoo.ARCHITECTURES))
+    wanted = {key(*job) for job in jobs(list(zoo.ARCHITECTURES))}
+    if wanted <= cache.keys():
+        # Every run the rows need is here: runs of an older method of measuring go.
+        cache = {k: v for k, v in cache.items() if k in wanted}
     RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
                                    "linearity": linearity(cache), "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))

@@ -31,14 +31,12 @@ Under ``mirrored`` a replica holds every variable whole and runs ``B / N``
 of the batch; what is run is one replica's program alone
 (:mod:`snippets.lib.model_step` says why and how).
 
-What the CPU emulation cannot show, and :data:`CAVEATS` says beside every
-verdict: cuDNN / cuBLAS workspaces (TensorFlow lets a convolution's cuDNN
-algorithm take scratch up to ``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``, default
-``1LL << 32`` bytes = 4096 MiB: ``GetDnnWorkspaceLimit`` in
-tensorflow/core/kernels/conv_ops*.cc; scratch it cannot get makes autotuning
-pick another algorithm, so this is headroom, not a fixed cost), XLA:GPU's buffer assignment (an XLA figure here is
-XLA:CPU's), NCCL's buffers, and the GPU layout optimizer's NHWC/NCHW
-transposes.
+What the CPU emulation cannot show, and :data:`CAVEATS` says beside every verdict: cuDNN / cuBLAS
+workspaces (TensorFlow lets a convolution's cuDNN algorithm take scratch up to
+``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``, default ``1LL << 32`` bytes = 4096 MiB: ``GetDnnWorkspaceLimit``
+in tensorflow/core/kernels/conv_ops*.cc; scratch it cannot get makes autotuning pick another
+algorithm, so this is headroom, not a fixed cost), XLA:GPU's buffer assignment (an XLA figure here
+is XLA:CPU's), NCCL's buffers, and the GPU layout optimizer's NHWC/NCHW transposes.
 """
 
 from __future__ import annotations
@@ -88,24 +86,24 @@ COMPILED_THREADS = (None,)
 #: architectures of the benchmark: twice keeps the first and drops the second.
 SLOPE_CAP = 2.0
 
-#: Added to the part of a planned peak that is extrapolated beyond the largest batch run, as a
-#: fraction of it. A step's peak is convex in the batch (the larger of an update that the batch
-#: does not grow and a backward pass that it does), so a slope between small batches can be lower
-#: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16
-#: and 32, 2.9 between 64 and 128. Chosen on the benchmark's rows (benchmarks, model_planner):
-#: the smallest multiple of 5% with every row at most 5% under; 0 left one row 5.4% under.
-EXTRAPOLATION = 0.05
+#: Added to the part of a planned peak extrapolated beyond the largest batch run, as a fraction of
+#: it, for a step without XLA. A step's peak is convex in the batch (the larger of an update the
+#: batch does not grow and a backward pass it does), so a slope between small batches can be lower
+#: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16 and
+#: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner): the
+#: smallest multiple of 5% with every row at most 5% under (0.05 left that step 5.5% under at 128);
+#: by the same rule a compiled step's rows ask for none (with none they read 0.98x or more).
+EXTRAPOLATION = 0.10
 
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one
-#: Python thread each, so on two cores two runs overlap them; the benchmark measured its rows two
-#: at a time as well.
+#: Python thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
 PARALLEL = 2
 
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
-#: runs' own add (threads race, so one run's order is not the next one's: the same CNN step
-#: read 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 15 of
-#: their 156 rows would fall under 0.95 (the lowest to 0.88).
+#: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
+#: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of up to 18 steps at one,
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 20 of their
+#: 156 rows would fall under 0.95 (the lowest to 0.88).
 MARGIN = 0.10
 
 
@@ -227,8 +225,8 @@ class ModelPlan:
 
     def _reaching_lines(self, device_batch: int) -> list[tuple[float, float]]:
         """:meth:`lines` as they stand at ``device_batch``: beyond the largest batch run, each slope
-        with :data:`EXTRAPOLATION` on the part past that batch (``compiled`` plans: as fitted)."""
-        if self.method == "compiled" or not self.batches or device_batch <= self.batches[-1]:
+        with :data:`EXTRAPOLATION` on the part past that batch (a step XLA compiles: as fitted)."""
+        if self.method == "compiled" or self.step.jit or not self.batches or device_batch <= self.batches[-1]:
             return self.lines()
         last = self.batches[-1]
         return [(c - EXTRAPOLATION * s * last, s * (1 + EXTRAPOLATION)) for c, s in self.lines()]
@@ -328,7 +326,8 @@ class ModelPlan:
                 f"(capped CPU allocator, a fresh process each, {threads}, the worse of 2 steps), "
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
-                f"between the runs' lowest peaks), +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}; "
+                f"between the runs' lowest peaks)"
+                f"{'' if self.step.jit else f', +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}'}; "
                 f"{order} for other orders of the step's ops.")
 
     def as_json(self) -> dict:
