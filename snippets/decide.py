@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from snippets.lib import hardware, model_plan, optimizers, pictures, placements, planner, splits, units
+from snippets.lib import hardware, model_plan, model_remedies, optimizers, pictures, placements, planner, splits, units
 from snippets.lib.model_step import ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
@@ -326,7 +326,7 @@ def _model_kwargs(args) -> dict:
 
 
 def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
-                 remedies_found: Sequence[model_plan.BatchRemedy] = ()) -> str:
+                 remedies_found: Sequence[model_remedies.BatchRemedy] = ()) -> str:
     """The CLI's text for a measured (or rule-planned) model: the peak, the verdict, how, the batches that fit."""
     h = units.human_bytes
     step = plan.step
@@ -531,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 card_name = f"{card.name} (JAX's default 75% pool)"
             trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
             found = ([] if plan.total <= capacity else
-                     model_plan.batch_remedies(plan, capacity, args.devices, trainable))[:args.top]
+                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable))[:args.top]
             if args.json:
                 pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
                 largest = ({} if plan.method == "rule" else

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.model_planner import run
-from snippets.lib import model_plan, units
+from snippets.lib import model_plan, model_remedies, units
 from snippets.lib.model_step import ModelStep, check_step
 
 
@@ -119,7 +119,7 @@ def test_a_compiled_step_runs_at_one_thread_count():
 def test_batch_remedies_follow_from_the_fit_and_say_so():
     step = ModelStep("m:f", "adam", 256, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))
-    found = model_plan.batch_remedies(plan, units.GiB, 4, 10 * units.MiB)
+    found = model_remedies.batch_remedies(plan, units.GiB, 4, 10 * units.MiB)
     labels = [r.label for r in found]
     assert labels[0].startswith("batch ") and any("gradient_accumulation_steps=" in x for x in labels)
     assert all(r.peak <= units.GiB and r.how for r in found)
@@ -129,7 +129,7 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     # Mixed precision comes last, as what it is: a rule's best case this host cannot measure. At 1 GiB
     # even that does not fit; at 2 GiB it does.
     assert not any(r.estimate for r in found)
-    roomy = model_plan.batch_remedies(plan, 2 * units.GiB, 4, 10 * units.MiB)
+    roomy = model_remedies.batch_remedies(plan, 2 * units.GiB, 4, 10 * units.MiB)
     mixed = roomy[-1]
     assert "mixed_float16" in mixed.label and mixed.estimate and "by rule, the best case" in mixed.how
     assert not any(r.estimate for r in roomy[:-1])
@@ -140,7 +140,7 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     assert mixed.peak == round((state + 5 * units.MiB + activations / 2) * 1.10)
     already = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", policy="mixed_float16"), "extrapolated",
                                    (16, 32), (220 * units.MiB, 380 * units.MiB))
-    assert not any(r.estimate for r in model_plan.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB))
+    assert not any(r.estimate for r in model_remedies.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB))
 
 
 def test_bad_steps_are_one_line_each():
@@ -252,7 +252,7 @@ def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
 
     step = ModelStep("m:f", "adam", 256, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))
-    found = model_plan.batch_remedies(plan, 2 * units.GiB, 4, 10 * units.MiB)
+    found = model_remedies.batch_remedies(plan, 2 * units.GiB, 4, 10 * units.MiB)
     text = decide.model_report(plan, 2 * units.GiB, "a card", found)
     assert "Does not fit" in text and text.count("Costs: ") == len(found) >= 3
     flat = " ".join(text.split())

@@ -1,0 +1,119 @@
+"""Remedies for an activation-bound step, derived from the planner's measurement of it.
+
+:func:`batch_remedies` reads a :class:`snippets.lib.model_plan.ModelPlan` (the reader's real step
+measured at small batches and fitted in the batch) and plans the changes a practitioner reaches for
+when the activations, not the weights, set the peak: a smaller batch, gradient accumulation over
+micro-batches, more replicas, and last, as a rule's best case this host cannot measure, mixed
+precision. Each says how its figure follows from the measurement and what it costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snippets.lib.model_plan import MARGIN, ModelPlan
+
+
+@dataclass(frozen=True)
+class BatchRemedy:
+    """A change to the reader's step that the measurement plans, and how.
+
+    Attributes:
+        label: what changes, as the reader would write it.
+        peak: planned per-device peak, bytes.
+        how: how the figure follows from the measurement.
+        cost: what the change costs besides memory: numerics, time, hardware.
+        estimate: True when the figure is a rule's best case, not derived from a run of this step.
+    """
+
+    label: str
+    peak: int
+    how: str
+    cost: str = ""
+    estimate: bool = False
+
+
+def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes: int) -> list[BatchRemedy]:
+    """Activation-bound remedies that fit ``capacity`` bytes per device, derived from ``plan``'s fit, smallest change first.
+
+    - a smaller batch: the largest that fits (the fit itself);
+    - the same effective batch through ``gradient_accumulation_steps=k``: ``B / k``
+      samples per step plus one accumulator per trainable variable
+      (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
+      field case F22), the smallest ``k`` that fits;
+    - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used):
+      ``B / N`` samples per replica, the fit at that batch.
+
+    - last, and only as an estimate (``estimate=True``): ``mixed_float16`` for a float32 step,
+      :func:`mixed_precision_peak`, which this host cannot measure.
+
+    Rematerialisation changes the model's code (``keras.remat`` around the blocks you choose),
+    so it is not derived here: measure the changed builder (docs/activations.md).
+    """
+    if plan.method == "rule" or plan.per_sample <= 0:
+        return []
+    found = []
+    b, replicas = plan.device_batch, plan.replicas
+    largest = plan.largest_batch(capacity)
+    if 0 < largest < plan.step.batch:
+        found.append(BatchRemedy(f"batch {largest}", plan.peak_at(largest // replicas),
+                                 "the measured fit at that batch",
+                                 "fewer samples per update: retune the learning rate"))
+    for k in (2, 4, 8, 16, 32, 64):
+        if b % k:
+            continue
+        peak = round(plan.peak_at(b // k) + trainable_bytes)
+        if peak <= capacity:
+            found.append(BatchRemedy(f"gradient_accumulation_steps={k} (batch {plan.step.batch // k} per step, "
+                                     f"same effective batch {plan.step.batch})", peak,
+                                     f"the measured fit at {b // k} per device + one accumulator per trainable "
+                                     "variable (by rule)",
+                                     f"{k} steps per update: about the time of one step at the full batch if the smaller "
+                                     "one keeps the same samples per second, more if it does not; the large batch's "
+                                     "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
+                                     "statistics come from each micro-batch"))
+            break
+    more = max(devices, 2 * replicas)
+    if more > replicas and plan.step.batch % more == 0:
+        peak = plan.peak_at(plan.step.batch // more)
+        if plan.step.strategy == "mirrored" or plan.step.xla == "off":
+            peak = max(peak, plan.init_peak)
+        if peak <= capacity:
+            found.append(BatchRemedy(f"MirroredStrategy over {more} (batch {plan.step.batch // more} per replica)",
+                                     peak, "the measured fit at that per-replica batch; the step without XLA "
+                                     "would need its own measurement" if plan.step.jit else
+                                     "the measured fit at that per-replica batch",
+                                     f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
+                                     "statistics per replica"))
+    if plan.step.policy in (None, "float32"):
+        peak = mixed_precision_peak(plan, trainable_bytes)
+        if peak <= capacity:
+            found.append(BatchRemedy(
+                "keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built", peak,
+                "by rule, the best case: the measured bytes per sample halved (activations in "
+                "16 bits) plus a 16-bit copy of each trainable variable; variables, gradients and slots stay "
+                "float32. Not measurable on this host: TensorFlow's CPU kernels compute half precision through "
+                "float32 copies. Check it with a step on the GPU",
+                "float16's 10-bit mantissa under a LossScaleOptimizer (Keras adds it in compile); compute "
+                "capability 7.0 or newer for speed (a V100 has it); mixed_bfloat16 needs no loss scale, and "
+                "its Tensor Core speed needs compute capability 8.0 or newer (an A100; a V100 is 7.0)",
+                estimate=True))
+    return found
+
+
+def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
+    """Best-case per-device step peak of ``plan``'s float32 step under ``mixed_float16``, bytes.
+
+    The activations a mixed policy keeps are 16-bit: the measured bytes per sample
+    (:attr:`ModelPlan.per_sample`) halve at most; the variables, their gradients and the
+    optimizer's slots stay float32 (field case F21, docs/activations.md); each layer computes
+    with a 16-bit copy of its kernel, counted as half of ``trainable_bytes``. A lower bound on
+    what a GPU would measure: tensors a policy keeps in float32 (the loss, softmax outputs,
+    BatchNorm's statistics) halve less. Source: Keras's ``DTypePolicy`` docstring
+    (keras/src/dtype_policies/dtype_policy.py: "the use of float16 or bfloat16 for computations
+    and float32 for variables").
+    """
+    margin = 0 if plan.method == "compiled" else MARGIN
+    per_device = plan.device_batch
+    activations = plan.line_peak(per_device) - plan.state
+    return round((plan.state + trainable_bytes / 2 + activations / 2) * (1 + margin))
