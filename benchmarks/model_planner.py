@@ -28,6 +28,8 @@ what is missing (``--fresh`` re-measures all). The file states its own run time.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import time
 from collections.abc import Sequence
@@ -159,8 +161,19 @@ def linearity(cache: dict) -> list[dict]:
     return out
 
 
+@functools.cache
+def weights(name: str) -> tuple:
+    """An architecture's weights, read without allocating them, as the reader's command reads them."""
+    from snippets import decide
+
+    arch = zoo.ARCHITECTURES[name]
+    module, function = arch.target.split(":")
+    return tuple(decide.model_weights(getattr(importlib.import_module(module), function), **dict(arch.kwargs)))
+
+
 def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
-    """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs, or None."""
+    """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs (its floor
+    under a line's slope from the weights, as ``python -m snippets.decide`` passes them), or None."""
     small, floors, groups = [], [], []
     counts = model_plan.plan_threads(base)
     for b in model_plan.SMALL_BATCHES:
@@ -173,7 +186,8 @@ def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
-                                floors=tuple(floors), by_threads=by_threads, threads=counts)
+                                floors=tuple(floors), by_threads=by_threads, threads=counts,
+                                rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base))
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:

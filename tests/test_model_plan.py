@@ -95,6 +95,30 @@ def test_a_readers_batch_of_16_per_device_is_still_run_at_two_batches():
     assert "the worse of 1 and 8 inter-op threads" in plan.how()
 
 
+def test_runs_that_peak_in_the_update_still_grow_by_the_rules_activations():
+    # Between 16 and 32 samples a weight-bound step can peak in its optimizer's update, which the
+    # batch does not grow: a line through such runs is flat, and a card's largest batch came out in
+    # the millions. No line is flatter than the activations the rule counts (Dense layers).
+    from snippets.lib import planner
+
+    weights = [planner.Weight((1024, 16384), path="dense/kernel"),
+               planner.Weight((16384,), initializer="zeros", path="dense/bias")]
+
+    def fake(step, cap, inter_op_threads):
+        peak = 400 * units.MiB + 8 * units.KiB * step.batch
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": 64 * units.MiB, "largest_variable": 64 * units.MiB, "seconds_per_step": 0.1}
+
+    plan = model_plan.plan_model(ModelStep("m:f", "adam", 256, "off"), weights, run=fake)
+    floor = model_plan.rule_slope(weights, plan.step)
+    assert floor == (1024 + 3 * 16384) * 4  # x + 3 x [b, F] per sample, float32
+    assert plan.per_sample == floor and "at least the 196 KiB the rule counts" in plan.how()
+    capacity = 30976 * units.MiB
+    assert plan.largest_batch(capacity) < (capacity - 400 * units.MiB) / floor  # not (capacity - 400 MiB) / 8 KiB
+    # Without the weights (a plan from runs alone) the runs' own slope stands.
+    assert model_plan.plan_model(ModelStep("m:f", "adam", 256, "off"), run=fake).per_sample == 8 * units.KiB
+
+
 def test_a_compiled_step_runs_at_one_thread_count():
     # XLA compiles the step into one program: the thread count moved its peak by 1% at most.
     threads = []

@@ -102,7 +102,7 @@ PARALLEL = 2
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
 #: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of up to 18 steps at one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 20 of their
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 19 of their
 #: 156 rows would fall under 0.95 (the lowest to 0.88).
 MARGIN = 0.10
 
@@ -139,9 +139,10 @@ class ModelPlan:
         rule_note: for ``rule``, :func:`rule_how`'s sentence.
         largest_variable: the largest trainable variable, bytes (for the record).
         floors: each batch's lowest per-device step peak (over its steps and thread counts), bytes:
-            the slope between these bounds each thread count's (:data:`SLOPE_CAP`). Without XLA
-            two racing threads can add or drop a variable- or activation-sized buffer from one run
-            to the next (a recommender's 49 MiB embedding table, measured).
+            the slope between these bounds each thread count's (:data:`SLOPE_CAP`): racing threads
+            add or drop a whole buffer from one run to the next (a recommender's 49 MiB table).
+        rule_slope: bytes per sample per device the rule counts (:func:`rule_slope`): no line is
+            flatter (0: no weights were given).
         threads: the inter-op thread counts run (:func:`plan_threads`; None: the emulation's
             default, :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
         by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
@@ -162,6 +163,7 @@ class ModelPlan:
     floors: tuple[int, ...] = ()
     by_threads: tuple[tuple[int, ...], ...] = ()
     threads: tuple[int | None, ...] = ()
+    rule_slope: float = 0.0
 
     @property
     def replicas(self) -> int:
@@ -188,18 +190,19 @@ class ModelPlan:
         level at the last batch the highest of those peaks: a peak does not fall as the batch
         grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64; levelled
         at 32, the plan read 0.92 of it). Without: one line, the floors' slope, the same level.
-        ``[]`` for ``rule``; one flat line for a single run.
+        No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
         """
         if not self.batches:
             return []
         last = self.batches[-1]
         floor_slope = self._floor_slope()
         if not self.by_threads or len(self.batches) < 2:
-            return [(max(self.peaks) - floor_slope * last, floor_slope)]
+            slope = max(floor_slope, self.rule_slope) if len(self.batches) > 1 else 0.0
+            return [(max(self.peaks) - slope * last, slope)]
         span = last - self.batches[0]
         found = []
         for peaks in self.by_threads:
-            slope = min(max(0.0, (peaks[-1] - peaks[0]) / span), SLOPE_CAP * floor_slope)
+            slope = max(min(max(0.0, (peaks[-1] - peaks[0]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
             found.append((max(peaks) - slope * last, slope))
         return found
 
@@ -318,6 +321,7 @@ class ModelPlan:
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
         worse = f"the worse of {threads} and of 2 steps" if len(counts) > 1 else f"{threads}, the worse of 2 steps"
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
+        floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
@@ -326,7 +330,7 @@ class ModelPlan:
                 f"(capped CPU allocator, a fresh process each, {threads}, the worse of 2 steps), "
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
-                f"between the runs' lowest peaks)"
+                f"between the runs' lowest peaks{floor})"
                 f"{'' if self.step.jit else f', +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}'}; "
                 f"{order} for other orders of the step's ops.")
 
@@ -335,6 +339,17 @@ class ModelPlan:
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
                 "init_peak": self.init_peak, "step_peak": self.step_peak, "weights_bytes": self.weights_bytes,
                 "seconds_per_step_cpu": self.seconds_per_step}
+
+
+def rule_slope(weights: Sequence[planner.Weight], step: ModelStep) -> float:
+    """Bytes per sample per device of the activations the rule counts (:mod:`snippets.lib.planner`:
+    Dense layers only, so a lower bound): the floor under a measured line's slope. Between 16 and
+    32 samples a step can peak in its optimizer's update, which the batch does not grow, so its runs
+    show no slope: a 1 GiB Dense(65536) with Adam read 8 to 536 KiB per sample from one plan to the
+    next, and its largest batch on a 32 GB card 44 thousand to 2.9 million; the rule counts 784 KiB."""
+    batch = SMALL_BATCHES[-1]
+    policy = step.policy if step.policy in units.POLICIES else None
+    return planner.plan(weights, step.optimizer, "single", 1, policy, batch=batch, xla=step.xla)[0].activations / batch
 
 
 def _rule_state(weights: Sequence[planner.Weight], step: ModelStep) -> int:
@@ -410,7 +425,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
-                     floors=floors, by_threads=by_threads, threads=counts)
+                     floors=floors, by_threads=by_threads, threads=counts,
+                     rule_slope=rule_slope(weights, step) if weights is not None else 0.0)
 
 
 def rule_how(weights: Sequence[planner.Weight], too_large: bool = False) -> str:
