@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from snippets.lib import hardware, model_plan, model_remedies, optimizers, pictures, placements, planner, splits, units
-from snippets.lib.model_step import ModelStep
+from snippets.lib.model_step import ModelError, ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -81,12 +81,23 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
 
     Reads them with :func:`snippets.lib.seed.variable_specs` (under
     ``keras.StatelessScope(initialize_variables=False)``).
+
+    Raises:
+        ModelError: the function returns something that is not a model (its type named).
+        ValueError: the model has no weights yet (unbuilt).
     """
     from snippets.lib.seed import variable_specs
 
+    def checked(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        if not hasattr(model, "weights"):
+            raise ModelError(f"the function returns {type(model).__name__}, not a keras.Model: return the "
+                             "model it builds")
+        return model
+
     weights = [
         planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path)
-        for spec in variable_specs(build_model, *args, **kwargs)
+        for spec in variable_specs(checked, *args, **kwargs)
     ]
     if not weights:
         raise ValueError("the model has no weights yet: give it a keras.Input(shape) or call "
@@ -470,6 +481,8 @@ def _user_model(read: Callable, source, name: str) -> list[planner.Weight]:
     # The reader's model code can raise anything; the CLI reports one line.
     try:
         return read(source)
+    except ModelError as error:
+        raise ValueError(f"{name}: {error}") from None
     except Exception as error:  # noqa: BLE001
         message = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: {message}") from None

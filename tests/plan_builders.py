@@ -23,3 +23,8 @@ def unbuilt():
 
 def failing():
     raise ValueError("the reader's bug")
+
+
+def not_a_model():
+    """Returns the model's config by mistake, not the model."""
+    return tiny().get_config()

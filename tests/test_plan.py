@@ -194,6 +194,8 @@ def test_bad_input_exits_2_with_one_line(argv, message):
     (["--model", "tests.plan_builders:unbuilt"], "give it a keras.Input(shape) or call model.build(input_shape)"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
+    (["--model", "tests.plan_builders:not_a_model"],
+     "tests.plan_builders:not_a_model: the function returns dict, not a keras.Model: return the model it builds"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "{size"], "--model-kwargs is not JSON"),
     (["--model", "tests.plan_builders:tiny", "--strategy", "single"], "or pass --loss (e.g. --loss mse)"),

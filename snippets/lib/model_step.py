@@ -189,7 +189,7 @@ def build(step: ModelStep, replica_program: bool = False):
     check_model(model, step.model)
     loss = compiled_loss(model) or step.loss
     if loss is None:
-        raise ModelError(f"{step.model} returns a model compiled without a loss: compile it with one, "
+        raise ModelError(f"{step.model} returns a model with no compiled loss: compile it with one, "
                          "or pass --loss (e.g. --loss mse)")
     optimizer = optimizers.make_optimizer(step.optimizer)
     if step.accumulation > 1:
