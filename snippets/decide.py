@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from snippets.lib import hardware, model_plan, model_remedies, optimizers, pictures, placements, planner, splits, units
+from snippets.lib import (hardware, model_plan, model_remedies, optimizers, pictures, placements, planner,
+                          splits, units)
 from snippets.lib.model_step import ModelError, ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).

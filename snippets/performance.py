@@ -109,10 +109,10 @@ def replica_against_pool(path: Path = MODEL_PLANNER) -> dict[str, str | bool] | 
 def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
     """What a GPU host's inter-op pool adds: each target without XLA runs three times at
     ``benchmarks.model_planner.HOST_THREADS`` (8) threads (twice for two steps, once for eight), in
-    "measured" as the planner runs its batches at 1 and 8 (:data:`snippets.lib.model_plan.PLAN_THREADS`).
-    Returns the worst of those runs' peaks over the worst of the runs at 1 and 2 threads, as ``"lo-hi"``, how many rows the
-    8-thread runs set "measured" for, and the planned figure over that worst of 1 and 2 alone
-    (None if no such run was published)."""
+    "measured", as the planner runs its batches at 1 and 8 (:data:`snippets.lib.model_plan.PLAN_THREADS`).
+    Returns the worst of those runs' peaks over the worst of the runs at 1 and 2 threads, as
+    ``"lo-hi"``, how many rows the 8-thread runs set "measured" for, and the planned figure over that
+    worst of 1 and 2 alone (None if no such run was published)."""
     rows = [row for row in planner_rows(path) if "fewer_threads_peak" in row]
     if not rows:
         return None
