@@ -199,6 +199,8 @@ def test_bad_input_exits_2_with_one_line(argv, message):
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "{size"], "--model-kwargs is not JSON"),
     (["--model", "tests.plan_builders:tiny", "--strategy", "single"], "or pass --loss (e.g. --loss mse)"),
+    (["--model", "tests.plan_builders:tiny", "--loss", "nosuchloss"],
+     "--loss 'nosuchloss' is not a Keras loss: give a name keras.losses.get knows"),
 ])
 def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, message):
     code, out = kernel.call(run_plan_cli, [*argv, "--optimizer", "adam"])
