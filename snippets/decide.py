@@ -314,6 +314,14 @@ BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
     """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), or on
     ``--backend jax`` by compiling it (:func:`snippets.lib.model_plan.plan_on_jax`); progress on stderr."""
+    if args.loss is not None:
+        import keras
+
+        try:  # here, not once the runs have started (keras.losses.get raises on a name it lacks)
+            keras.losses.get(args.loss)
+        except ValueError:
+            raise ValueError(f"--loss {args.loss!r} is not a Keras loss: give a name keras.losses.get knows, "
+                             "such as mse or sparse_categorical_crossentropy") from None
     stored = args.dtype if args.dtype not in (None, "float32") else None
     policy = args.policy or stored or getattr(args, "builder_policy", None)
     devices = args.devices if args.strategy == "mirrored" else 1
