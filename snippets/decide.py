@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from snippets.lib import (hardware, model_plan, model_remedies, optimizers, pictures, placements, planner,
-                          splits, units)
+from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
+                          planner, splits, units)
 from snippets.lib.model_step import ModelError, ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
@@ -106,21 +106,37 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     return weights
 
 
-def builder_policy(build_model: Callable) -> tuple[list[planner.Weight], str | None]:
-    """``(model_weights(build_model), the dtype policy it set)``, leaving the global policy as it was.
+def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None]:
+    """``(model_weights(build_model), the dtype policy it set, the loss it compiled with)``, leaving
+    the global policy as it was.
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
-    builds the model; the planner honours that policy (None: float32) without keeping it set.
+    builds the model, and compile it; the planner honours both (None: float32, no loss) without
+    keeping the policy set. The loss is in words (:func:`snippets.lib.model_step.loss_name`).
     """
+    from unittest import mock
+
     import keras
+
+    from snippets.lib.model_step import loss_name
+
+    seen = {}
+
+    def record(self, optimizer="rmsprop", loss=None, *args, **kwargs):  # Model.compile's own order
+        seen["loss"] = loss
+
+    def recording(*args, **kwargs):
+        # model_weights skips compile (it would make metric variables); its loss is read here instead.
+        with mock.patch.object(keras.Model, "compile", record):
+            return build_model(*args, **kwargs)
 
     before = keras.config.dtype_policy()
     try:
-        weights = model_weights(build_model)
+        weights = model_weights(recording)
         name = keras.config.dtype_policy().name
     finally:
         keras.config.set_dtype_policy(before)
-    return weights, (name if name in units.POLICIES else None)
+    return weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss"))
 
 
 def json_weights(text: str) -> list[planner.Weight]:
@@ -165,7 +181,7 @@ class Remedy:
         return max(b.total for b in self.budgets)
 
     def label(self, devices: int) -> str:
-        where = {"mirrored": f"mirrored over {devices}", "column": f"{devices}-way column shard",
+        where = {"mirrored": f"mirrored over {devices}" if devices > 1 else "one device", "column": f"{devices}-way column shard",
                  "row": f"{devices}-way row shard", "parameter_server": f"{devices} parameter servers",
                  "offload": "variables offloaded to the host"}[self.strategy]
         return where if self.precision == "as given" else f"{where} + {self.precision}"
@@ -302,13 +318,15 @@ def report(
             lines.append(f"  {rank}. {remedy.label(devices)}: peak {units.human_bytes(remedy.peak)} "
                          f"per device, {units.human_bytes(capacity - remedy.peak)} to spare{host_note}")
     elif not fits:
-        lines += ["", f"No placement or precision tried fits {devices} devices of "
+        lines += ["", f"No placement or precision tried fits {devices} device{'s' if devices != 1 else ''} of "
                       f"{units.human_bytes(capacity)}: add devices, or factorise the largest weight."]
     return "\n".join(lines)
 
 
-#: Cards whose largest batch a measured plan reports (the question readers ask before renting).
-BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
+def setup_of(args) -> model_report.ModelSetup:
+    """The loss and dtype policy ``args``' model trains with (:func:`snippets.lib.model_report.model_setup`)."""
+    return model_report.model_setup(getattr(args, "builder_loss", None), getattr(args, "builder_policy", None),
+                                    args.loss, args.policy, args.dtype)
 
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
@@ -322,12 +340,13 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
         except ValueError:
             raise ValueError(f"--loss {args.loss!r} is not a Keras loss: give a name keras.losses.get knows, "
                              "such as mse or sparse_categorical_crossentropy") from None
-    stored = args.dtype if args.dtype not in (None, "float32") else None
-    policy = args.policy or stored or getattr(args, "builder_policy", None)
+    setup = setup_of(args)
     devices = args.devices if args.strategy == "mirrored" else 1
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
-    step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, policy, args.loss,
-                     kwargs=tuple(_model_kwargs(args).items()))
+    # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
+    loss = args.loss if setup.loss_from == "--loss" else None
+    step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, setup.planned_policy,
+                     loss, kwargs=tuple(_model_kwargs(args).items()))
     if args.backend == "jax":
         return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
@@ -343,45 +362,6 @@ def _model_kwargs(args) -> dict:
     if not isinstance(kwargs, dict):
         raise ValueError("--model-kwargs must be a JSON object of keyword arguments, e.g. '{\"size\": 224}'")
     return kwargs
-
-
-def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
-                 remedies_found: Sequence[model_remedies.BatchRemedy] = ()) -> str:
-    """The CLI's text for a measured (or rule-planned) model: the peak, the verdict, how, the batches that fit."""
-    h = units.human_bytes
-    step = plan.step
-    where = (f"MirroredStrategy over {step.devices} ({plan.device_batch} per replica)"
-             if step.strategy == "mirrored" else "one device")
-    lines = [f"{step.model}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
-             f"{'XLA-compiled step' if step.jit else 'step without XLA'}"
-             f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}.",
-             f"Step peak per device: {h(plan.step_peak)} (initialisation {h(plan.init_peak)}).",
-             textwrap.fill(plan.how(), 100)]
-    spare = capacity - plan.total
-    against = f"{card_name}'s allocator" if card_name else "each device"
-    if spare >= 0:
-        lines.append(f"Fits: {h(plan.total)} of {against}'s {h(capacity)}, {h(spare)} to spare.")
-    else:
-        lines.append(f"Does not fit: {h(plan.total)} against {against}'s {h(capacity)}; short by {h(-spare)}.")
-    if plan.method != "rule":
-        pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
-        fits = ", ".join(f"{name} {plan.largest_batch(pool(name))}" for name in BATCH_CARDS)
-        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
-    if remedies_found:
-        lines.append("Remedies that fit, derived from the measurement (figures per device):")
-        lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
-                                f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ",
-                                break_on_hyphens=False)
-                  for rank, r in enumerate(remedies_found, 1)]
-        lines.append(textwrap.fill(
-            "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
-            "blocks, which trades memory for a second forward pass of each block (keras.RematScope fails "
-            "inside fit on TensorFlow for any layer whose call gets a keyword argument, including the `training` "
-            "that fit passes to every layer that accepts one); measure the changed function with --model. See "
-            "docs/activations.md.", 100, initial_indent="   ",
-            subsequent_indent="   "))
-    lines.append(textwrap.fill(model_plan.CAVEATS, 100))
-    return "\n".join(lines)
 
 
 #: The configurations the "Memory budget" chapter's stacked bar plot compares:
@@ -501,7 +481,7 @@ def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        weights, args.builder_policy = _user_model(builder_policy, build, args.model)
+        weights, args.builder_policy, args.builder_loss = _user_model(read_builder, build, args.model)
         return with_precision(weights, args.dtype)
     if args.model_json:
         try:
@@ -535,10 +515,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Same refusal as planner.per_device: a policy fixes the variable dtype.
             raise ValueError(f"--policy {args.policy} stores {units.POLICIES[args.policy][0]} variables, "
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
+    except (ValueError, MemoryError, RuntimeError) as error:
+        parser.error(str(error).splitlines()[0])
+    try:
         weights = _weights(args)
         how = model_plan.rule_how(weights)
-        # A mixed policy the model's function set counts as if given on the command line.
-        rule_policy = args.policy or getattr(args, "builder_policy", None)
+        # A mixed policy the model's function set wins over the command line's, as it does when it runs.
+        setup = setup_of(args)
+        rule_policy = setup.planned_policy if setup.planned_policy in units.POLICIES else None
         if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
             plan = measured_plan(args, weights)
@@ -555,14 +539,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable))[:args.top]
             if args.json:
-                pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
-                largest = ({} if plan.method == "rule" else
-                           {name: plan.largest_batch(pool(name)) for name in BATCH_CARDS})
-                text = json.dumps({"model": args.model or args.model_json, "plan": plan.as_json(), "capacity": capacity,
-                                   "fits": plan.total <= capacity, "card": card_name, "largest_batch": largest,
-                                   "remedies": [asdict(r) for r in found], "caveats": model_plan.CAVEATS}, indent=1)
+                text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,
+                                                          found, setup), indent=1)
             else:
-                text = model_report(plan, capacity, card_name, found)
+                text = model_report.model_report(plan, capacity, card_name, found, setup)
             print(text)
             return 0
         if args.json:
@@ -577,7 +557,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           reserve, args.top, batch=args.batch, xla=args.xla)
             text += "\n" + textwrap.fill(how, max(72, len(text.splitlines()[0])))
     except (ValueError, MemoryError, RuntimeError) as error:
-        parser.error(str(error).splitlines()[0])
+        # A model's failure is not about the options: its line alone, without argparse's usage block.
+        line = str(error).splitlines()[0]
+        cli.fail(parser, line) if args.model or args.model_json else parser.error(line)
     print(text)
     return 0
 

@@ -272,16 +272,26 @@ def test_answer_first_boxes_state_the_published_accuracy():
 
 
 def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
-    from snippets import decide
+    from snippets.lib import model_report
 
     step = ModelStep("m:f", "adam", 256, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))
     found = model_remedies.batch_remedies(plan, 2 * units.GiB, 4, 10 * units.MiB)
-    text = decide.model_report(plan, 2 * units.GiB, "a card", found)
+    setup = model_report.model_setup(None, "mixed_float16", loss="mse")
+    text = model_report.model_report(plan, 2 * units.GiB, "a card", found, setup)
+    assert "Trains with loss mse (--loss), dtype policy mixed_float16 (the function)." in text
     assert "Does not fit" in text and text.count("Costs: ") == len(found) >= 3
     flat = " ".join(text.split())
     assert "mixed_float16'), before the model is built: " in flat and ", an ESTIMATE (by rule, the best case" in flat
     assert "Not planned here (it changes your model's code): rematerialisation" in flat
+
+
+def test_a_measuring_process_that_outlives_its_timeout_is_ended_with_one_line():
+    from snippets.lib import model_step
+
+    with pytest.raises(RuntimeError, match=r"^no result in 1 s$"):
+        model_step._run_forks([(ModelStep("snippets.lib.zoo:small_cnn", "adam", 16, "off"), units.GiB, 1)],
+                              steps=2, timeout=1, parallel=1)
 
 
 def test_runs_side_by_side_share_the_host_and_a_run_the_share_may_have_held_down_runs_again_alone(monkeypatch):
@@ -291,7 +301,7 @@ def test_runs_side_by_side_share_the_host_and_a_run_the_share_may_have_held_down
     monkeypatch.setattr(model_step, "default_cap", lambda step: whole)
     calls = []
 
-    def fake(jobs, steps, timeout, parallel):
+    def fake(jobs, steps, timeout, parallel, progress=None):
         calls.append(([(step.batch, cap) for step, cap, _ in jobs], parallel))
         # Batch 32 peaks near its share of the host, batch 16 well under it; alone, under the whole cap, 32 reads more.
         return [{"completed": True, "step_peak": (0.9 if step.batch == 32 else 0.3) * cap} for step, cap, _ in jobs]

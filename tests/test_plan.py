@@ -171,8 +171,6 @@ def test_benchmark_returns_figures(kernel):
     (["--strategy", "column", "--devices", "3"],
      "cannot split dimension 1 of shape [131072, 65536] (size 65536) into 3 equal shards"),
     (["--device-memory", "lots"], "'lots' is not a memory size"),
-    (["--model", "no_such_module:build"], "cannot import 'no_such_module' for --model"),
-    (["--model-json", "/no/such/file.json"], "cannot read --model-json /no/such/file.json"),
     (["--card", "V100"], "unknown card 'V100'; use one of V100-SXM2-32GB"),
     (["--batch", "0"], "--batch must be a positive integer, not 0"),
     (["--xla", "maybe"], "argument --xla: invalid choice: 'maybe'"),
@@ -191,6 +189,18 @@ def test_bad_input_exits_2_with_one_line(argv, message):
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["--model", "no_such_module:build"], "cannot import 'no_such_module' for --model"),
+    (["--model-json", "/no/such/file.json"], "cannot read --model-json /no/such/file.json"),
+])
+def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
+    # The options parsed: argparse's usage block would only bury the line that names the fix.
+    code, out, err = run(*argv)
+    assert code == 2 and out == "" and "Traceback" not in err and "usage:" not in err
+    assert err.strip().splitlines() == [f"python -m snippets.decide: error: {err.split('error: ', 1)[1].strip()}"]
+    assert message in err
+
+
+@pytest.mark.parametrize("argv, message", [
     (["--model", "tests.plan_builders:unbuilt"], "give it a keras.Input(shape) or call model.build(input_shape)"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
@@ -205,7 +215,7 @@ def test_bad_input_exits_2_with_one_line(argv, message):
 def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, message):
     code, out = kernel.call(run_plan_cli, [*argv, "--optimizer", "adam"])
     lines = [line for line in out.splitlines() if line.strip() and not line.startswith("measuring ")]
-    assert code == 2 and "Traceback" not in out
+    assert code == 2 and "Traceback" not in out and "usage:" not in out
     assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1], out
 
 
@@ -220,13 +230,24 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     import json
 
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny_mixed", "--optimizer", "adam",
-                                           "--strategy", "single", "--batch", "256", "--json"])
+                                           "--strategy", "single", "--batch", "256", "--loss", "huber",
+                                           "--policy", "mixed_bfloat16", "--json"])
     assert code == 0, out
     plan = json.loads(out[out.index("{"):])
+    # The function sets its policy and compiles its loss after the planner's settings: those are what run.
     assert plan["plan"]["step"]["policy"] == "mixed_float16" and plan["plan"]["step"]["loss"] is None
+    assert plan["setup"] == {
+        "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
+        "policy_from": "the function",
+        "notes": ["--loss huber is not used: the function compiles the model with mse, which fit trains with.",
+                  "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, after the planner's."]}
     assert plan["plan"]["method"] == "extrapolated" and plan["plan"]["batches"] == [16, 32]
     assert "Extrapolated" in plan["plan"]["how"] and plan["largest_batch"]["A100-80GB"] > 256
     assert plan["fits"] and plan["caveats"].startswith("Not measurable on a CPU")
+    # One line as each run ends, as it ends (a 224 px ResNet50 takes minutes).
+    done = [line for line in out.splitlines() if line.startswith("run ") and " done (" in line]
+    assert [line.split(" done")[0] for line in done] == ["run 1 of 2", "run 2 of 2"], out
+    assert all("step peak " in line and line.endswith(" s in") for line in done)
 
 
 def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
@@ -239,6 +260,9 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     plan = json.loads(out[out.index("{"):])
     assert plan["plan"]["method"] == "compiled" and plan["plan"]["batches"] == [256, 512]
     assert "XLA:CPU" in plan["plan"]["how"] and "JAX's default 75% pool" in plan["card"]
+    # Keras on JAX has no TensorFlow executor, layout optimizer or inter-op pool to warn about.
+    assert plan["caveats"].startswith("Compiled by XLA:CPU") and "inter-op" not in plan["caveats"]
+    assert plan["setup"]["loss"] == "mse" and plan["setup"]["loss_from"] == "--loss"
     # 32 -> 64 -> 8 floats per sample: the step's bytes grow with the batch, and the weights are in it.
     assert plan["plan"]["peaks"][1] > plan["plan"]["peaks"][0] > plan["plan"]["weights_bytes"]
     # DataParallel over 2 emulated devices: each device's partitioned program at 256 per device, the

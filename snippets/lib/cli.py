@@ -1,13 +1,15 @@
 """What every ``python -m snippets.<page>`` shares: device options and one convention for bad input.
 
 Bad input exits with status 2 and one line naming the fix (argparse's
-``parser.error``), never a traceback; a run that fails on its own terms
-(an OOM it set out to show, a cluster that did not finish) exits 1.
+``parser.error`` for the options, :func:`fail` for what fails after them),
+never a traceback; a run that fails on its own terms (an OOM it set out to
+show, a cluster that did not finish) exits 1.
 """
 
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 from snippets.lib import devices
 
@@ -31,6 +33,13 @@ def configure_from_args(args, parser, **kwargs) -> devices.DeviceSetup:
         return devices.configure(args.devices, args.device_memory, args.mode, **kwargs)
     except (devices.DeviceConfigError, ValueError) as error:
         parser.error(str(error))
+
+
+def fail(parser, message: str) -> NoReturn:
+    """Exit 2 with ``prog: error: <message>`` alone, for input that parsed but failed later (a
+    reader's model that cannot be planned): argparse's ``parser.error`` would print the usage block
+    first, which is about the options, and bury the one line that names the fix."""
+    parser.exit(2, f"{parser.prog}: error: {message}\n")
 
 
 def check_positive(parser, **options: int | None) -> None:

@@ -122,6 +122,16 @@ CAVEATS = (
     "tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more buffers live at once."
 )
 
+#: What :data:`CAVEATS` says for Keras on JAX (``--backend jax``): nothing there is TensorFlow's
+#: executor, its layout optimizer or its thread pool; XLA:GPU compiles a program of its own, and
+#: the scratch of the cuDNN / cuBLAS calls it emits is in that program's buffer assignment.
+COMPILED_CAVEATS = (
+    "Compiled by XLA:CPU, not run: XLA:GPU assigns its own buffers (fusions, scheduling, and the scratch of "
+    "the cuDNN/cuBLAS calls it emits), and NCCL's buffers for the gradients' all-reduce live outside them; "
+    "leave headroom for both. JAX preallocates 75% of each GPU (XLA_CLIENT_MEM_FRACTION sets the "
+    "fraction); the verdicts here are against that pool."
+)
+
 
 @dataclass(frozen=True)
 class ModelPlan:
@@ -334,6 +344,12 @@ class ModelPlan:
                 f"{'' if self.step.jit else f', +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}'}; "
                 f"{order} for other orders of the step's ops.")
 
+    @property
+    def caveats(self) -> str:
+        """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
+        compiled plan (Keras on JAX), :data:`CAVEATS` otherwise."""
+        return COMPILED_CAVEATS if self.method == "compiled" else CAVEATS
+
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
@@ -405,7 +421,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     if run is None:
         say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, "
             f"{len(counts)} thread count(s), a fresh process each, {PARALLEL} at a time ...")
-        flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL)
+        flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL, progress=progress)
     else:
         flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
     for (s, _), result in zip(jobs, flat):

@@ -48,8 +48,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -228,6 +230,19 @@ def compiled_loss(model):
     return getattr(model, "loss", None)
 
 
+def loss_name(loss) -> str | None:
+    """A loss as ``compile`` was given it, in words: a name as is, a ``keras.losses.Loss``'s ``name``,
+    a function's ``__name__``; a dict or list of them (one per output) joined; None for None."""
+    if loss is None or isinstance(loss, str):
+        return loss
+    if isinstance(loss, dict):
+        return ", ".join(f"{key}: {loss_name(value)}" for key, value in loss.items())
+    if isinstance(loss, (list, tuple)):
+        return ", ".join(str(loss_name(value)) for value in loss)
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None)
+    return name if isinstance(name, str) else type(loss).__name__
+
+
 def batch_of(model, batch: int, loss):
     """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
 
@@ -338,7 +353,8 @@ def default_cap(step: ModelStep) -> int:
     return min(int(0.6 * allocator.host_available_bytes()), 16 * units.GiB)
 
 
-def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, parallel: int = 1) -> list[dict]:
+def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, parallel: int = 1,
+                 progress: Callable[[str], None] | None = None) -> list[dict]:
     """:func:`measure` of each job, each in its own fresh process, for one TensorFlow import in all.
 
     One child Python imports TensorFlow, then forks one process per job before TensorFlow's
@@ -356,6 +372,8 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
         jobs: ``(step, cap)`` or ``(step, cap, inter_op_threads)`` tuples; ``cap`` as
             bytes or a size such as ``"2GiB"`` (None: :func:`default_cap`).
         parallel: processes at once, 1 or more.
+        progress: called with one line as each run ends (its configuration, step peak and the time
+            since the first run began): a 224 px ResNet50 takes minutes on two cores.
 
     Raises:
         ModelError: a job's model was refused (its one line).
@@ -372,11 +390,14 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
         allocator.check_host_can_hold(whole, f"measuring {step.label()}")
         share = whole if cap or parallel == 1 else whole // parallel
         plans.append((step, whole, share, threads))
-    results = _run_forks([(step, share, threads) for step, _, share, threads in plans], steps, timeout, parallel)
+    results = _run_forks([(step, share, threads) for step, _, share, threads in plans], steps, timeout, parallel,
+                         progress)
     again = [i for i, (result, (_, whole, share, _)) in enumerate(zip(results, plans))
              if share < whole and (not result["completed"] or result["step_peak"] > CAP_BOUND * share)]
     if again:
-        redone = _run_forks([(plans[i][0], plans[i][1], plans[i][3]) for i in again], steps, timeout, 1)
+        if progress:
+            progress(f"{len(again)} run(s) came near their share of the host: running them again alone ...")
+        redone = _run_forks([(plans[i][0], plans[i][1], plans[i][3]) for i in again], steps, timeout, 1, progress)
         for i, result in zip(again, redone):
             results[i] = result
     return results
@@ -386,22 +407,40 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
 CAP_BOUND = 0.8
 
 
-def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int) -> list[dict]:
-    """``(step, cap_bytes, threads)`` jobs in :func:`_fork_jobs`'s child process, ``parallel`` at once."""
+#: How :func:`_fork_jobs`' child marks a progress line on its standard output.
+PROGRESS = "progress: "
+
+
+def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int,
+               progress: Callable[[str], None] | None = None) -> list[dict]:
+    """``(step, cap_bytes, threads)`` jobs in :func:`_fork_jobs`'s child process, ``parallel`` at once;
+    its progress lines to ``progress`` as they come."""
     payload = [[asdict(step), f"{cap // units.MiB}MiB", threads, steps] for step, cap, threads in jobs]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    # A session of its own: on a timeout the child's forked runs are ended with it, not orphaned.
-    child = subprocess.Popen([sys.executable, "-m", "snippets.lib.model_step", "--jobs", json.dumps(payload),
-                              "--parallel", str(parallel)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env, start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
-        raise RuntimeError(f"no result in {timeout:.0f} s") from None
-    lines = stdout.strip().splitlines()
+    # A session of its own: on a timeout the child's forked runs are ended with it, not orphaned. Its
+    # stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe.
+    with tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen([sys.executable, "-m", "snippets.lib.model_step", "--jobs", json.dumps(payload),
+                                  "--parallel", str(parallel)], stdout=subprocess.PIPE, stderr=errors,
+                                 text=True, env=env, start_new_session=True)
+        timer = threading.Timer(timeout, os.killpg, (child.pid, signal.SIGKILL))
+        timer.start()
+        lines = []
+        try:
+            for line in child.stdout:
+                if line.startswith(PROGRESS):
+                    (progress or (lambda _: None))(line[len(PROGRESS):].rstrip())
+                else:
+                    lines.append(line)
+            child.wait()
+        finally:
+            timer.cancel()
+        if child.returncode == -signal.SIGKILL:
+            raise RuntimeError(f"no result in {timeout:.0f} s")
+        errors.seek(0)
+        stderr = errors.read()
+    lines = "".join(lines).strip().splitlines()
     if not (lines and lines[-1].startswith("[")):
         raise RuntimeError((stderr.strip().splitlines() or ["the measuring process failed"])[-1])
     results = json.loads(lines[-1])
@@ -449,12 +488,24 @@ def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
         except ValueError:
             return {"error": f"the process measuring {label} died while replying"}
 
+    began = time.perf_counter()
+
+    def done(child, threads):
+        result = finish(*child)
+        peak = result.get("step_peak")
+        figure = f"step peak {units.human_bytes(peak)}" if peak is not None else "no figure"
+        print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({child[2]}, "
+              f"{threads or 'default'} inter-op threads): {figure}, {time.perf_counter() - began:.0f} s in",
+              flush=True)
+        results.append(result)
+
     results, running = [], []
     for job in payload:
         if len(running) == parallel:
-            results.append(finish(*running.pop(0)))
-        running.append(start(*job))
-    results.extend(finish(*child) for child in running)
+            done(*running.pop(0))
+        running.append((start(*job), job[2]))
+    for child in running:
+        done(*child)
     return results
 
 

@@ -1,0 +1,164 @@
+"""The command line's answer for a reader's model: what the planned step trains with, its figures, the
+verdict, the largest batch per card, the remedies and what the emulation could not show.
+
+``python -m snippets.decide --model`` prints :func:`model_report` (or :func:`model_json`) for a plan of
+:mod:`snippets.lib.model_plan`. The step that was measured trains with the loss and dtype policy the
+reader's function chose where it chose one (it runs inside the measuring process after the planner's own
+settings), so :func:`model_setup` names each and where it came from, and says when an option given on
+the command line was not used.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from snippets.lib import hardware, model_plan, units
+from snippets.lib.model_remedies import BatchRemedy
+
+#: Cards whose largest batch a measured plan reports (the question readers ask before renting).
+BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """What the planned step trains with, and where each came from.
+
+    Attributes:
+        loss: the loss ``fit`` trains with, in words (:func:`snippets.lib.model_step.loss_name`);
+            None if neither the function nor ``--loss`` gave one.
+        loss_from: ``"the function's compile"`` or ``"--loss"`` ("" with no loss).
+        policy: the Keras dtype policy the model is built under (``"float32"``: Keras's default).
+        policy_from: ``"the function"``, ``"--policy"``, ``"--dtype"`` or ``"Keras's default"``.
+        notes: one sentence for each option given and not used.
+    """
+
+    loss: str | None
+    loss_from: str
+    policy: str
+    policy_from: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def planned_policy(self) -> str | None:
+        """The policy to hand to the measured step (None: Keras's default)."""
+        return None if self.policy_from == "Keras's default" else self.policy
+
+
+def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
+                policy: str | None = None, dtype: str | None = None) -> ModelSetup:
+    """Which loss and dtype policy the step trains with: the function's own first, then the options.
+
+    The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
+    a policy it sets itself is the one its model is built under; a model it compiled trains with that
+    compile's loss (the issue's rule: "the loss is the one the builder compiled with, else --loss").
+
+    Args:
+        function_loss: the loss the reader's function compiled its model with, in words, or None.
+        function_policy: the mixed-precision policy the function set, or None.
+        loss, policy, dtype: ``--loss``, ``--policy``, ``--dtype`` as given (None: not given).
+
+    >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
+    >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
+    ('mse', "the function's compile", 'mixed_float16', 'the function')
+    >>> print("\\n".join(setup.notes))
+    --loss huber is not used: the function compiles the model with mse, which fit trains with.
+    --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, after the planner's.
+    >>> setup = model_setup(None, None, loss="mse", dtype="float16")
+    >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
+    ('--loss', 'float16', '--dtype', ())
+    """
+    notes = []
+    if function_loss is not None and loss is not None and loss != function_loss:
+        notes.append(f"--loss {loss} is not used: the function compiles the model with {function_loss}, "
+                     "which fit trains with.")
+    given = policy or (dtype if dtype not in (None, "float32") else None)
+    if function_policy is not None and given is not None and given != function_policy:
+        option = "--policy" if policy else "--dtype"
+        notes.append(f"{option} {given} is not used: the function sets {function_policy} itself, after the planner's.")
+    if function_policy is not None:
+        chosen, source = function_policy, "the function"
+    elif policy is not None:
+        chosen, source = policy, "--policy"
+    elif given is not None:
+        chosen, source = given, "--dtype"
+    else:
+        chosen, source = "float32", "Keras's default"
+    if function_loss is not None:
+        used, used_from = function_loss, "the function's compile"
+    else:
+        used, used_from = loss, ("--loss" if loss else "")
+    return ModelSetup(used, used_from, chosen, source, tuple(notes))
+
+
+def _setup_lines(setup: ModelSetup | None) -> list[str]:
+    if setup is None:
+        return []
+    loss = f"loss {setup.loss} ({setup.loss_from})" if setup.loss else "no loss"
+    lines = [f"Trains with {loss}, dtype policy {setup.policy} ({setup.policy_from})."]
+    return lines + [textwrap.fill(f"Note: {note}", 100) for note in setup.notes]
+
+
+def card_pool(plan: model_plan.ModelPlan):
+    """The function giving a card's memory for ``plan``: JAX's default pool for a compiled (Keras on
+    JAX) plan, TensorFlow's allocator otherwise (:mod:`snippets.lib.hardware`)."""
+    return hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
+
+
+def largest_batches(plan: model_plan.ModelPlan) -> dict[str, int]:
+    """The largest global batch that fits each of :data:`BATCH_CARDS`; empty for a ``rule`` plan."""
+    if plan.method == "rule":
+        return {}
+    pool = card_pool(plan)
+    return {name: plan.largest_batch(pool(name)) for name in BATCH_CARDS}
+
+
+def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
+                 remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> str:
+    """The text for a measured (or rule-planned) model: what it trains with, the peak, the verdict,
+    how it was obtained, the batches that fit, remedies, caveats. ``capacity`` in bytes per device."""
+    h = units.human_bytes
+    step = plan.step
+    where = (f"MirroredStrategy over {step.devices} ({plan.device_batch} per replica)"
+             if step.strategy == "mirrored" else "one device")
+    lines = [f"{step.model}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
+             f"{'XLA-compiled step' if step.jit else 'step without XLA'}"
+             f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}.",
+             *_setup_lines(setup),
+             f"Step peak per device: {h(plan.step_peak)} (initialisation {h(plan.init_peak)}).",
+             textwrap.fill(plan.how(), 100)]
+    spare = capacity - plan.total
+    against = f"{card_name}'s allocator" if card_name else "each device"
+    if spare >= 0:
+        lines.append(f"Fits: {h(plan.total)} of {h(capacity)} ({against}), {h(spare)} to spare.")
+    else:
+        lines.append(f"Does not fit: {h(plan.total)} against {h(capacity)} ({against}); short by {h(-spare)}.")
+    if plan.method != "rule":
+        fits = ", ".join(f"{name} {batch}" for name, batch in largest_batches(plan).items())
+        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
+    if remedies_found:
+        lines.append("Remedies that fit, derived from the measurement (figures per device):")
+        lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
+                                f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ",
+                                break_on_hyphens=False)
+                  for rank, r in enumerate(remedies_found, 1)]
+        lines.append(textwrap.fill(
+            "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
+            "blocks, which trades memory for a second forward pass of each block (keras.RematScope fails "
+            "inside fit on TensorFlow for any layer whose call gets a keyword argument, including the `training` "
+            "that fit passes to every layer that accepts one); measure the changed function with --model. See "
+            "docs/activations.md.", 100, initial_indent="   ",
+            subsequent_indent="   "))
+    lines.append(textwrap.fill(plan.caveats, 100))
+    return "\n".join(lines)
+
+
+def model_json(plan: model_plan.ModelPlan, capacity: int, card_name: str | None, model: str,
+               remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> dict:
+    """:func:`model_report` as a JSON-ready dict, every figure in bytes (``setup``: :class:`ModelSetup`'s
+    fields, or None)."""
+    return {"model": model, "plan": plan.as_json(), "setup": asdict(setup) if setup else None,
+            "capacity": capacity, "fits": plan.total <= capacity, "card": card_name,
+            "largest_batch": largest_batches(plan), "remedies": [asdict(r) for r in remedies_found],
+            "caveats": plan.caveats}
