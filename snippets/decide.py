@@ -341,6 +341,12 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
             raise ValueError(f"--loss {args.loss!r} is not a Keras loss: give a name keras.losses.get knows, "
                              "such as mse or sparse_categorical_crossentropy") from None
     setup = setup_of(args)
+    if setup.loss is None:
+        # Known before any run (read_builder saw whether the function compiled): say so now, not
+        # after a measuring process has started. A model.to_json() file carries no compile.
+        what = (f"{args.model} returns a model with no compiled loss: compile it with one" if args.model
+                else f"{args.model_json} holds no loss (model.to_json() keeps no compile)")
+        raise ValueError(f"{what}, or pass --loss (e.g. --loss mse)")
     devices = args.devices if args.strategy == "mirrored" else 1
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.

@@ -136,6 +136,10 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     # which only changes the (tiny) bias transient, never the table's rounded cells.
     assert by_model[1] == by_json[1]
     assert by_model[1].splitlines()[:6] == by_shapes[1].splitlines()[:6]
+    # Measured (mirrored, the default), a model.to_json() file needs --loss: said before any run.
+    code, out = kernel.call(run_plan_cli, ["--model-json", str(path), "--optimizer", "adam"])
+    assert code == 2 and "measuring" not in out
+    assert out.strip().endswith("holds no loss (model.to_json() keeps no compile), or pass --loss (e.g. --loss mse)")
 
 
 def seed_weights_and_context() -> tuple[list, bool]:
