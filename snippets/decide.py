@@ -181,9 +181,9 @@ class Remedy:
         return max(b.total for b in self.budgets)
 
     def label(self, devices: int) -> str:
-        where = {"mirrored": f"mirrored over {devices}" if devices > 1 else "one device", "column": f"{devices}-way column shard",
-                 "row": f"{devices}-way row shard", "parameter_server": f"{devices} parameter servers",
-                 "offload": "variables offloaded to the host"}[self.strategy]
+        where = {"mirrored": f"mirrored over {devices}" if devices > 1 else "one device",
+                 "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
+                 "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host"}[self.strategy]
         return where if self.precision == "as given" else f"{where} + {self.precision}"
 
 
@@ -341,18 +341,19 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
             raise ValueError(f"--loss {args.loss!r} is not a Keras loss: give a name keras.losses.get knows, "
                              "such as mse or sparse_categorical_crossentropy") from None
     setup = setup_of(args)
-    if setup.loss is None:
-        # Known before any run (read_builder saw whether the function compiled): say so now, not
-        # after a measuring process has started. A model.to_json() file carries no compile.
-        what = (f"{args.model} returns a model with no compiled loss: compile it with one" if args.model
-                else f"{args.model_json} holds no loss (model.to_json() keeps no compile)")
-        raise ValueError(f"{what}, or pass --loss (e.g. --loss mse)")
     devices = args.devices if args.strategy == "mirrored" else 1
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
     loss = args.loss if setup.loss_from == "--loss" else None
     step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, setup.planned_policy,
                      loss, kwargs=tuple(_model_kwargs(args).items()))
+    if setup.loss is None and (args.backend == "jax" or model_plan.runs_here(weights, step)):
+        # Known before any run (read_builder saw whether the function compiled): said now, not once a
+        # measuring process has started. A model too large to run here is planned by rule, which
+        # needs no loss. A model.to_json() file carries no compile.
+        what = (f"{args.model} returns a model with no compiled loss: compile it with one" if args.model
+                else f"{args.model_json} holds no loss (model.to_json() keeps no compile)")
+        raise ValueError(f"{what}, or pass --loss (e.g. --loss mse)")
     if args.backend == "jax":
         return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
@@ -565,7 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, MemoryError, RuntimeError) as error:
         # A model's failure is not about the options: its line alone, without argparse's usage block.
         line = str(error).splitlines()[0]
-        cli.fail(parser, line) if args.model or args.model_json else parser.error(line)
+        if args.model or args.model_json:
+            cli.fail(parser, line)
+        parser.error(line)
     print(text)
     return 0
 
