@@ -36,15 +36,17 @@ docstrings = Sybil(
 
 pytest_collect_file = (chapters + docstrings).pytest()
 
-#: The files that take longest (seconds in one full run on 2 cores, 4 workers: 20 to 200), run first.
-#: pytest-xdist's ``--dist loadfile`` hands files to workers in collection order, so a long file
-#: collected last kept one worker busy while the others idled (the last ~90 s of a run at 10-50%
-#: idle CPU).
-LONG_FIRST = ("tests/test_browser.py", "tests/test_model_plan.py", "tests/test_scale_models.py",
-              "tests/test_plan.py", "tests/test_parameter_server.py", "tests/test_tensor_parallel_cli.py",
-              "tests/test_reproduce_oom.py", "tests/test_keep_fit.py", "tests/test_tensor_parallel.py",
-              "tests/test_activations.py", "tests/test_notebook.py", "tests/test_site.py", "tests/test_api_matrix.py",
-              "docs/tensor-parallel.md", "docs/decide.md", "docs/memory-budget.md")
+#: The files that cost most, run first (CPU seconds in one serial run on 2 cores: 10 to 133; the
+#: suite is CPU-bound, 90% busy). pytest-xdist's ``--dist loadfile`` hands files to workers in
+#: collection order only with ``--no-loadscope-reorder`` (pytest.ini): by default it re-sorts
+#: files by their number of tests, which sent the 2-test scale models (100 s under load) out last.
+LONG_FIRST = ("tests/test_scale_models.py", "tests/test_browser.py", "tests/test_model_plan.py",
+              "tests/test_parameter_server.py", "tests/test_plan.py", "tests/test_activations.py",
+              "tests/test_notebook.py", "docs/tensor-parallel.md", "tests/test_tensor_parallel.py",
+              "tests/test_site.py", "tests/test_tf_keras.py", "docs/decide.md", "tests/test_reproduce_oom.py",
+              "tests/test_tensor_parallel_cli.py", "tests/test_diffs.py", "docs/keep-fit.md",
+              "tests/test_step_probe.py", "docs/memory-budget.md", "tests/test_keep_fit.py",
+              "tests/test_step_ledger.py", "tests/test_api_matrix.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
