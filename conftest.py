@@ -36,17 +36,23 @@ docstrings = Sybil(
 
 pytest_collect_file = (chapters + docstrings).pytest()
 
-#: The files that cost most, run first (CPU seconds in one serial run on 2 cores: 10 to 133; the
-#: suite is CPU-bound, 90% busy). pytest-xdist's ``--dist loadfile`` hands files to workers in
-#: collection order only with ``--no-loadscope-reorder`` (pytest.ini): by default it re-sorts
-#: files by their number of tests, which sent the 2-test scale models (100 s under load) out last.
+#: The files that keep a worker longest, run first (seconds in one serial run on 2 cores, 8 to 87):
+#: longest-first leaves short files for the end, where a long one would run alone. Some are long
+#: because they compute (the scale models: 133 CPU seconds), others because they wait (an OOM
+#: costs the BFC allocator's 10 s of retries: docs/memory-growth.md, 20 s for 0.3 CPU seconds);
+#: run early, the waits overlap the computing. pytest-xdist's ``--dist loadfile`` hands files to
+#: workers in collection order only with ``--no-loadscope-reorder`` (pytest.ini): by default it
+#: re-sorts files by their number of tests, which sent the 2-test scale models out last.
 LONG_FIRST = ("tests/test_scale_models.py", "tests/test_browser.py", "tests/test_model_plan.py",
               "tests/test_parameter_server.py", "tests/test_plan.py", "tests/test_activations.py",
-              "tests/test_notebook.py", "docs/tensor-parallel.md", "tests/test_tensor_parallel.py",
-              "tests/test_site.py", "tests/test_tf_keras.py", "docs/decide.md", "tests/test_reproduce_oom.py",
-              "tests/test_tensor_parallel_cli.py", "tests/test_diffs.py", "docs/keep-fit.md",
-              "tests/test_step_probe.py", "docs/memory-budget.md", "tests/test_keep_fit.py",
-              "tests/test_step_ledger.py", "tests/test_api_matrix.py")
+              "tests/test_reproduce_oom.py", "docs/precision.md", "docs/memory-growth.md",
+              "tests/test_notebook.py", "docs/tensor-parallel.md", "tests/test_troubleshooting.py",
+              "tests/test_site.py", "tests/test_tensor_parallel.py", "docs/parameter-server.md",
+              "tests/test_dtensor.py", "tests/test_tensor_parallel_cli.py", "docs/dtensor.md",
+              "tests/test_precision.py", "docs/advice.md", "tests/test_tf_keras.py",
+              "tests/test_placement_cases.py", "docs/placement.md", "tests/test_memory_growth.py",
+              "docs/reproduce.md", "tests/test_diffs.py", "docs/decide.md", "tests/test_step_probe.py",
+              "docs/memory-budget.md", "docs/keep-fit.md")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -84,8 +84,8 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     ``keras.StatelessScope(initialize_variables=False)``).
 
     Raises:
-        ModelError: the function returns something that is not a model (its type named).
-        ValueError: the model has no weights yet (unbuilt).
+        ModelError: the function returns something that is not a model (its type named), or a
+            model with no weights yet (unbuilt).
     """
     from snippets.lib.seed import variable_specs
 
@@ -101,18 +101,19 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
         for spec in variable_specs(checked, *args, **kwargs)
     ]
     if not weights:
-        raise ValueError("the model has no weights yet: give it a keras.Input(shape) or call "
+        raise ModelError("the model has no weights yet: give it a keras.Input(shape) or call "
                          "model.build(input_shape) in the function")
     return weights
 
 
-def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None]:
-    """``(model_weights(build_model), the dtype policy it set, the loss it compiled with)``, leaving
-    the global policy as it was.
+def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None]:
+    """``(model_weights(build_model), the dtype policy it set, the loss and the optimizer it compiled
+    with)``, leaving the global policy as it was.
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
     builds the model, and compile it; the planner honours both (None: float32, no loss) without
-    keeping the policy set. The loss is in words (:func:`snippets.lib.model_step.loss_name`).
+    keeping the policy set. The loss and optimizer are in words (:func:`snippets.lib.model_step.loss_name`;
+    None: the function did not compile).
     """
     from unittest import mock
 
@@ -122,8 +123,10 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
 
     seen = {}
 
-    def record(self, optimizer="rmsprop", loss=None, *args, **kwargs):  # Model.compile's own order
+    def record(self, optimizer=None, loss=None, *args, **kwargs):  # Model.compile's own order
         seen["loss"] = loss
+        # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice).
+        seen["optimizer"] = optimizer if optimizer is None or isinstance(optimizer, str) else type(optimizer).__name__
 
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
@@ -136,7 +139,8 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
         name = keras.config.dtype_policy().name
     finally:
         keras.config.set_dtype_policy(before)
-    return weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss"))
+    return (weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
+            seen.get("optimizer"))
 
 
 def json_weights(text: str) -> list[planner.Weight]:
@@ -326,7 +330,8 @@ def report(
 def setup_of(args) -> model_report.ModelSetup:
     """The loss and dtype policy ``args``' model trains with (:func:`snippets.lib.model_report.model_setup`)."""
     return model_report.model_setup(getattr(args, "builder_loss", None), getattr(args, "builder_policy", None),
-                                    args.loss, args.policy, args.dtype)
+                                    args.loss, args.policy, args.dtype, getattr(args, "builder_optimizer", None),
+                                    args.optimizer)
 
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
@@ -351,9 +356,9 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
         # Known before any run (read_builder saw whether the function compiled): said now, not once a
         # measuring process has started. A model too large to run here is planned by rule, which
         # needs no loss. A model.to_json() file carries no compile.
-        what = (f"{args.model} returns a model with no compiled loss: compile it with one" if args.model
-                else f"{args.model_json} holds no loss (model.to_json() keeps no compile)")
-        raise ValueError(f"{what}, or pass --loss (e.g. --loss mse)")
+        raise ValueError(f"{args.model} returns a model with no compiled loss: compile it with one, or pass --loss "
+                         "(e.g. --loss mse)" if args.model else f"{args.model_json} holds no loss (model.to_json() "
+                         "keeps no compile): pass --loss (e.g. --loss mse)")
     if args.backend == "jax":
         return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
@@ -488,7 +493,8 @@ def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        weights, args.builder_policy, args.builder_loss = _user_model(read_builder, build, args.model)
+        weights, args.builder_policy, args.builder_loss, args.builder_optimizer = _user_model(
+            read_builder, build, args.model)
         return with_precision(weights, args.dtype)
     if args.model_json:
         try:
@@ -541,7 +547,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if plan.method == "compiled" and args.device_memory is None:
                 # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
                 capacity = hardware.jax_pool_bytes(card.name)
-                card_name = f"{card.name} (JAX's default 75% pool)"
             trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable))[:args.top]

@@ -28,3 +28,19 @@ def failing():
 def not_a_model():
     """Returns the model's config by mistake, not the model."""
     return tiny().get_config()
+
+
+def two_heads():
+    """Returns a dict of two outputs, compiled with a loss for each: class ids for one, values for the other."""
+    inputs = keras.Input((16,))
+    hidden = keras.layers.Dense(32, activation="relu")(inputs)
+    model = keras.Model(inputs, {"cls": keras.layers.Dense(3)(hidden), "reg": keras.layers.Dense(1)(hidden)})
+    model.compile(loss={"cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True), "reg": "mse"})
+    return model
+
+
+def tiny_sgd():
+    """Compiles with its own optimizer object and a loss object."""
+    model = tiny()
+    model.compile(optimizer=keras.optimizers.SGD(), loss=keras.losses.Huber())
+    return model

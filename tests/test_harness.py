@@ -130,3 +130,15 @@ def test_a_snippets_module_named_on_the_command_line_is_not_imported_by_pytest()
     last = done.stdout.strip().splitlines()[-1]
     assert last == "0 None False", done.stdout + done.stderr
     assert "keep_fit.py::sybil:docstrings" in done.stdout  # its docstrings are still collected
+
+
+def test_the_files_scheduled_first_exist_and_xdist_keeps_their_order():
+    # A renamed file would silently drop out of conftest.LONG_FIRST and run wherever it falls.
+    import configparser
+
+    import conftest
+
+    assert [path for path in conftest.LONG_FIRST if not (ROOT / path).is_file()] == []
+    options = configparser.ConfigParser()
+    options.read(ROOT / "pytest.ini")
+    assert "--no-loadscope-reorder" in options["pytest"]["addopts"].split()

@@ -154,7 +154,7 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     small.write_text(kernel.call(tiny_model_json))
     code, out = kernel.call(run_plan_cli, ["--model-json", str(small), "--optimizer", "adam"])
     assert code == 2 and "measuring" not in out
-    assert out.strip().endswith("holds no loss (model.to_json() keeps no compile), or pass --loss (e.g. --loss mse)")
+    assert out.strip().endswith("holds no loss (model.to_json() keeps no compile): pass --loss (e.g. --loss mse)")
 
 
 def seed_weights_and_context() -> tuple[list, bool]:
@@ -220,7 +220,9 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "tests.plan_builders:unbuilt"], "give it a keras.Input(shape) or call model.build(input_shape)"),
+    (["--model", "tests.plan_builders:unbuilt"],
+     "tests.plan_builders:unbuilt: the model has no weights yet: give it a keras.Input(shape) or call "
+     "model.build(input_shape)"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
     (["--model", "tests.plan_builders:not_a_model"],
@@ -228,6 +230,8 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "{size"], "--model-kwargs is not JSON"),
     (["--model", "tests.plan_builders:tiny", "--strategy", "single"], "or pass --loss (e.g. --loss mse)"),
+    (["--model", "tests.plan_builders:tiny", "--loss", "mse", "--xla", "on"],
+     "--xla on under --strategy mirrored cannot be measured on this CPU's emulated devices"),
     (["--model", "tests.plan_builders:tiny", "--loss", "nosuchloss"],
      "--loss 'nosuchloss' is not a Keras loss: give a name keras.losses.get knows"),
 ])
@@ -236,6 +240,35 @@ def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, mess
     lines = [line for line in out.splitlines() if line.strip() and not line.startswith("measuring ")]
     assert code == 2 and "Traceback" not in out and "usage:" not in out
     assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1], out
+
+
+def two_heads_batch() -> dict:
+    """Kernel side: the batch the planner makes for a model with a dict of outputs, and one fit step on it."""
+    from snippets.lib.model_step import batch_of, compiled_loss
+    from tests.plan_builders import two_heads
+
+    model = two_heads()
+    x, y = batch_of(model, 4, compiled_loss(model))
+    model.fit(x, y, epochs=1, verbose=0)
+    return {key: (value.shape, str(value.dtype)) for key, value in y.items()}
+
+
+def test_a_model_with_a_dict_of_outputs_gets_a_target_per_output_from_its_own_loss(kernel):
+    assert kernel.call(two_heads_batch) == {"cls": ((4,), "int32"), "reg": ((4, 1), "float32")}
+
+
+def builder_facts(name: str) -> tuple:
+    """Kernel side: :func:`snippets.decide.read_builder` of a builder in tests/plan_builders.py, weights left out."""
+    import tests.plan_builders as builders
+
+    return decide.read_builder(getattr(builders, name))[1:]
+
+
+def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
+    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "SGD")
+    # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
+    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None)
+    assert kernel.call(builder_facts, "tiny") == (None, None, None)
 
 
 def test_a_tf_keras_model_is_refused_before_it_is_built():
@@ -259,9 +292,9 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
         "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
         "policy_from": "the function",
         "notes": ["--loss huber is not used: the function compiles the model with mse, which fit trains with.",
-                  "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, after the planner's."]}
+                  "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
     assert plan["plan"]["method"] == "extrapolated" and plan["plan"]["batches"] == [16, 32]
-    assert "Extrapolated" in plan["plan"]["how"] and plan["largest_batch"]["A100-80GB"] > 256
+    assert "Extrapolated" in plan["plan"]["how"] and plan["largest_global_batch"]["A100-80GB"] > 256
     assert plan["fits"] and plan["caveats"].startswith("Not measurable on a CPU")
     # One line as each run ends, as it ends (a 224 px ResNet50 takes minutes).
     done = [line for line in out.splitlines() if line.startswith("run ") and " done (" in line]
@@ -278,7 +311,8 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     assert code == 0, out
     plan = json.loads(out[out.index("{"):])
     assert plan["plan"]["method"] == "compiled" and plan["plan"]["batches"] == [256, 512]
-    assert "XLA:CPU" in plan["plan"]["how"] and "JAX's default 75% pool" in plan["card"]
+    assert "XLA:CPU" in plan["plan"]["how"] and plan["pool"] == "JAX's default 75% pool"
+    assert plan["card"] == "V100-SXM2-32GB" and plan["plan"]["init_peak"] is None
     # Keras on JAX has no TensorFlow executor, layout optimizer or inter-op pool to warn about.
     assert plan["caveats"].startswith("Compiled by XLA:CPU") and "inter-op" not in plan["caveats"]
     assert plan["setup"]["loss"] == "mse" and plan["setup"]["loss_from"] == "--loss"

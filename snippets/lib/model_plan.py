@@ -113,14 +113,21 @@ def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
     return COMPILED_THREADS if step.jit else PLAN_THREADS
 
 
-#: What CPU emulation cannot measure, said next to every verdict on a reader's model.
-CAVEATS = (
+#: What CPU emulation cannot measure, said next to every verdict on a reader's model
+#: (:data:`CAVEATS` for a step without XLA; :attr:`ModelPlan.caveats` picks).
+GPU_CAVEATS = (
     "Not measurable on a CPU: cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, "
     "caps cuDNN's), NCCL buffers, the GPU layout optimizer's transposes, and XLA:GPU's buffer assignment "
-    "(XLA figures here are XLA:CPU's); leave headroom for them. Not planned: without XLA, more inter-op "
-    "threads than the 8 run here (TensorFlow's default is the host's core count; "
-    "tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more buffers live at once."
+    "(XLA figures here are XLA:CPU's); leave headroom for them."
 )
+#: What a plan of a step without XLA leaves out (a compiled step is one program: its thread count
+#: moved the peak by 1% at most, :data:`COMPILED_THREADS`).
+THREADS_CAVEAT = (
+    "Not planned: without XLA, more inter-op threads than the 8 run here (TensorFlow's default is the "
+    "host's core count; tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more "
+    "buffers live at once."
+)
+CAVEATS = f"{GPU_CAVEATS} {THREADS_CAVEAT}"
 
 #: What :data:`CAVEATS` says for Keras on JAX (``--backend jax``): nothing there is TensorFlow's
 #: executor, its layout optimizer or its thread pool; XLA:GPU compiles a program of its own, and
@@ -347,13 +354,16 @@ class ModelPlan:
     @property
     def caveats(self) -> str:
         """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
-        compiled plan (Keras on JAX), :data:`CAVEATS` otherwise."""
-        return COMPILED_CAVEATS if self.method == "compiled" else CAVEATS
+        compiled plan (Keras on JAX), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
+        :data:`CAVEATS` otherwise."""
+        if self.method == "compiled":
+            return COMPILED_CAVEATS
+        return GPU_CAVEATS if self.step.jit else CAVEATS
 
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
-                "init_peak": self.init_peak, "step_peak": self.step_peak, "weights_bytes": self.weights_bytes,
+                "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak, "weights_bytes": self.weights_bytes,
                 "seconds_per_step_cpu": self.seconds_per_step}
 
 
@@ -411,6 +421,13 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         return ModelPlan(step, "rule", init_peak=budget.init_peak, rule_peak=budget.step_peak,
                          weights_bytes=sum(units.tensor_bytes(w.shape, w.dtype) for w in weights),
                          rule_note=rule_how(weights, too_large=True))
+    if step.strategy == "mirrored" and step.jit:
+        # The replica's program copies each gradient before the update (step_ledger.copy_on_aggregation)
+        # with an op XLA:CPU does not compile (DeepCopy), and a real MirroredStrategy step compiled by
+        # XLA does not run on the emulated devices either: nothing here can measure it.
+        raise ModelError("--xla on under --strategy mirrored cannot be measured on this CPU's emulated devices "
+                         "(XLA:CPU compiles no DeepCopy, which the all-reduced gradient needs): plan --xla auto "
+                         "(Keras turns XLA off for a model created under a strategy), or --backend jax")
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
     # Two batches always (a line needs two); the reader's own when it is one of them or smaller.
@@ -419,8 +436,10 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     counts = plan_threads(step)
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
     if run is None:
-        say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, "
-            f"{len(counts)} thread count(s), a fresh process each, {PARALLEL} at a time ...")
+        shown = [CPU_INTER_OP_THREADS if t is None else t for t in counts]
+        say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, at "
+            f"{' and '.join(map(str, shown))} inter-op thread{'s' if shown != [1] else ''}, a fresh process "
+            f"per run, {PARALLEL} at a time ...")
         flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL, progress=progress)
     else:
         flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
@@ -515,7 +534,8 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None) 
     replicas = step.devices if step.strategy == "mirrored" else 1
     per_device = step.batch // replicas
     batches = sorted({max(1, per_device // 2), per_device})
-    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {batches} per device ...")
+    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at "
+                                      f"{' and '.join(map(str, batches))} samples per device ...")
     results = compiled_fresh(step, [b * replicas for b in batches])
     return ModelPlan(replace(step, xla="on"), "compiled", tuple(batches), tuple(r["total"] for r in results),
                      weights_bytes=results[0]["weights_bytes"])

@@ -47,7 +47,8 @@ class ModelSetup:
 
 
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
-                policy: str | None = None, dtype: str | None = None) -> ModelSetup:
+                policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
+                optimizer: str | None = None) -> ModelSetup:
     """Which loss and dtype policy the step trains with: the function's own first, then the options.
 
     The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
@@ -58,25 +59,34 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         function_loss: the loss the reader's function compiled its model with, in words, or None.
         function_policy: the mixed-precision policy the function set, or None.
         loss, policy, dtype: ``--loss``, ``--policy``, ``--dtype`` as given (None: not given).
+        function_optimizer: the optimizer the function compiled with, in words, or None.
+        optimizer: ``--optimizer``: the one measured, whatever the function compiled (the planner
+            compiles the model again with it, and with the loss, only: other compile options, such
+            as metrics, are not measured).
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
     ('mse', "the function's compile", 'mixed_float16', 'the function')
     >>> print("\\n".join(setup.notes))
     --loss huber is not used: the function compiles the model with mse, which fit trains with.
-    --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, after the planner's.
+    --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it.
+    >>> model_setup(None, None, loss="mse", function_optimizer="sgd", optimizer="adam").notes
+    ('--optimizer adam is measured: the function compiles with sgd, and its other compile options are dropped.',)
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
     """
     notes = []
+    if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
+        notes.append(f"--optimizer {optimizer} is measured: the function compiles with {function_optimizer}, and "
+                     "its other compile options are dropped.")
     if function_loss is not None and loss is not None and loss != function_loss:
         notes.append(f"--loss {loss} is not used: the function compiles the model with {function_loss}, "
                      "which fit trains with.")
     given = policy or (dtype if dtype not in (None, "float32") else None)
     if function_policy is not None and given is not None and given != function_policy:
         option = "--policy" if policy else "--dtype"
-        notes.append(f"{option} {given} is not used: the function sets {function_policy} itself, after the planner's.")
+        notes.append(f"{option} {given} is not used: the function sets {function_policy} itself, which overrides it.")
     if function_policy is not None:
         chosen, source = function_policy, "the function"
     elif policy is not None:
@@ -97,7 +107,7 @@ def _setup_lines(setup: ModelSetup | None) -> list[str]:
         return []
     loss = f"loss {setup.loss} ({setup.loss_from})" if setup.loss else "no loss"
     lines = [f"Trains with {loss}, dtype policy {setup.policy} ({setup.policy_from})."]
-    return lines + [textwrap.fill(f"Note: {note}", 100) for note in setup.notes]
+    return lines + [textwrap.fill(f"Note: {note}", 100, break_on_hyphens=False) for note in setup.notes]
 
 
 def card_pool(plan: model_plan.ModelPlan):
@@ -120,16 +130,24 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     how it was obtained, the batches that fit, remedies, caveats. ``capacity`` in bytes per device."""
     h = units.human_bytes
     step = plan.step
-    where = (f"MirroredStrategy over {step.devices} ({plan.device_batch} per replica)"
-             if step.strategy == "mirrored" else "one device")
+    compiled = plan.method == "compiled"
+    if step.strategy != "mirrored":
+        where = "one device"
+    elif compiled:  # Keras on JAX: what was compiled is DataParallel's program, not a tf.distribute strategy
+        where = f"keras.distribution.DataParallel over {step.devices} ({plan.device_batch} per device)"
+    else:
+        where = f"MirroredStrategy over {step.devices} ({plan.device_batch} per replica)"
+    xla = ("the train step XLA-compiled (Keras on JAX)" if compiled else
+           f"{'XLA-compiled step' if step.jit else 'step without XLA'}"
+           f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}")
+    init = "initialisation not compiled" if compiled else f"initialisation {h(plan.init_peak)}"
     lines = [f"{step.model}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
-             f"{'XLA-compiled step' if step.jit else 'step without XLA'}"
-             f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}.",
-             *_setup_lines(setup),
-             f"Step peak per device: {h(plan.step_peak)} (initialisation {h(plan.init_peak)}).",
-             textwrap.fill(plan.how(), 100)]
+             f"{xla}.", *_setup_lines(setup),
+             f"Step peak per device: {h(plan.step_peak)} ({init}).",
+             textwrap.fill(plan.how(), 100, break_on_hyphens=False)]
     spare = capacity - plan.total
-    against = f"{card_name}'s allocator" if card_name else "each device"
+    pool = "JAX's default 75% pool" if compiled else "allocator"
+    against = f"{card_name}'s {pool}" if card_name else "each device"
     if spare >= 0:
         lines.append(f"Fits: {h(plan.total)} of {h(capacity)} ({against}), {h(spare)} to spare.")
     else:
@@ -137,6 +155,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method != "rule":
         fits = ", ".join(f"{name} {batch}" for name, batch in largest_batches(plan).items())
         lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
+    if spare < 0 and not remedies_found and plan.method != "rule":
+        least = min(plan.batches)
+        lines.append(textwrap.fill(
+            f"No batch remedy fits: at {least} per device, the smallest batch run, the step already peaks at "
+            f"{h(plan.peak_at(least))}; what the model keeps whatever the batch must shrink (a sharded "
+            "placement, smaller layers: docs/decide.md).", 100))
     if remedies_found:
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
         lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
@@ -150,15 +174,20 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             "that fit passes to every layer that accepts one); measure the changed function with --model. See "
             "docs/activations.md.", 100, initial_indent="   ",
             subsequent_indent="   "))
-    lines.append(textwrap.fill(plan.caveats, 100))
+    lines.append(textwrap.fill(plan.caveats, 100, break_on_hyphens=False))
     return "\n".join(lines)
 
 
-def model_json(plan: model_plan.ModelPlan, capacity: int, card_name: str | None, model: str,
+def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
                remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> dict:
-    """:func:`model_report` as a JSON-ready dict, every figure in bytes (``setup``: :class:`ModelSetup`'s
-    fields, or None)."""
+    """:func:`model_report` as a JSON-ready dict, every figure in bytes.
+
+    ``card``: the card's name (None: ``--device-memory`` gave the capacity); ``pool`` says whose
+    share of it ``capacity`` is. ``largest_global_batch``: per card, samples per step over all
+    replicas. ``setup``: :class:`ModelSetup`'s fields, or None.
+    """
+    pool = "JAX's default 75% pool" if plan.method == "compiled" else "TensorFlow's allocator"
     return {"model": model, "plan": plan.as_json(), "setup": asdict(setup) if setup else None,
-            "capacity": capacity, "fits": plan.total <= capacity, "card": card_name,
-            "largest_batch": largest_batches(plan), "remedies": [asdict(r) for r in remedies_found],
-            "caveats": plan.caveats}
+            "capacity": capacity, "fits": plan.total <= capacity, "card": card,
+            "pool": pool if card else None, "largest_global_batch": largest_batches(plan),
+            "remedies": [asdict(r) for r in remedies_found], "caveats": plan.caveats}

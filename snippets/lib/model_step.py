@@ -248,7 +248,8 @@ def batch_of(model, batch: int, loss):
 
     Integer inputs are zeros (valid ids for any embedding); float inputs standard
     normal. Targets of a ``sparse_categorical_crossentropy`` loss are class ids,
-    others have each output's shape.
+    others have each output's shape; with a dict or list of losses, each output's own
+    loss decides, and a model that returns a dict gets a dict of targets.
 
     Raises:
         ModelError: an input or output dimension other than the batch is unknown.
@@ -266,14 +267,20 @@ def batch_of(model, batch: int, loss):
             return np.zeros((batch, *dims), dtype=str(dtype))
         return rng.standard_normal((batch, *dims)).astype("float32")
 
+    def target(tensor, its_loss):
+        if "sparse" in str(loss_name(its_loss)).lower():
+            return np.zeros((batch, *tuple(tensor.shape)[1:-1]), dtype="int32")
+        return make(tensor.shape, "float32", "output")
+
     inputs = [make(t.shape, t.dtype, "input") for t in model.inputs]
-    sparse = "sparse" in str(getattr(loss, "name", loss)).lower()
-    outputs = []
-    for t in model.outputs:
-        if sparse:
-            outputs.append(np.zeros((batch, *tuple(t.shape)[1:-1]), dtype="int32"))
-        else:
-            outputs.append(make(t.shape, "float32", "output"))
+    # A functional model that returns a dict keeps that structure (Keras 3's private _outputs_struct):
+    # fit wants its targets as a dict with the same keys, each with its own output's loss.
+    structure = getattr(model, "_outputs_struct", None)
+    if isinstance(structure, dict):
+        each = loss if isinstance(loss, dict) else dict.fromkeys(structure, loss)
+        return (inputs[0] if len(inputs) == 1 else inputs), {k: target(t, each.get(k)) for k, t in structure.items()}
+    each = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(model.outputs)
+    outputs = [target(t, each[i] if i < len(each) else None) for i, t in enumerate(model.outputs)]
     return (inputs[0] if len(inputs) == 1 else inputs), (outputs[0] if len(outputs) == 1 else outputs)
 
 
@@ -490,20 +497,28 @@ def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
 
     began = time.perf_counter()
 
-    def done(child, threads):
+    def done(child, fields, threads):
         result = finish(*child)
+        step = ModelStep(**fields)
+        per_device = step.batch // step.devices if step.strategy == "mirrored" else step.batch
+        count = threads or devices.CPU_INTER_OP_THREADS
         peak = result.get("step_peak")
-        figure = f"step peak {units.human_bytes(peak)}" if peak is not None else "no figure"
-        print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({child[2]}, "
-              f"{threads or 'default'} inter-op threads): {figure}, {time.perf_counter() - began:.0f} s in",
-              flush=True)
+        if peak is not None:
+            figure = f"step peak {units.human_bytes(peak)}"
+        elif result.get("failed_phase"):
+            figure = f"ran out of its cap ({result['failed_phase']})"
+        else:
+            figure = "failed: " + result.get("refused", result.get("error", "no reply"))
+        print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({per_device} per device, "
+              f"{count} inter-op thread{'s' if count != 1 else ''}): {figure}, "
+              f"{time.perf_counter() - began:.0f} s in", flush=True)
         results.append(result)
 
     results, running = [], []
     for job in payload:
         if len(running) == parallel:
             done(*running.pop(0))
-        running.append((start(*job), job[2]))
+        running.append((start(*job), job[0], job[2]))
     for child in running:
         done(*child)
     return results

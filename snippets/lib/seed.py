@@ -67,16 +67,26 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
     in which Keras 3 records each variable's shape and dtype but runs no
     initializer (Keras API page "StatelessScope"). The seed model builds this
     way in about 0.01 s. A ``model.compile(...)`` inside ``build_model`` is skipped (it would
-    create metric variables, which the scope refuses).
+    create metric variables, which the scope refuses), and so is the body of an optimizer it
+    constructs (its variables have values, which the scope refuses too).
     """
     from unittest import mock
 
     import keras
 
     # A reader's function often compiles its model; compile makes metric variables, which a
-    # StatelessScope refuses. Shapes do not depend on compile, so it is skipped here.
+    # StatelessScope refuses. Shapes do not depend on compile, so it is skipped here. So is the
+    # body of an optimizer the function constructs for compile (keras.optimizers.Adam(1e-3)): its
+    # iteration counter and learning rate are variables with values, which the scope refuses too.
+    base = next(c for c in keras.optimizers.Optimizer.__mro__ if c.__name__ == "BaseOptimizer")
+
+    def unbuilt_optimizer(self, *args, name=None, **kwargs):
+        object.__setattr__(self, "_lock", False)  # what the real __init__ sets first (its attribute checks)
+        self.name = name or type(self).__name__.lower()
+
     with keras.StatelessScope(initialize_variables=False), \
-            mock.patch.object(keras.Model, "compile", lambda self, *a, **k: None):
+            mock.patch.object(keras.Model, "compile", lambda self, *a, **k: None), \
+            mock.patch.object(base, "__init__", unbuilt_optimizer):
         model = build_model(*args, **kwargs)
     return [
         VariableSpec(
