@@ -315,3 +315,13 @@ def test_runs_side_by_side_share_the_host_and_a_run_the_share_may_have_held_down
     calls.clear()
     model_step.measure_many([(step, "1GiB", 1), (step.at_batch(32), "1GiB", 1)], parallel=2)
     assert calls == [([(16, units.GiB), (32, units.GiB)], 1)]
+
+
+def test_the_cli_text_says_when_no_batch_fits_and_why():
+    from snippets.lib import model_report
+
+    step = ModelStep("m:f", "adam", 64, "off")
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))
+    flat = " ".join(model_report.model_report(plan, 50 * units.MiB, None).split())  # the line starts at 60 MiB
+    assert "No batch fits, by the same fit: at 16 per device, the smallest batch run, the step peaks at 242 MiB" in flat
+    assert "No batch fits" not in model_report.model_report(plan, 100 * units.MiB, None)  # batch 3 does

@@ -363,8 +363,9 @@ class ModelPlan:
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
-                "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak, "weights_bytes": self.weights_bytes,
-                "seconds_per_step_cpu": self.seconds_per_step}
+                # A compiled plan compiles the train step only: its initialisation is not known.
+                "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak,
+                "weights_bytes": self.weights_bytes, "seconds_per_step_cpu": self.seconds_per_step}
 
 
 def rule_slope(weights: Sequence[planner.Weight], step: ModelStep) -> float:

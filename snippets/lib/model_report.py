@@ -155,11 +155,11 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method != "rule":
         fits = ", ".join(f"{name} {batch}" for name, batch in largest_batches(plan).items())
         lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
-    if spare < 0 and not remedies_found and plan.method != "rule":
+    if spare < 0 and plan.method != "rule" and plan.largest_batch(capacity) == 0:
         least = min(plan.batches)
         lines.append(textwrap.fill(
-            f"No batch remedy fits: at {least} per device, the smallest batch run, the step already peaks at "
-            f"{h(plan.peak_at(least))}; what the model keeps whatever the batch must shrink (a sharded "
+            f"No batch fits, by the same fit: at {least} per device, the smallest batch run, the step peaks at "
+            f"{h(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink (a sharded "
             "placement, smaller layers: docs/decide.md).", 100))
     if remedies_found:
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
