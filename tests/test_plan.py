@@ -305,6 +305,8 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
 def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     import json
 
+    from snippets.lib import model_plan  # no TensorFlow at import
+
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--loss", "mse", "--optimizer",
                                            "adam", "--strategy", "single", "--batch", "512", "--backend", "jax",
                                            "--json"])
@@ -315,6 +317,7 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     assert plan["card"] == "V100-SXM2-32GB" and plan["plan"]["init_peak"] is None
     # Keras on JAX has no TensorFlow executor, layout optimizer or inter-op pool to warn about.
     assert plan["caveats"].startswith("Compiled by XLA:CPU") and "inter-op" not in plan["caveats"]
+    assert "NCCL" not in plan["caveats"]  # one device: no all-reduce
     assert plan["setup"]["loss"] == "mse" and plan["setup"]["loss_from"] == "--loss"
     # 32 -> 64 -> 8 floats per sample: the step's bytes grow with the batch, and the weights are in it.
     assert plan["plan"]["peaks"][1] > plan["plan"]["peaks"][0] > plan["plan"]["weights_bytes"]
@@ -324,7 +327,9 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
                                            "adam", "--strategy", "mirrored", "--devices", "2", "--batch", "1024",
                                            "--backend", "jax", "--json"])
     assert code == 0, out
-    parallel = json.loads(out[out.index("{"):])["plan"]
+    answer = json.loads(out[out.index("{"):])
+    parallel = answer["plan"]
+    assert answer["caveats"].endswith(model_plan.ALL_REDUCE_CAVEAT)
     assert parallel["method"] == "compiled" and parallel["batches"] == [256, 512]
     assert "DataParallel over 2" in parallel["how"] and parallel["weights_bytes"] == plan["plan"]["weights_bytes"]
     assert parallel["peaks"][1] >= plan["plan"]["peaks"][1]

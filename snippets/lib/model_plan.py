@@ -134,10 +134,11 @@ CAVEATS = f"{GPU_CAVEATS} {THREADS_CAVEAT}"
 #: the scratch of the cuDNN / cuBLAS calls it emits is in that program's buffer assignment.
 COMPILED_CAVEATS = (
     "Compiled by XLA:CPU, not run: XLA:GPU assigns its own buffers (fusions, scheduling, and the scratch of "
-    "the cuDNN/cuBLAS calls it emits), and NCCL's buffers for the gradients' all-reduce live outside them; "
-    "leave headroom for both. JAX preallocates 75% of each GPU (XLA_CLIENT_MEM_FRACTION sets the "
-    "fraction); the verdicts here are against that pool."
+    "the cuDNN/cuBLAS calls it emits); leave headroom for it. JAX preallocates 75% of each GPU "
+    "(XLA_CLIENT_MEM_FRACTION sets the fraction); the verdicts here are against that pool."
 )
+#: Added to :data:`COMPILED_CAVEATS` for ``keras.distribution.DataParallel`` over several devices.
+ALL_REDUCE_CAVEAT = "Over several GPUs, NCCL's buffers for the gradients' all-reduce live outside XLA's buffers."
 
 
 @dataclass(frozen=True)
@@ -354,10 +355,10 @@ class ModelPlan:
     @property
     def caveats(self) -> str:
         """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
-        compiled plan (Keras on JAX), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
+        compiled plan (Keras on JAX; with :data:`ALL_REDUCE_CAVEAT` over several devices), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
         :data:`CAVEATS` otherwise."""
         if self.method == "compiled":
-            return COMPILED_CAVEATS
+            return f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
         return GPU_CAVEATS if self.step.jit else CAVEATS
 
     def as_json(self) -> dict:
