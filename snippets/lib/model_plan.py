@@ -113,6 +113,12 @@ def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
     return COMPILED_THREADS if step.jit else PLAN_THREADS
 
 
+def thread_counts(threads: Sequence[int | None]) -> list[int]:
+    """``threads`` as :func:`plan_threads` gives them, with None read as the emulation's default
+    (:data:`snippets.lib.devices.CPU_INTER_OP_THREADS`): the counts the runs really had."""
+    return [CPU_INTER_OP_THREADS if t is None else t for t in threads]
+
+
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model
 #: (:data:`CAVEATS` for a step without XLA; :attr:`ModelPlan.caveats` picks).
 GPU_CAVEATS = (
@@ -335,7 +341,7 @@ class ModelPlan:
                     "XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = " and ".join(str(b) for b in self.batches)
         order = f"+{MARGIN:.0%}"
-        counts = [CPU_INTER_OP_THREADS if t is None else t for t in self.threads or plan_threads(self.step)]
+        counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
         worse = f"the worse of {threads} and of 2 steps" if len(counts) > 1 else f"{threads}, the worse of 2 steps"
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
@@ -438,7 +444,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     counts = plan_threads(step)
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
     if run is None:
-        shown = [CPU_INTER_OP_THREADS if t is None else t for t in counts]
+        shown = thread_counts(counts)
         say(f"measuring {step.model} at {' and '.join(map(str, batches))} samples per device, at "
             f"{' and '.join(map(str, shown))} inter-op thread{'s' if shown != [1] else ''}, a fresh process "
             f"per run, {PARALLEL} at a time ...")
