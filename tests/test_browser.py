@@ -67,6 +67,8 @@ LOCAL_SCHEMES = {"data", "blob", "about", "chrome", "devtools"}
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--disable-quic"]
 VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
+#: Each edition's home page: where the real search index and both palettes are checked at both widths.
+HOMES = ("/", "/zh/")
 SCHEMES_OTHER = {"light": "dark", "dark": "light"}
 SCHEMES = {"light": "default", "dark": "slate"}  # the system setting -> Material's palette
 #: The palette button of each scheme: it offers the other one (mkdocs.yml, theme.palette; mkdocs.zh.yml's).
@@ -271,7 +273,7 @@ def test_page_reads_cleanly(reader, server, path, source):
     # worker builds its edition's whole index on every page it loads (a quarter of a page's CPU):
     # the real index is built, and must raise nothing, on the home pages and in the search tests
     # below; elsewhere the worker gets that index without its documents.
-    reader.empty_index = path not in ("/", "/zh/")
+    reader.empty_index = path not in HOMES
     page = reader.open(server + path)
     for viewport in VIEWPORTS:  # desktop first: the page was loaded at its width
         page.set_viewport_size(VIEWPORTS[viewport])
@@ -308,7 +310,7 @@ def check_width(reader, page, path: str, viewport: str) -> None:
     # Which images load does not depend on the width: the dark palette's are checked on the desktop
     # where the page has images (the palette swaps them), on the home pages at both widths (the
     # toggle is the same header on every page), or everywhere when screenshots are asked for.
-    home = path in ("/", "/zh/")
+    home = path in HOMES
     images = page.locator("article img").count() > 0
     schemes = ("light", "dark") if SCREENSHOTS_ON or home or (images and not phone) else ("light",)
     for scheme in schemes:
