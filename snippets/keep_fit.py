@@ -197,8 +197,8 @@ def abstract_model(d: int = FULL_D, f: int = FULL_F, optimizer: str = "rmsprop")
     ``keras.StatelessScope(initialize_variables=False)``: each variable has a
     shape, a dtype and (through :func:`snippets.lib.private.variable_layout`,
     asked before the optimizer is built so each slot takes its variable's
-    layout) the layout the current distribution gives it, but no value.
-    ``compile`` runs outside the scope: it makes the optimizer's and the
+    layout) the layout the current distribution gives it, but no value, for good
+    (:func:`snippets.lib.private.shapes_only`). ``compile`` runs outside the scope: it makes the optimizer's and the
     loss tracker's scalars, which need values. Nothing of size ``d x f`` is
     allocated; about 0.1 s.
 
@@ -214,12 +214,12 @@ def abstract_model(d: int = FULL_D, f: int = FULL_F, optimizer: str = "rmsprop")
         a ``keras.Sequential`` for :func:`abstract_state` and :func:`full_shape_step`
         only: it cannot train or predict (its variables have no values).
     """
-    with keras.StatelessScope(initialize_variables=False):
+    with private.shapes_only():
         model = keras.Sequential([keras.Input((d,)), keras.layers.Dense(f, name="dense")])
         for variable in model.weights:
             private.variable_layout(variable)
     model.compile(optimizer=optimizers.make_optimizer(optimizer), loss="mse")
-    with keras.StatelessScope(initialize_variables=False):
+    with private.shapes_only():
         model.optimizer.build(model.trainable_variables)
     return model
 

@@ -13,6 +13,7 @@ import pytest
 
 from harness import ROOT, Kernel
 from snippets import decide
+from snippets.lib import private
 
 SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", "rmsprop",
              "--devices", "4", "--card", "V100-SXM2-32GB", "--strategy", "mirrored", "--batch", "64"]
@@ -114,22 +115,18 @@ def test_device_memory_units(kernel, memory_text):
 
 def seed_model_json(input_dim: int = 131072, units: int = 65536) -> str:
     """Kernel side: ``model.to_json()`` of the seed model, built without allocating its weights."""
-    import keras
-
     from snippets.lib.seed import seed_model
 
-    with keras.StatelessScope(initialize_variables=False):
+    with private.shapes_only():
         return seed_model(input_dim, units).to_json()
 
 
 def tiny_model_json() -> str:
     """Kernel side: ``model.to_json()`` of tests/plan_builders.py's small uncompiled model (built
     without allocating, as the kernel's other tests need TensorFlow's runtime not started)."""
-    import keras
-
     from tests.plan_builders import tiny
 
-    with keras.StatelessScope(initialize_variables=False):
+    with private.shapes_only():
         return tiny().to_json()
 
 
@@ -157,21 +154,29 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     assert out.strip().endswith("holds no loss (model.to_json() keeps no compile): pass --loss (e.g. --loss mse)")
 
 
-def seed_weights_and_context() -> tuple[list, bool]:
-    """Kernel side: the seed model's weights as the planner reads them, and whether TF's runtime started."""
-    from tensorflow.python.eager import context
+def seed_weights_and_context() -> tuple[list, bool, list]:
+    """Kernel side: the seed model's weights as the planner reads them, whether TF's runtime started,
+    and the shapes Keras then still meant to initialise once a small functional model was built."""
+    import keras
 
     from snippets.lib.seed import seed_model
 
     weights = decide.model_weights(seed_model)
-    return weights, context.context()._context_handle is not None
+    started = private.runtime_started()
+    pending = [tuple(v.shape) for v in private.uninitialised_variables()]
+    # Building a model closes a StatelessScope, which initialises every variable on that list: the
+    # seed's 32 GiB kernel (an OOM on a smaller host, 32 GiB taken on a larger one) had it stayed there.
+    inputs = keras.Input((4,))
+    keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    return weights, started, pending
 
 
 def test_model_is_read_without_allocating(kernel):
-    weights, runtime_started = kernel.call(seed_weights_and_context)
+    weights, runtime_started, pending = kernel.call(seed_weights_and_context)
     assert [(w.shape, w.dtype, w.initializer) for w in weights] == [
         ((131072, 65536), "float32", "GlorotUniform"), ((65536,), "float32", "Zeros")]
     assert runtime_started is False
+    assert pending == []
 
 
 def test_benchmark_returns_figures(kernel):

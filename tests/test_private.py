@@ -24,7 +24,14 @@ def private_accesses() -> dict:
     function = tf.function(lambda x: x * 2.0)
     metadata = private.run_metadata(lambda: function(tf.constant(3.0)))
     lr = private.learning_rate_variable(optimizer)
+    with private.shapes_only():
+        layer = keras.layers.Dense(8)
+        layer.build((None, 4))
+    left = len(private.uninitialised_variables())
+    inputs = keras.Input((4,))
+    keras.Model(inputs, keras.layers.Dense(2)(inputs))  # closes a StatelessScope: initialises the list
     return {
+        "shapes_only": (left, layer.kernel._value is None),
         "started": (started_before, private.runtime_started()),
         "onednn": onednn,
         "hook_callable": callable(hook),
@@ -42,6 +49,7 @@ def test_every_private_access_still_works():
     assert result["hook_callable"] and result["hook_called"] == [1]
     assert result["graphs"] >= 1
     assert result["learning_rate"] == 0.5
+    assert result["shapes_only"] == (0, True)  # never on Keras's list to initialise, never given a value
 
 
 def jax_variable_layout() -> dict:

@@ -9,6 +9,7 @@ upgrade moves one. Nothing else in ``snippets/`` reaches into ``tensorflow.pytho
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 #: The versions these accesses were checked against.
@@ -97,6 +98,40 @@ def variable_layout(variable):
     if variable._layout is None:
         variable._initialize_layout()
     return variable._layout
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """``keras.StatelessScope(initialize_variables=False)`` whose variables are never initialised.
+
+    Inside that scope Keras records each new variable's shape and dtype and puts the variable on a
+    list of variables to initialise later; the next ``StatelessScope`` to close at the top level
+    (every symbolic call: building a functional model, ``compute_output_spec``) initialises that
+    whole list. So a model read by shape (the seed's 32 GiB kernel) would be allocated by whatever
+    Keras code ran next in the process. This scope puts the list back as it found it: its variables
+    keep shapes and no values, for good (they cannot train or predict).
+
+    Private: the ``"uninitialized_variables"`` attribute of ``keras.src.backend.common.global_state``,
+    which ``register_uninitialized_variable`` appends to and ``initialize_all_variables`` empties
+    (keras/src/backend/common/variables.py; called from ``StatelessScope.__exit__``, Keras 3.15.1).
+    """
+    import keras
+    from keras.src.backend.common import global_state
+
+    pending = list(uninitialised_variables())
+    try:
+        with keras.StatelessScope(initialize_variables=False) as scope:
+            yield scope
+    finally:
+        global_state.set_global_attribute("uninitialized_variables", pending)
+
+
+def uninitialised_variables() -> list:
+    """The variables Keras will initialise when the next top-level ``StatelessScope`` closes
+    (:func:`shapes_only` says why). Private: as :func:`shapes_only`."""
+    from keras.src.backend.common import global_state
+
+    return list(global_state.get_global_attribute("uninitialized_variables") or [])
 
 
 def tf_keras_can_jit_compile() -> bool:

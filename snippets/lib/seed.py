@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snippets.lib import units
+from snippets.lib import private, units
 
 
 #: The seed layer: input width and units of the Dense layer, dtype of its variables.
@@ -65,7 +65,8 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
 
     Builds the model under ``keras.StatelessScope(initialize_variables=False)``,
     in which Keras 3 records each variable's shape and dtype but runs no
-    initializer (Keras API page "StatelessScope"). The seed model builds this
+    initializer (Keras API page "StatelessScope"), and whose variables are
+    never initialised later (:func:`snippets.lib.private.shapes_only`). The seed model builds this
     way in about 0.01 s. A ``model.compile(...)`` inside ``build_model`` is skipped (it would
     create metric variables, which the scope refuses), and so is the body of an optimizer it
     constructs (its variables have values, which the scope refuses too).
@@ -84,7 +85,9 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
         object.__setattr__(self, "_lock", False)  # what the real __init__ sets first (its attribute checks)
         self.name = name or type(self).__name__.lower()
 
-    with keras.StatelessScope(initialize_variables=False), \
+    # private.shapes_only: the variables stay without values even when later Keras code in this
+    # process closes a StatelessScope (which would initialise them: the seed's 32 GiB kernel).
+    with private.shapes_only(), \
             mock.patch.object(keras.Model, "compile", lambda self, *a, **k: None), \
             mock.patch.object(base, "__init__", unbuilt_optimizer):
         model = build_model(*args, **kwargs)
