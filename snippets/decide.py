@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 
 from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
                           planner, splits, units)
-from snippets.lib.model_step import ModelError, ModelStep
+from snippets.lib.model_step import BUILD_HINT, ModelError, ModelStep, error_line
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -101,14 +101,13 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
         for spec in variable_specs(checked, *args, **kwargs)
     ]
     if not weights:
-        raise ModelError("the model has no weights yet: give it a keras.Input(shape) or call "
-                         "model.build(input_shape) in the function")
+        raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
     return weights
 
 
-def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None]:
+def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None, bool]:
     """``(model_weights(build_model), the dtype policy it set, the loss and the optimizer it compiled
-    with)``, leaving the global policy as it was.
+    with, whether the model has a train_step of its own)``, leaving the global policy as it was.
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
     builds the model, and compile it; the planner honours both (None: float32, no loss) without
@@ -119,7 +118,7 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
 
     import keras
 
-    from snippets.lib.model_step import loss_name
+    from snippets.lib.model_step import loss_name, own_train_step
 
     seen = {}
 
@@ -131,7 +130,9 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
         with mock.patch.object(keras.Model, "compile", record):
-            return build_model(*args, **kwargs)
+            model = build_model(*args, **kwargs)
+        seen["own_step"] = own_train_step(model)
+        return model
 
     before = keras.config.dtype_policy()
     try:
@@ -140,7 +141,7 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
     finally:
         keras.config.set_dtype_policy(before)
     return (weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
-            seen.get("optimizer"))
+            seen.get("optimizer"), seen.get("own_step", False))
 
 
 def json_weights(text: str) -> list[planner.Weight]:
@@ -331,7 +332,7 @@ def setup_of(args) -> model_report.ModelSetup:
     """The loss and dtype policy ``args``' model trains with (:func:`snippets.lib.model_report.model_setup`)."""
     return model_report.model_setup(getattr(args, "builder_loss", None), getattr(args, "builder_policy", None),
                                     args.loss, args.policy, args.dtype, getattr(args, "builder_optimizer", None),
-                                    args.optimizer)
+                                    args.optimizer, getattr(args, "builder_own_step", False))
 
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
@@ -352,7 +353,7 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     loss = args.loss if setup.loss_from == "--loss" else None
     step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, setup.planned_policy,
                      loss, kwargs=tuple(_model_kwargs(args).items()))
-    if setup.loss is None and (args.backend == "jax" or model_plan.runs_here(weights, step)):
+    if setup.loss is None and not setup.loss_from and (args.backend == "jax" or model_plan.runs_here(weights, step)):
         # Known before any run (read_builder saw whether the function compiled): said now, not once a
         # measuring process has started. A model too large to run here is planned by rule, which
         # needs no loss. A model.to_json() file carries no compile.
@@ -360,7 +361,7 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
                          "(e.g. --loss mse)" if args.model else f"{args.model_json} holds no loss (model.to_json() "
                          "keeps no compile): pass --loss (e.g. --loss mse)")
     if args.backend == "jax":
-        return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress)
+        return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 
 
@@ -485,15 +486,15 @@ def _user_model(read: Callable, source, name: str) -> list[planner.Weight]:
     except ModelError as error:
         raise ValueError(f"{name}: {error}") from None
     except Exception as error:  # noqa: BLE001
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise ValueError(f"building the model from {name} failed: {type(error).__name__}: {message}") from None
+        raise ValueError(f"building the model from {name} failed: {type(error).__name__}: "
+                         f"{error_line(error)}") from None
 
 
 def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        weights, args.builder_policy, args.builder_loss, args.builder_optimizer = _user_model(
+        weights, args.builder_policy, args.builder_loss, args.builder_optimizer, args.builder_own_step = _user_model(
             read_builder, build, args.model)
         return with_precision(weights, args.dtype)
     if args.model_json:

@@ -44,3 +44,103 @@ def tiny_sgd():
     model = tiny()
     model.compile(optimizer=keras.optimizers.SGD(), loss=keras.losses.Huber())
     return model
+
+
+def tiny_adamw():
+    """Compiles with an AdamW object (keras-io's ViT recipe): its __init__ reads weight_decay back."""
+    model = tiny()
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3, weight_decay=1e-4), loss="mse")
+    return model
+
+
+def two_inputs():
+    """Two inputs passed as a list (an image and tabular features), class ids out."""
+    image, table = keras.Input((8, 8, 3)), keras.Input((5,))
+    hidden = keras.layers.Concatenate()([keras.layers.Flatten()(keras.layers.Conv2D(4, 3)(image)), table])
+    model = keras.Model([image, table], keras.layers.Dense(3)(hidden))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def dict_inputs():
+    """Named inputs passed as a dict, keys out of sorted order, one of them token ids."""
+    tokens, features = keras.Input((6,), dtype="int32", name="tokens"), keras.Input((4,), name="features")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 8)(tokens))
+    model = keras.Model({"tokens": tokens, "features": features},
+                        keras.layers.Dense(1)(keras.layers.Concatenate()([pooled, features])))
+    model.compile(loss="mse")
+    return model
+
+
+class SmallNet(keras.Model):
+    """A subclassed model: no keras.Input, its layers built when it is first called."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = keras.layers.Embedding(40, 8)
+        self.pool = keras.layers.GlobalAveragePooling1D()
+        self.out = keras.layers.Dense(4)
+
+    def call(self, tokens):
+        return self.out(self.pool(self.embed(tokens)))
+
+
+def subclassed():
+    """Called once on a batch of token ids in the function, as keras-io builds subclassed models."""
+    import numpy as np
+
+    model = SmallNet()
+    model(np.zeros((1, 12), dtype="int32"))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def subclassed_unbuilt():
+    """build(shape) on a subclassed model without its own build(): Keras creates no weights."""
+    model = SmallNet()
+    model.build((None, 12))
+    return model
+
+
+class Autoencoder(keras.Model):
+    """Its own train_step computes its loss from x alone (keras-io's VAE takes its batch so)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encode = keras.layers.Dense(4, activation="relu")
+        self.decode = keras.layers.Dense(16)
+
+    def call(self, x):
+        return self.decode(self.encode(x))
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.square(self(data, training=True) - data))
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply(grads, self.trainable_weights)
+        return {"loss": loss}
+
+
+def own_step_x_only():
+    """No loss compiled: the model's own train_step takes x alone."""
+    model = Autoencoder()
+    model(keras.ops.zeros((1, 16)))
+    model.compile(optimizer="adam")
+    return model
+
+
+class TwoOptimizers(Autoencoder):
+    """A compile of its own with other arguments, as keras-io's GAN has (one optimizer per network)."""
+
+    def compile(self, encoder_optimizer, decoder_optimizer):
+        super().compile()
+        self.encoder_optimizer, self.decoder_optimizer = encoder_optimizer, decoder_optimizer
+
+
+def own_compile():
+    model = TwoOptimizers()
+    model(keras.ops.zeros((1, 16)))
+    model.compile(keras.optimizers.Adam(), keras.optimizers.Adam())
+    return model

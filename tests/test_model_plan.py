@@ -140,6 +140,26 @@ def test_a_compiled_step_runs_at_one_thread_count():
     assert model_plan.plan_threads(ModelStep("m:f", "adam", 64, "auto", "mirrored", 2)) == model_plan.PLAN_THREADS
 
 
+def test_a_compiled_plans_line_grows_at_least_by_the_rules_activations():
+    # Keras on JAX, a weight-bound MLP: XLA placed its activations in buffers the update needs anyway,
+    # so its two compiled figures differed by the input and target alone (the audit's 296 B per sample).
+    step = ModelStep("m:f", "adam", 64, "on", "mirrored", 2)
+    flat = model_plan.ModelPlan(step, "compiled", (16, 32), (1_022_256, 1_026_992))
+    floored = replace(flat, rule_slope=3882.0)
+    assert flat.per_sample == 296 and floored.per_sample == 3882
+    assert floored.step_peak == flat.step_peak == 1_026_992  # the reader's own batch: its compiled figure
+    card = 30 * units.GiB
+    assert floored.largest_batch(card) < flat.largest_batch(card) / 10
+    assert "at least the 3.79 KiB per sample the rule counts" in floored.how()
+    assert "the rule counts" not in flat.how()
+
+
+def test_a_models_own_train_step_that_takes_x_alone_is_measured():
+    # keras-io's VAE and GAN take their batch as x alone and compile no loss: (x, y) fails, x runs.
+    result = run(ModelStep("tests.plan_builders:own_step_x_only", "adam", 8, "off"))
+    assert result["completed"] and result["step_peak"] > 0
+
+
 def test_batch_remedies_follow_from_the_fit_and_say_so():
     step = ModelStep("m:f", "adam", 256, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))

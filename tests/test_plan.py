@@ -226,8 +226,14 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["--model", "tests.plan_builders:unbuilt"],
-     "tests.plan_builders:unbuilt: the model has no weights yet: give it a keras.Input(shape) or call "
-     "model.build(input_shape)"),
+     "tests.plan_builders:unbuilt: the model has no weights yet: give it a keras.Input(shape), or in the "
+     "function call model.build(input_shape) (a Sequential) or call the model once on a batch"),
+    (["--model", "tests.plan_builders:subclassed_unbuilt"],
+     "the model has no weights yet: give it a keras.Input(shape), or in the function call "
+     "model.build(input_shape) (a Sequential) or call the model once on a batch (a subclassed one: model(x))"),
+    (["--model", "tests.plan_builders:own_compile", "--strategy", "single"],
+     "model cannot be compiled again with one optimizer and a loss (its own compile says: TwoOptimizers.compile() "
+     "got an unexpected keyword argument 'optimizer'): the planner compiles with keras.Model.compile"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
     (["--model", "tests.plan_builders:not_a_model"],
@@ -262,6 +268,35 @@ def test_a_model_with_a_dict_of_outputs_gets_a_target_per_output_from_its_own_lo
     assert kernel.call(two_heads_batch) == {"cls": ((4,), "int32"), "reg": ((4, 1), "float32")}
 
 
+def inputs_batch(name: str):
+    """Kernel side: the inputs the planner makes for a builder of tests/plan_builders.py (built as the
+    measuring process builds it), and one fit step on them as that process feeds them."""
+    import tensorflow as tf
+
+    import tests.plan_builders as builders
+    from snippets.lib.model_step import batch_of, compiled_loss, recording_calls
+
+    with recording_calls():
+        model = getattr(builders, name)()
+    x, y = batch_of(model, 4, compiled_loss(model))
+    model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(), epochs=1, steps_per_epoch=1, verbose=0)
+    shape = lambda a: (tuple(a.shape), str(a.dtype))  # noqa: E731
+    return ({k: shape(v) for k, v in x.items()} if isinstance(x, dict) else
+            [shape(v) for v in x] if isinstance(x, tuple) else shape(x))
+
+
+@pytest.mark.parametrize("name, inputs", [
+    # A list of inputs goes to tf.data as a tuple (a list would be stacked into one tensor).
+    ("two_inputs", [((4, 8, 8, 3), "float32"), ((4, 5), "float32")]),
+    # Named inputs by name, token ids as integers.
+    ("dict_inputs", {"tokens": ((4, 6), "int32"), "features": ((4, 4), "float32")}),
+    # A subclassed model has no keras.Input: what the function called it on, batch and dtype included.
+    ("subclassed", ((4, 12), "int32")),
+])
+def test_the_batch_has_the_structure_and_dtypes_the_model_takes(kernel, name, inputs):
+    assert kernel.call(inputs_batch, name) == inputs
+
+
 def builder_facts(name: str) -> tuple:
     """Kernel side: :func:`snippets.decide.read_builder` of a builder in tests/plan_builders.py, weights left out."""
     import tests.plan_builders as builders
@@ -270,10 +305,13 @@ def builder_facts(name: str) -> tuple:
 
 
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
-    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "SGD")
+    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "SGD", False)
     # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
-    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None)
-    assert kernel.call(builder_facts, "tiny") == (None, None, None)
+    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None, False)
+    assert kernel.call(builder_facts, "tiny") == (None, None, None, False)
+    # AdamW's __init__ reads back what the optimizers' base class keeps (weight_decay).
+    assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "AdamW", False)
+    assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True)
 
 
 def test_a_tf_keras_model_is_refused_before_it_is_built():

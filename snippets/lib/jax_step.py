@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 
 from snippets.lib import units
-from snippets.lib.model_step import ROOT, ModelError, ModelStep, batch_of, build, check_step, compiled_loss
+from snippets.lib.model_step import (ROOT, ModelError, ModelStep, batch_of, build, check_step, compiled_loss,
+                                     error_line)
 
 
 def device_bytes(compiled) -> dict[str, int]:
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModelError as error:
         reply = {"refused": str(error)}
     except Exception as error:  # noqa: BLE001 (one line for the parent)
-        reply = {"error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"}
+        reply = {"error": f"{type(error).__name__}: {error_line(error)}"}
     print(json.dumps(reply), flush=True)
     os._exit(0)
 

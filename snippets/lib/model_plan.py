@@ -335,10 +335,13 @@ class ModelPlan:
             devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
                        "on each, its partitioned program with the gradients' all-reduce"
                        if self.replicas > 1 else "one device")
+            slope = ("other batches on the line between them, at least the "
+                     f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
+                     if self.rule_slope and len(self.batches) > 1 else "")
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
                     f"whole step jit-compiled as fit does, its state donated) at batch "
                     f"{' and '.join(map(str, self.batches))} per device, for the batch given as shapes only; "
-                    "XLA:CPU's figures (XLA:GPU assigns its own buffers).")
+                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = " and ".join(str(b) for b in self.batches)
         order = f"+{MARGIN:.0%}"
         counts = thread_counts(self.threads or plan_threads(self.step))
@@ -525,9 +528,15 @@ def accuracy_line(path: Path = ACCURACY) -> str:
             f"planned / measured step peak per device was {found['min_ratio']:.2f}-{found['max_ratio']:.2f}.")
 
 
-def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None) -> ModelPlan:
+def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
+                weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
     """Plan ``step`` for Keras on JAX: XLA's compiled memory analysis of ``fit``'s train step at the
     reader's batch and at half of it (for the line that gives the largest batch), nothing run.
+
+    The line's slope is at least :func:`rule_slope` of ``weights`` (None: no floor): at small
+    batches XLA can place the activations in buffers the update's temporaries need anyway, so two
+    compiled figures of a weight-bound MLP differed by its input and target alone (296 bytes per
+    sample, where the same model at twice the batch grew 3.9 KB per sample).
 
     ``strategy="single"``: one device. ``strategy="mirrored"``: ``keras.distribution.DataParallel``
     over ``step.devices`` emulated devices, each device's partitioned program
@@ -545,8 +554,10 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None) 
     (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at "
                                       f"{' and '.join(map(str, batches))} samples per device ...")
     results = compiled_fresh(step, [b * replicas for b in batches])
-    return ModelPlan(replace(step, xla="on"), "compiled", tuple(batches), tuple(r["total"] for r in results),
-                     weights_bytes=results[0]["weights_bytes"])
+    compiled = replace(step, xla="on")
+    return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
+                     weights_bytes=results[0]["weights_bytes"],
+                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0)
 
 
 def stderr_progress(line: str) -> None:

@@ -28,7 +28,8 @@ class ModelSetup:
     Attributes:
         loss: the loss ``fit`` trains with, in words (:func:`snippets.lib.model_step.loss_name`);
             None if neither the function nor ``--loss`` gave one.
-        loss_from: ``"the function's compile"`` or ``"--loss"`` ("" with no loss).
+        loss_from: ``"the function's compile"``, ``"--loss"``, or :data:`OWN_STEP` (no loss
+            compiled or given, and the model's own ``train_step``: it computes its loss itself); "" with no loss.
         policy: the Keras dtype policy the model is built under (``"float32"``: Keras's default).
         policy_from: ``"the function"``, ``"--policy"``, ``"--dtype"`` or ``"Keras's default"``.
         notes: one sentence for each option given and not used.
@@ -46,9 +47,13 @@ class ModelSetup:
         return None if self.policy_from == "Keras's default" else self.policy
 
 
+#: :attr:`ModelSetup.loss_from` for a model whose own ``train_step`` computes its loss.
+OWN_STEP = "its own train_step"
+
+
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
-                optimizer: str | None = None) -> ModelSetup:
+                optimizer: str | None = None, own_step: bool = False) -> ModelSetup:
     """Which loss and dtype policy the step trains with: the function's own first, then the options.
 
     The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
@@ -63,6 +68,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         optimizer: ``--optimizer``: the one measured, whatever the function compiled (the planner
             compiles the model again with it, and with the loss, only: other compile options, such
             as metrics, are not measured).
+        own_step: the model's class overrides ``train_step``
+            (:func:`snippets.lib.model_step.own_train_step`).
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -98,14 +105,15 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     if function_loss is not None:
         used, used_from = function_loss, "the function's compile"
     else:
-        used, used_from = loss, ("--loss" if loss else "")
+        used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else "")
     return ModelSetup(used, used_from, chosen, source, tuple(notes))
 
 
 def _setup_lines(setup: ModelSetup | None) -> list[str]:
     if setup is None:
         return []
-    loss = f"loss {setup.loss} ({setup.loss_from})" if setup.loss else "no loss"
+    loss = (f"loss {setup.loss} ({setup.loss_from})" if setup.loss else
+            f"the loss {setup.loss_from} computes" if setup.loss_from else "no loss")
     lines = [f"Trains with {loss}, dtype policy {setup.policy} ({setup.policy_from})."]
     return lines + [textwrap.fill(f"Note: {note}", 100, break_on_hyphens=False) for note in setup.notes]
 

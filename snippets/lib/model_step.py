@@ -43,6 +43,7 @@ Keras 3.15); ``keras.RematScope`` (Keras 3.15 API page).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -174,10 +175,7 @@ def build(step: ModelStep, replica_program: bool = False):
     if step.policy:
         keras.config.set_dtype_policy(step.policy)
     try:
-        if step.remat:
-            with keras.RematScope(mode=step.remat):
-                model = builder(**dict(step.kwargs))
-        else:
+        with recording_calls(), (keras.RematScope(mode=step.remat) if step.remat else contextlib.nullcontext()):
             model = builder(**dict(step.kwargs))
     except ModelError:
         raise
@@ -186,11 +184,11 @@ def build(step: ModelStep, replica_program: bool = False):
 
         if is_oom(error):
             raise  # the allocator refused a weight's initial value: measure() reports the init phase
-        first = (str(error).strip().splitlines() or [""])[0]
-        raise ModelError(f"building the model with {step.model} failed: {type(error).__name__}: {first}") from None
+        raise ModelError(f"building the model with {step.model} failed: {type(error).__name__}: "
+                         f"{error_line(error)}") from None
     check_model(model, step.model)
     loss = compiled_loss(model) or step.loss
-    if loss is None:
+    if loss is None and not own_train_step(model):
         raise ModelError(f"{step.model} returns a model with no compiled loss: compile it with one, "
                          "or pass --loss (e.g. --loss mse)")
     optimizer = optimizers.make_optimizer(step.optimizer)
@@ -200,8 +198,20 @@ def build(step: ModelStep, replica_program: bool = False):
         from snippets.lib.step_ledger import copy_on_aggregation
 
         copy_on_aggregation(optimizer)
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
+    try:
+        model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
+    except TypeError as error:
+        # A compile of the model's own with other arguments (keras-io's GAN: two optimizers and a loss_fn).
+        raise ModelError(f"{step.model}'s model cannot be compiled again with one optimizer and a loss (its own "
+                         f"compile says: {error_line(error)}): the planner compiles with keras.Model.compile") from None
     return model
+
+
+#: How to give a model its weights before it is returned. A subclassed model's build(input_shape)
+#: creates none unless the class defines build() (Keras 3.15: Model.build does not call call());
+#: calling it on a batch does.
+BUILD_HINT = ("give it a keras.Input(shape), or in the function call model.build(input_shape) (a Sequential) "
+              "or call the model once on a batch (a subclassed one: model(x))")
 
 
 def check_model(model, name: str) -> None:
@@ -219,8 +229,15 @@ def check_model(model, name: str) -> None:
     if not isinstance(model, keras.Model):
         raise ModelError(f"{name} returns {type(model).__name__}, not a keras.Model")
     if not model.built or not model.weights:
-        raise ModelError(f"{name} returns a model with no weights yet: give it a keras.Input(shape) "
-                         "or call model.build(input_shape) in the function")
+        raise ModelError(f"{name} returns a model with no weights yet: {BUILD_HINT}")
+
+
+def own_train_step(model) -> bool:
+    """Whether the model's class overrides ``train_step`` (keras-io's "Customizing what happens in
+    fit()"): such a step may compute its loss itself, with no loss compiled, and may take its batch
+    as ``(x, y)`` or ``x`` alone."""
+    return any("train_step" in vars(cls) for cls in type(model).__mro__
+               if not cls.__module__.startswith(("keras.", "keras_core.")))
 
 
 def compiled_loss(model):
@@ -243,25 +260,110 @@ def loss_name(loss) -> str | None:
     return name if isinstance(name, str) else type(loss).__name__
 
 
+#: The first input each model was called on while the reader's function ran (``id(model)`` -> a
+#: structure of ``keras.KerasTensor``): a subclassed model has no ``keras.Input`` to read its inputs
+#: from, and ``_build_shapes_dict`` keeps shapes without dtypes (an Embedding wants integers).
+_FIRST_CALLS: dict[int, object] = {}
+
+
+def recording_calls():
+    """A context in which each ``keras.Model`` records the first input it is called on (:data:`_FIRST_CALLS`)."""
+    from unittest import mock
+
+    import keras
+
+    original = keras.Model.__call__
+
+    def call(self, *args, **kwargs):
+        if args and id(self) not in _FIRST_CALLS:
+            _FIRST_CALLS[id(self)] = keras.tree.map_structure(
+                lambda a: keras.KerasTensor(tuple(a.shape), keras.backend.standardize_dtype(a.dtype))
+                if hasattr(a, "shape") and hasattr(a, "dtype") else a, args[0])
+        return original(self, *args, **kwargs)
+
+    return mock.patch.object(keras.Model, "__call__", call)
+
+
+def input_structure(model):
+    """The model's inputs as a structure of ``keras.KerasTensor`` (one, a list or a dict, as the model
+    takes them): a functional model's ``keras.Input`` tensors (Keras 3's private ``_inputs_struct``, which
+    keeps a dict's keys), a Sequential's, else what the function first called it on.
+
+    Raises:
+        ModelError: none of these is known (a subclassed model the function never called).
+    """
+    found = getattr(model, "_inputs_struct", None)
+    if found is None:
+        try:
+            found = model.inputs
+        except (AttributeError, ValueError):
+            found = None
+        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    found = found if found is not None else _FIRST_CALLS.get(id(model))
+    if found is None:
+        raise ModelError(f"{type(model).__name__} does not say what it takes: give it a keras.Input(shape), or "
+                         "call it once on a batch in the function (model(x)), so its input shapes are known")
+    return found
+
+
+def output_structure(model, inputs):
+    """The model's outputs for ``inputs`` (:func:`input_structure`) as a structure of
+    ``keras.KerasTensor``: a functional model's own, else Keras's symbolic call (nothing computed).
+
+    Raises:
+        ModelError: the symbolic call failed (its first line).
+    """
+    found = getattr(model, "_outputs_struct", None)
+    if found is None:
+        try:
+            found = model.outputs
+        except (AttributeError, ValueError):
+            found = None
+        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    if found is not None:
+        return found
+    try:
+        return model.compute_output_spec(inputs)
+    except Exception as error:  # noqa: BLE001 (the reader's call(): one line)
+        raise ModelError(f"cannot tell {type(model).__name__}'s outputs from its inputs: {type(error).__name__}: "
+                         f"{error_line(error)}") from None
+
+
+def error_line(error: BaseException) -> str:
+    """The line of ``error``'s message that says what went wrong: its first, unless Keras wrapped the
+    cause ("Exception encountered when calling X.call()."), then the cause's, without terminal colours."""
+    import re
+
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line]
+    if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
+        return lines[1]
+    return lines[0] if lines else ""
+
+
 def batch_of(model, batch: int, loss):
     """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
 
-    Integer inputs are zeros (valid ids for any embedding); float inputs standard
+    ``x`` and ``y`` have the structure the model takes and returns (:func:`input_structure`,
+    :func:`output_structure`): one array, a tuple (lists become tuples, as ``tf.data`` wants them) or
+    a dict. Integer inputs are zeros (valid ids for any embedding); float inputs standard
     normal. Targets of a ``sparse_categorical_crossentropy`` loss are class ids,
     others have each output's shape; with a dict or list of losses, each output's own
-    loss decides, and a model that returns a dict gets a dict of targets.
+    loss decides.
 
     Raises:
-        ModelError: an input or output dimension other than the batch is unknown.
+        ModelError: an input or output dimension other than the batch is unknown; the inputs or
+            outputs cannot be told (:func:`input_structure`, :func:`output_structure`).
     """
+    import keras
     import numpy as np
 
     rng = np.random.default_rng(0)
 
-    def make(shape, dtype, what):
-        dims = tuple(shape)[1:]
+    def make(tensor, dtype, what):
+        dims = tuple(tensor.shape)[1:]
         if any(d is None for d in dims):
-            raise ModelError(f"the model's {what} has an unknown dimension {tuple(shape)}: give keras.Input "
+            raise ModelError(f"the model's {what} has an unknown dimension {tuple(tensor.shape)}: give keras.Input "
                              "a full shape (e.g. a fixed sequence length or image size)")
         if "int" in str(dtype):
             return np.zeros((batch, *dims), dtype=str(dtype))
@@ -270,18 +372,22 @@ def batch_of(model, batch: int, loss):
     def target(tensor, its_loss):
         if "sparse" in str(loss_name(its_loss)).lower():
             return np.zeros((batch, *tuple(tensor.shape)[1:-1]), dtype="int32")
-        return make(tensor.shape, "float32", "output")
+        return make(tensor, "float32", "output")
 
-    inputs = [make(t.shape, t.dtype, "input") for t in model.inputs]
-    # A functional model that returns a dict keeps that structure (Keras 3's private _outputs_struct):
-    # fit wants its targets as a dict with the same keys, each with its own output's loss.
-    structure = getattr(model, "_outputs_struct", None)
-    if isinstance(structure, dict):
-        each = loss if isinstance(loss, dict) else dict.fromkeys(structure, loss)
-        return (inputs[0] if len(inputs) == 1 else inputs), {k: target(t, each.get(k)) for k, t in structure.items()}
-    each = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(model.outputs)
-    outputs = [target(t, each[i] if i < len(each) else None) for i, t in enumerate(model.outputs)]
-    return (inputs[0] if len(inputs) == 1 else inputs), (outputs[0] if len(outputs) == 1 else outputs)
+    inputs = input_structure(model)
+    x = keras.tree.map_structure(lambda t: make(t, t.dtype, "input"), inputs)
+    outputs = output_structure(model, keras.tree.map_structure(
+        lambda t: keras.KerasTensor((batch, *tuple(t.shape)[1:]), t.dtype), inputs))
+    if isinstance(outputs, dict):
+        # fit wants a dict model's targets as a dict with the same keys, each with its own output's loss.
+        each = loss if isinstance(loss, dict) else dict.fromkeys(outputs, loss)
+        y = {k: target(t, each.get(k)) for k, t in outputs.items()}
+    elif isinstance(outputs, (list, tuple)):
+        each = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(outputs)
+        y = tuple(target(t, each[i] if i < len(each) else None) for i, t in enumerate(outputs))
+    else:
+        y = target(outputs, loss)
+    return keras.tree.lists_to_tuples(x), y
 
 
 def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()) -> dict:
@@ -331,15 +437,31 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                                       for w in model.trainable_weights), default=0)
     # One batch held as tensors, as a GPU holds the batch it trains on; a dataset of that one
     # element hands the same tensors to every step (no prefetch copies in the pool).
-    dataset = tf.data.Dataset.from_tensors((x, y)).repeat()
     options = tf.data.Options()
     options.autotune.enabled = False
-    dataset = dataset.with_options(options)
+    dataset = tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
+    # A train_step of the model's own with no loss compiled may take x alone (keras-io's VAE and GAN
+    # do): tried once (x, y) fails before running (a tracing error allocates no step's buffers).
+    alone = tf.data.Dataset.from_tensors(x).repeat().with_options(options) if (
+        compiled_loss(model) is None and step.loss is None and own_train_step(model)) else None
     for index in range(steps):
         tf.config.experimental.reset_memory_stats(device)
         began = time.perf_counter()
         try:
-            model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+            try:
+                model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+            except Exception as error:  # noqa: BLE001 (the reader's train_step can raise anything)
+                if is_oom(error) or alone is None or index:
+                    raise
+                # A new tf.function: the failed one was traced, and would refuse to create the slots.
+                dataset, alone, model.train_function = alone, None, None
+                try:
+                    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+                except Exception as again:  # noqa: BLE001
+                    if is_oom(again):
+                        raise
+                    raise ModelError(f"{step.model}'s own train_step failed on a batch (x, y) and on x alone: "
+                                     f"{type(error).__name__}: {error_line(error)}") from None
         except (tf.errors.OpError, ValueError) as error:
             if not is_oom(error):
                 raise
@@ -479,7 +601,7 @@ def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
             except ModelError as error:
                 out = {"refused": str(error)}
             except BaseException as error:  # noqa: BLE001 (reported to the parent in one line)
-                out = {"error": f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"}
+                out = {"error": f"{type(error).__name__}: {error_line(error)}"}
             with os.fdopen(write, "w") as pipe:
                 pipe.write(json.dumps(out))
             os._exit(0)

@@ -71,6 +71,7 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
     create metric variables, which the scope refuses), and so is the body of an optimizer it
     constructs (its variables have values, which the scope refuses too).
     """
+    import inspect
     from unittest import mock
 
     import keras
@@ -80,10 +81,19 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
     # body of an optimizer the function constructs for compile (keras.optimizers.Adam(1e-3)): its
     # iteration counter and learning rate are variables with values, which the scope refuses too.
     base = next(c for c in keras.optimizers.Optimizer.__mro__ if c.__name__ == "BaseOptimizer")
+    signature = inspect.signature(base.__init__)
 
-    def unbuilt_optimizer(self, *args, name=None, **kwargs):
+    def unbuilt_optimizer(self, *args, **kwargs):
         object.__setattr__(self, "_lock", False)  # what the real __init__ sets first (its attribute checks)
-        self.name = name or type(self).__name__.lower()
+        # Its plain arguments as attributes, as the real __init__ keeps them: a subclass's own __init__
+        # reads some after calling it (AdamW checks self.weight_decay). The learning rate is a
+        # property over a variable, which the scope refuses: left unset.
+        given = signature.bind_partial(self, *args, **kwargs)
+        given.apply_defaults()
+        for key, value in given.arguments.items():
+            if key not in ("self", "kwargs", "name") and not isinstance(getattr(type(self), key, None), property):
+                setattr(self, key, value)
+        self.name = given.arguments.get("name") or type(self).__name__.lower()
 
     # private.shapes_only: the variables stay without values even when later Keras code in this
     # process closes a StatelessScope (which would initialise them: the seed's 32 GiB kernel).
