@@ -245,7 +245,9 @@ class ModelPlan:
     @property
     def state(self) -> float:
         """Bytes per device that do not grow with the batch: the highest line's intercept at the
-        reader's batch (the rule's peak for ``rule``)."""
+        reader's batch (the rule's peak for ``rule``). A fitted line's, not a sum of buffers: it can sit
+        below the weights, gradients and slots (a small step's activations reuse memory the update
+        frees), since the line holds only over the batches it was fitted to and beyond."""
         if not self.batches:
             return float(self.rule_peak)
         return self._line_at(self.device_batch)[0]
