@@ -260,14 +260,14 @@ def loss_name(loss) -> str | None:
     return name if isinstance(name, str) else type(loss).__name__
 
 
-#: The first input each model was called on while the reader's function ran (``id(model)`` -> a
+#: Where :func:`recording_calls` keeps, on the model itself, the first input it was called on (a
 #: structure of ``keras.KerasTensor``): a subclassed model has no ``keras.Input`` to read its inputs
-#: from, and ``_build_shapes_dict`` keeps shapes without dtypes (an Embedding wants integers).
-_FIRST_CALLS: dict[int, object] = {}
+#: from, and Keras's ``_build_shapes_dict`` keeps shapes without dtypes (an Embedding wants integers).
+FIRST_CALL = "_planner_first_call"
 
 
 def recording_calls():
-    """A context in which each ``keras.Model`` records the first input it is called on (:data:`_FIRST_CALLS`)."""
+    """A context in which each ``keras.Model`` records the first input it is called on (:data:`FIRST_CALL`)."""
     from unittest import mock
 
     import keras
@@ -275,10 +275,11 @@ def recording_calls():
     original = keras.Model.__call__
 
     def call(self, *args, **kwargs):
-        if args and id(self) not in _FIRST_CALLS:
-            _FIRST_CALLS[id(self)] = keras.tree.map_structure(
+        if args and FIRST_CALL not in vars(self):
+            # object.__setattr__: Keras's own __setattr__ would track the structure as the model's state.
+            object.__setattr__(self, FIRST_CALL, keras.tree.map_structure(
                 lambda a: keras.KerasTensor(tuple(a.shape), keras.backend.standardize_dtype(a.dtype))
-                if hasattr(a, "shape") and hasattr(a, "dtype") else a, args[0])
+                if hasattr(a, "shape") and hasattr(a, "dtype") else a, args[0]))
         return original(self, *args, **kwargs)
 
     return mock.patch.object(keras.Model, "__call__", call)
@@ -299,7 +300,7 @@ def input_structure(model):
         except (AttributeError, ValueError):
             found = None
         found = found[0] if isinstance(found, list) and len(found) == 1 else found
-    found = found if found is not None else _FIRST_CALLS.get(id(model))
+    found = found if found is not None else vars(model).get(FIRST_CALL)
     if found is None:
         raise ModelError(f"{type(model).__name__} does not say what it takes: give it a keras.Input(shape), or "
                          "call it once on a batch in the function (model(x)), so its input shapes are known")
