@@ -105,9 +105,12 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     return weights
 
 
-def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None, bool]:
+def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None, bool,
+                                                 list[str]]:
     """``(model_weights(build_model), the dtype policy it set, the loss and the optimizer it compiled
-    with, whether the model has a train_step of its own)``, leaving the global policy as it was.
+    with, whether the model has a train_step of its own, the layers that keep Keras from XLA-compiling
+    its step on a GPU host (:func:`snippets.lib.private.gpu_xla_blockers`))``, leaving the global
+    policy as it was.
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
     builds the model, and compile it; the planner honours both (None: float32, no loss) without
@@ -118,20 +121,23 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
 
     import keras
 
+    from snippets.lib import private
     from snippets.lib.model_step import loss_name, own_train_step
 
     seen = {}
 
     def record(self, optimizer=None, loss=None, *args, **kwargs):  # Model.compile's own order
         seen["loss"] = loss
-        # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice).
-        seen["optimizer"] = optimizer if optimizer is None or isinstance(optimizer, str) else type(optimizer).__name__
+        # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
+        # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
+        seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
 
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
         with mock.patch.object(keras.Model, "compile", record):
             model = build_model(*args, **kwargs)
-        seen["own_step"] = own_train_step(model)
+        if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
+            seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
         return model
 
     before = keras.config.dtype_policy()
@@ -141,7 +147,7 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
     finally:
         keras.config.set_dtype_policy(before)
     return (weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
-            seen.get("optimizer"), seen.get("own_step", False))
+            seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", []))
 
 
 def json_weights(text: str) -> list[planner.Weight]:
@@ -330,9 +336,12 @@ def report(
 
 def setup_of(args) -> model_report.ModelSetup:
     """The loss and dtype policy ``args``' model trains with (:func:`snippets.lib.model_report.model_setup`)."""
+    # Layers that keep a GPU host's Keras from compiling the step matter only where it would compile it.
+    jit = args.backend != "jax" and placements.resolve_xla(args.xla, args.strategy)
     return model_report.model_setup(getattr(args, "builder_loss", None), getattr(args, "builder_policy", None),
                                     args.loss, args.policy, args.dtype, getattr(args, "builder_optimizer", None),
-                                    args.optimizer, getattr(args, "builder_own_step", False))
+                                    args.optimizer, getattr(args, "builder_own_step", False),
+                                    getattr(args, "builder_no_xla", []) if jit else ())
 
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
@@ -351,8 +360,8 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
     loss = args.loss if setup.loss_from == "--loss" else None
-    step = ModelStep(target, args.optimizer, args.batch, args.xla, args.strategy, devices, setup.planned_policy,
-                     loss, kwargs=tuple(_model_kwargs(args).items()))
+    step = ModelStep(target, args.optimizer, args.batch, "off" if setup.no_xla else args.xla, args.strategy, devices,
+                     setup.planned_policy, loss, kwargs=tuple(_model_kwargs(args).items()))
     if setup.loss is None and not setup.loss_from and (args.backend == "jax" or model_plan.runs_here(weights, step)):
         # Known before any run (read_builder saw whether the function compiled): said now, not once a
         # measuring process has started. A model too large to run here is planned by rule, which
@@ -494,8 +503,8 @@ def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        weights, args.builder_policy, args.builder_loss, args.builder_optimizer, args.builder_own_step = _user_model(
-            read_builder, build, args.model)
+        (weights, args.builder_policy, args.builder_loss, args.builder_optimizer, args.builder_own_step,
+         args.builder_no_xla) = _user_model(read_builder, build, args.model)
         return with_precision(weights, args.dtype)
     if args.model_json:
         try:

@@ -144,3 +144,20 @@ def own_compile():
     model(keras.ops.zeros((1, 16)))
     model.compile(keras.optimizers.Adam(), keras.optimizers.Adam())
     return model
+
+
+def lstm_tagger():
+    """An LSTM with Keras's default arguments: on a GPU host it runs cuDNN's kernel, and Keras compiles
+    no XLA step for it (whatever jit_compile says)."""
+    inputs = keras.Input((12, 8))
+    model = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.LSTM(16, return_sequences=True)(inputs)))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def tiny_sgd_momentum():
+    """SGD with Nesterov momentum and a learning-rate schedule: a momentum slot per variable."""
+    model = tiny()
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=100, decay_rate=0.9)
+    model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True), loss="mse")
+    return model

@@ -30,7 +30,11 @@ def private_accesses() -> dict:
     left = len(private.uninitialised_variables())
     inputs = keras.Input((4,))
     keras.Model(inputs, keras.layers.Dense(2)(inputs))  # closes a StatelessScope: initialises the list
+    sequence = keras.Input((6, 4))
+    tagger = keras.Model(sequence, [keras.layers.LSTM(3)(sequence), keras.layers.GRU(3, reset_after=False)(sequence),
+                                    keras.layers.RandomRotation(0.1)(keras.layers.Reshape((6, 4, 1))(sequence))])
     return {
+        "gpu_xla_blockers": private.gpu_xla_blockers(tagger),
         "shapes_only": (left, layer.kernel._value is None),
         "started": (started_before, private.runtime_started()),
         "onednn": onednn,
@@ -49,6 +53,8 @@ def test_every_private_access_still_works():
     assert result["hook_callable"] and result["hook_called"] == [1]
     assert result["graphs"] >= 1
     assert result["learning_rate"] == 0.5
+    # cuDNN's LSTM (default arguments), not a GRU without reset_after (no cuDNN kernel), and a layer Keras marks.
+    assert result["gpu_xla_blockers"] == ["LSTM", "RandomRotation"]
     assert result["shapes_only"] == (0, True)  # never on Keras's list to initialise, never given a value
 
 

@@ -32,7 +32,9 @@ class ModelSetup:
             compiled or given, and the model's own ``train_step``: it computes its loss itself); "" with no loss.
         policy: the Keras dtype policy the model is built under (``"float32"``: Keras's default).
         policy_from: ``"the function"``, ``"--policy"``, ``"--dtype"`` or ``"Keras's default"``.
-        notes: one sentence for each option given and not used.
+        notes: one sentence for each option given and not used, or overruled by the model.
+        no_xla: the layers that keep Keras from compiling the step with XLA on a GPU host, where it
+            was asked for: the step is planned without XLA.
     """
 
     loss: str | None
@@ -40,6 +42,7 @@ class ModelSetup:
     policy: str
     policy_from: str
     notes: tuple[str, ...] = ()
+    no_xla: tuple[str, ...] = ()
 
     @property
     def planned_policy(self) -> str | None:
@@ -53,7 +56,7 @@ OWN_STEP = "its own train_step"
 
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
-                optimizer: str | None = None, own_step: bool = False) -> ModelSetup:
+                optimizer: str | None = None, own_step: bool = False, no_xla: Sequence[str] = ()) -> ModelSetup:
     """Which loss and dtype policy the step trains with: the function's own first, then the options.
 
     The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
@@ -70,6 +73,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             as metrics, are not measured).
         own_step: the model's class overrides ``train_step``
             (:func:`snippets.lib.model_step.own_train_step`).
+        no_xla: the layers for which Keras would not XLA-compile the step on a GPU host
+            (:func:`snippets.lib.private.gpu_xla_blockers`), given only when XLA was asked for
+            (``--xla on``, or ``auto`` where Keras would compile): the step is planned without it.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -84,6 +90,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     ('--loss', 'float16', '--dtype', ())
     """
     notes = []
+    if no_xla:
+        notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}: a layer XLA "
+                     "cannot compile, or an LSTM/GRU that runs cuDNN's kernel), so it is planned without XLA.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
         notes.append(f"--optimizer {optimizer} is measured: the function compiles with {function_optimizer}, and "
                      "its other compile options are dropped.")
@@ -106,7 +115,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         used, used_from = function_loss, "the function's compile"
     else:
         used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else "")
-    return ModelSetup(used, used_from, chosen, source, tuple(notes))
+    return ModelSetup(used, used_from, chosen, source, tuple(notes), tuple(no_xla))
 
 
 def _setup_lines(setup: ModelSetup | None) -> list[str]:

@@ -189,6 +189,22 @@ OPTIMIZERS = {
 }
 
 
+def name_of(optimizer) -> str:
+    """The :data:`OPTIMIZERS` name whose slots a Keras optimizer object has, else its class name.
+
+    The settings that add slots decide (``SGD(momentum=0.9)`` is ``"sgd_momentum"``: a momentum slot
+    per variable; ``RMSprop(centered=True)`` a mean-gradient slot; ``Adam(amsgrad=True)`` a max slot);
+    the learning rate and its schedule do not. A string is returned as given.
+    """
+    if isinstance(optimizer, str):
+        return optimizer
+    class_name = type(optimizer).__name__
+    found = [name for name, (cls, kwargs) in OPTIMIZERS.items() if cls == class_name
+             and all(bool(getattr(optimizer, key, None)) == bool(value) for key, value in kwargs.items())]
+    # The one with the most settings matched: SGD with momentum is sgd_momentum, not sgd.
+    return max(found, key=lambda name: len(OPTIMIZERS[name][1]), default=class_name)
+
+
 def check_optimizer(name: str | None) -> str | None:
     """Return ``name`` if the planner knows it (None means inference), else raise ValueError."""
     if name is not None and name not in OPTIMIZERS:

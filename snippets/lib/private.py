@@ -134,6 +134,37 @@ def uninitialised_variables() -> list:
     return list(global_state.get_global_attribute("uninitialized_variables") or [])
 
 
+def gpu_xla_blockers(model) -> list[str]:
+    """The layers for which Keras 3 would not XLA-compile ``model``'s train step on a GPU host, by class name.
+
+    ``jit_compile`` (``"auto"`` or True) becomes False when ``model_supports_jit`` finds a layer with
+    ``supports_jit = False`` (keras/src/trainers/trainer.py): preprocessing layers (TextVectorization,
+    RandomRotation, ...), and an LSTM or GRU whose arguments let it run cuDNN's kernel
+    (``use_cudnn`` "auto" or True), which sets it only when a GPU is listed (keras/src/layers/rnn/lstm.py
+    and gru.py, ``backend.cudnn_ok``): on this CPU it would stay True, so the same argument check runs here
+    without the GPU. Private: ``Layer._flatten_layers`` and
+    ``keras.src.backend.tensorflow.rnn._do_{lstm,gru}_arguments_support_cudnn`` (Keras 3.15.1).
+    """
+    import importlib
+
+    import keras
+
+    # The module, not the package's rnn function of the same name.
+    rnn = importlib.import_module("keras.src.backend.tensorflow.rnn")
+    found = []
+    for layer in model._flatten_layers(include_self=False):
+        cell = getattr(layer, "cell", None)
+        if isinstance(layer, (keras.layers.LSTM, keras.layers.GRU)) and layer.use_cudnn in ("auto", True):
+            args = (cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias)
+            if (rnn._do_gru_arguments_support_cudnn(*args, cell.reset_after) if isinstance(layer, keras.layers.GRU)
+                    else rnn._do_lstm_arguments_support_cudnn(*args)):
+                found.append(type(layer).__name__)
+                continue
+        if not layer.supports_jit:
+            found.append(type(layer).__name__)
+    return sorted(set(found))
+
+
 def tf_keras_can_jit_compile() -> bool:
     """tf_keras's own check that XLA is available here (False on Apple ARM and with pluggable devices).
 
