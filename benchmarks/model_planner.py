@@ -134,6 +134,29 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
             yield base.at_batch(b), 1, False, 0, 2
 
 
+def small_floors(cache: dict, base: ModelStep, replicas: int) -> list[int] | None:
+    """The lowest step peak at each of the planner's small batches, from the cache (None: a run missing)."""
+    floors = []
+    for b in model_plan.SMALL_BATCHES:
+        runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in model_plan.plan_threads(base)]
+        if not all(r and r["completed"] for r in runs):
+            return None
+        floors.append(min(min(r["step_peaks"]) for r in runs))
+    return floors
+
+
+def wide_jobs(cache: dict, names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
+    """The planner's run at :data:`snippets.lib.model_plan.WIDE_BATCH` for each configuration whose
+    small runs (cached) hardly differ (:func:`snippets.lib.model_plan.needs_wide_run`), as
+    :func:`jobs` yields them: known only once those runs are in."""
+    for name, base in configurations(names, optimizers):
+        replicas = base.devices if base.strategy == "mirrored" else 1
+        floors = small_floors(cache, base, replicas)
+        if floors and model_plan.needs_wide_run(floors, max(TARGETS)):
+            for threads in model_plan.plan_threads(base):
+                yield base.at_batch(model_plan.WIDE_BATCH * replicas), threads, False, 0, 2
+
+
 def linearity_configurations(names: Sequence[str]):
     """(name, step) for the architectures of :data:`LINEARITY`: Adam, one device, no XLA."""
     for name, base in configurations(names):
@@ -176,7 +199,11 @@ def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan
     under a line's slope from the weights, as ``python -m snippets.decide`` passes them), or None."""
     small, floors, groups = [], [], []
     counts = model_plan.plan_threads(base)
-    for b in model_plan.SMALL_BATCHES:
+    batches = list(model_plan.SMALL_BATCHES)
+    found = small_floors(cache, base, replicas)
+    if found and model_plan.needs_wide_run(found, max(TARGETS)):
+        batches.append(model_plan.WIDE_BATCH)
+    for b in batches:
         runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in counts]
         if not all(r and r["completed"] and "largest_variable" in r for r in runs):
             return None
@@ -184,7 +211,7 @@ def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan
         floors.append(min(min(r["step_peaks"]) for r in runs))
         groups.append(runs)
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
-    return model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
+    return model_plan.ModelPlan(base.at_batch(1), "extrapolated", tuple(batches),
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
                                 floors=tuple(floors), by_threads=by_threads, threads=counts,
                                 rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base))
@@ -282,20 +309,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as error:  # recorded as not completed, with the reason
             return job, {"completed": False, "error": str(error).splitlines()[0] if str(error) else repr(error)}
 
-    with ThreadPoolExecutor(args.workers) as pool:
-        for job, result in pool.map(one, todo):
-            if result is None:
-                continue
-            cache[key(*job)] = result
-            print(f"{job[0].label()} threads={job[1]} real={job[2]} repeat={job[3]}: "
-                  f"{result.get('step_peak')} ({time.perf_counter() - began:.0f} s)", flush=True)
-            # Each run saved as it lands, with the last published rows kept (an interrupted
-            # benchmark leaves the pages' figures as they were, and its runs cached).
-            RESULTS.write_text(json.dumps({**data, "versions": versions(), "runs": cache}, indent=0))
+    # Twice: the planner's wide runs are known only once its small runs are in (wide_jobs).
+    for todo in (todo, None):
+        if todo is None:
+            todo = [job for job in wide_jobs(cache, names, args.optimizers) if key(*job) not in cache]
+        with ThreadPoolExecutor(args.workers) as pool:
+            for job, result in pool.map(one, todo):
+                if result is None:
+                    continue
+                cache[key(*job)] = result
+                print(f"{job[0].label()} threads={job[1]} real={job[2]} repeat={job[3]}: "
+                      f"{result.get('step_peak')} ({time.perf_counter() - began:.0f} s)", flush=True)
+                # Each run saved as it lands, with the last published rows kept (an interrupted
+                # benchmark leaves the pages' figures as they were, and its runs cached).
+                RESULTS.write_text(json.dumps({**data, "versions": versions(), "runs": cache}, indent=0))
     seconds = time.perf_counter() - began + data.get("seconds", 0)
     decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
     table = rows(cache, list(zoo.ARCHITECTURES))
-    wanted = {key(*job) for job in jobs(list(zoo.ARCHITECTURES))}
+    wanted = {key(*job) for job in [*jobs(list(zoo.ARCHITECTURES)), *wide_jobs(cache, list(zoo.ARCHITECTURES))]}
     if wanted <= cache.keys():
         # Every run the rows need is here: runs of an older method of measuring go.
         cache = {k: v for k, v in cache.items() if k in wanted}

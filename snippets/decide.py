@@ -436,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
         "verdict and, when it does not fit, ranked remedies. Plain shapes and a model too large to run here "
         "are planned by rule (weights, gradients, slots, the update's temporaries, Dense layers' activations), "
         "allocating nothing; a --model (or --model-json) that runs here is measured: its real fit step at "
-        "two small batches in fresh capped processes, extrapolated in the batch.",
+        "two small batches (and a third when they hardly differ) in fresh capped processes, extrapolated in "
+        "the batch.",
         epilog=model_plan.accuracy_line() + " Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, "
         "XLA:GPU's buffer assignment (docs/performance.md).",
     )

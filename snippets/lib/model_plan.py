@@ -8,7 +8,8 @@ grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
 (:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``, each at one and
 at eight inter-op threads (:func:`plan_threads`) in a fresh capped process, fits a
 line ``peak(b) = state + per_sample * b`` for each thread count through its
-runs and reads the highest line at the reader's batch (a peak is the larger
+runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ:
+:func:`needs_wide_run`) and reads the highest line at the reader's batch (a peak is the larger
 of the backward pass's, which grows with the batch, and the update's, which
 does not, so it is convex in the batch: the steepest order carries). A
 batch no larger than ``b2`` is measured itself. Every figure carries how it was obtained
@@ -58,6 +59,20 @@ from snippets.lib.model_step import ModelError, ModelStep, check_step, default_c
 #: the measured peak at 64; through 16 and 32, every one came within the published range).
 SMALL_BATCHES = (16, 32)
 
+#: A third per-device batch, run when the first two hardly differ (:func:`needs_wide_run`): at 16 and
+#: 32 samples fixed-size buffers (the optimizer's update, a convolution's scratch) can hide the
+#: activations, so the line through them is flat or too shallow. A CNN under mixed_bfloat16 without
+#: XLA peaked at 26.8 and 29.0 MiB at 16 and 32 samples, then 58.8 at 128 and 117.1 at 256: planned
+#: from 16 and 32 alone, 0.61 of the peak at 512; a model of custom Dense-like layers read 2.31 and
+#: 2.27 MiB, and its largest batch came out as whatever batch the reader asked for.
+WIDE_BATCH = 256
+
+#: The growth of the lowest peaks from the first batch to the second, as a fraction of the second,
+#: under which :data:`WIDE_BATCH` is run too. On the benchmark's 78 configurations every CNN,
+#: Transformer and recurrent step without XLA grew by 21-44% (VGG16's by 1.5-3.8%, the MLPs', the
+#: recommender's and the seed's by under 1%); the mixed_bfloat16 CNN above by 7.6%.
+FLAT_GROWTH = 0.10
+
 #: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
 #: figure is the worse. The thread count moves the peak either way: independent ops that run at
 #: once keep their buffers live at once (a CNN at 48 px, batch 64: 113.8 MiB with one thread,
@@ -105,6 +120,15 @@ PARALLEL = 2
 #: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 19 of their
 #: 156 rows would fall under 0.95 (the lowest to 0.88).
 MARGIN = 0.10
+
+
+def needs_wide_run(floors: Sequence[int], device_batch: int) -> bool:
+    """Whether to run :data:`WIDE_BATCH` too: the reader's per-device batch is beyond the small
+    batches, and the lowest peaks at the first two (``floors``, bytes) grew by less than
+    :data:`FLAT_GROWTH` of the second."""
+    if device_batch <= SMALL_BATCHES[-1] or len(floors) < 2 or floors[1] <= 0:
+        return False
+    return (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]
 
 
 def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
@@ -285,7 +309,9 @@ class ModelPlan:
             # The worst order seen at this batch or a smaller one (a peak does not fall as the
             # batch grows: :meth:`lines`); orders not seen still need the margin.
             return round(max(self.peaks[:self.batches.index(device_batch) + 1]) * (1 + MARGIN))
-        return round(self.line_peak(device_batch) * (1 + MARGIN))
+        # Between runs (after a run at WIDE_BATCH) too, no lower than a smaller batch's worst peak.
+        seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
+        return round(max(self.line_peak(device_batch), seen) * (1 + MARGIN))
 
     @property
     def step_peak(self) -> int:
@@ -344,7 +370,9 @@ class ModelPlan:
                     f"whole step jit-compiled as fit does, its state donated) at batch "
                     f"{' and '.join(map(str, self.batches))} per device, for the batch given as shapes only; "
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
-        runs = " and ".join(str(b) for b in self.batches)
+        runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
+        wide = (f" The run at {self.batches[-1]} was added: {self.batches[0]} and {self.batches[1]} differed by "
+                f"under {FLAT_GROWTH:.0%} (fixed buffers hid the activations)." if len(self.batches) > 2 else "")
         order = f"+{MARGIN:.0%}"
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
@@ -352,16 +380,16 @@ class ModelPlan:
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
         floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
         if self.method == "measured":
-            return (f"Measured: real fit steps ({xla}) {where}, batch {runs} per device, capped CPU "
+            return (f"Measured: real fit steps ({xla}) {where}, batch {runs}, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
-                    f"{order} for other orders of the step's ops.")
-        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} per device "
+                    f"{order} for other orders of the step's ops.{wide}")
+        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} "
                 f"(capped CPU allocator, a fresh process each, {threads}, the worse of 2 steps), "
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
                 f"between the runs' lowest peaks{floor})"
                 f"{'' if self.step.jit else f', +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}'}; "
-                f"{order} for other orders of the step's ops.")
+                f"{order} for other orders of the step's ops.{wide}")
 
     @property
     def caveats(self) -> str:
@@ -465,6 +493,18 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     # the default count's run times the step.
     per = len(counts)
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
+    if needs_wide_run([min(min(r["step_peaks"]) for r in group) for group in groups], target):
+        wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
+        say(f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the "
+            f"activations): running {WIDE_BATCH} samples per device too ...")
+        if run is None:
+            more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
+        else:
+            more = [run(s, cap, inter_op_threads=threads) for s, threads in wide]
+        # One that ran out of this host's cap leaves the plan to the two runs (and says nothing more).
+        if all(r["completed"] for r in more):
+            batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
+            groups.append(more)
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
     floors = tuple(min(min(r["step_peaks"]) for r in group) for group in groups)
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per))
