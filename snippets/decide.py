@@ -150,11 +150,27 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
             seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", []))
 
 
-def json_weights(text: str) -> list[planner.Weight]:
-    """The weights of the model whose config is ``text`` (``model.to_json()``), not allocated."""
+def read_json(text: str) -> tuple:
+    """:func:`read_builder` of the model whose config is ``text`` (``model.to_json()``): its weights, not
+    allocated, and what its ``compile_config`` holds (the loss and optimizer it was compiled with,
+    which ``model_from_json`` compiles it with again)."""
+    import warnings
+
     import keras
 
-    return model_weights(keras.models.model_from_json, text)
+    compile_config = json.loads(text).get("compile_config")
+
+    def build():
+        with warnings.catch_warnings():
+            # read_builder's stand-in for compile makes Keras skip compile_config, and say so: it is done here.
+            warnings.filterwarnings("ignore", message=".*compile.*custom")
+            model = keras.models.model_from_json(text)
+        if compile_config:
+            # As Trainer.compile_from_config does (keras/src/trainers/trainer.py), into the stand-in.
+            model.compile(**keras.saving.deserialize_keras_object(compile_config))
+        return model
+
+    return read_builder(build)
 
 
 def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list[planner.Weight]:
@@ -367,8 +383,8 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
         # measuring process has started. A model too large to run here is planned by rule, which
         # needs no loss. A model.to_json() file carries no compile.
         raise ValueError(f"{args.model} returns a model with no compiled loss: compile it with one, or pass --loss "
-                         "(e.g. --loss mse)" if args.model else f"{args.model_json} holds no loss (model.to_json() "
-                         "keeps no compile): pass --loss (e.g. --loss mse)")
+                         "(e.g. --loss mse)" if args.model else f"{args.model_json} holds no loss (a model saved "
+                         "before it was compiled): pass --loss (e.g. --loss mse)")
     if args.backend == "jax":
         return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
@@ -513,7 +529,9 @@ def _weights(args) -> list[planner.Weight]:
                 text = handle.read()
         except OSError as error:
             raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
-        return with_precision(_user_model(json_weights, text, args.model_json), args.dtype)
+        (weights, args.builder_policy, args.builder_loss, args.builder_optimizer, args.builder_own_step,
+         args.builder_no_xla) = _user_model(read_json, text, args.model_json)
+        return with_precision(weights, args.dtype)
     shapes = args.shape or [[131072, 65536]]
     return [planner.Weight(units.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]
 

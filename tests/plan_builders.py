@@ -161,3 +161,23 @@ def tiny_sgd_momentum():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=100, decay_rate=0.9)
     model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True), loss="mse")
     return model
+
+
+def _text_model(sequence_length):
+    vectorize = keras.layers.TextVectorization(max_tokens=50, output_sequence_length=sequence_length)
+    vectorize.adapt(["a short text", "another short text to read"])
+    inputs = keras.Input((1,), dtype="string")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 8)(vectorize(inputs)))
+    model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def text_classifier():
+    """keras-io's end-to-end text model: raw strings in, a TextVectorization of 12 tokens inside."""
+    return _text_model(12)
+
+
+def text_any_length():
+    """The same without output_sequence_length: its sequences are as long as the reader's texts."""
+    return _text_model(None)

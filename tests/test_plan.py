@@ -151,7 +151,22 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     small.write_text(kernel.call(tiny_model_json))
     code, out = kernel.call(run_plan_cli, ["--model-json", str(small), "--optimizer", "adam"])
     assert code == 2 and "measuring" not in out
-    assert out.strip().endswith("holds no loss (model.to_json() keeps no compile): pass --loss (e.g. --loss mse)")
+    assert out.strip().endswith("holds no loss (a model saved before it was compiled): pass --loss (e.g. --loss mse)")
+
+
+def compiled_json_facts() -> tuple:
+    """Kernel side: what the planner reads from ``model.to_json()`` of a compiled model (its compile_config)."""
+    from tests.plan_builders import tiny_sgd
+
+    return decide.read_json(tiny_sgd().to_json())[1:]
+
+
+def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
+    # model_from_json compiles the model again from its compile_config, so that loss is what fit
+    # trains with; the planner reads it there, as it reads a function's compile (a kernel of its own:
+    # compiling starts TensorFlow's runtime, which this module's kernel must not).
+    with Kernel() as fresh:
+        assert fresh.call(compiled_json_facts) == (None, "huber_loss", "sgd", False, [])
 
 
 def seed_weights_and_context() -> tuple[list, bool, list]:
@@ -234,6 +249,8 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:own_compile", "--strategy", "single"],
      "model cannot be compiled again with one optimizer and a loss (its own compile says: TwoOptimizers.compile() "
      "got an unexpected keyword argument 'optimizer'): the planner compiles with keras.Model.compile"),
+    (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
+     "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
     (["--model", "tests.plan_builders:not_a_model"],
@@ -292,9 +309,35 @@ def inputs_batch(name: str):
     ("dict_inputs", {"tokens": ((4, 6), "int32"), "features": ((4, 4), "float32")}),
     # A subclassed model has no keras.Input: what the function called it on, batch and dtype included.
     ("subclassed", ((4, 12), "int32")),
+    # Raw text: as many words as its TextVectorization keeps.
+    ("text_classifier", ((4, 1), "object")),
 ])
 def test_the_batch_has_the_structure_and_dtypes_the_model_takes(kernel, name, inputs):
     assert kernel.call(inputs_batch, name) == inputs
+
+
+def text_batch() -> str:
+    """Kernel side: the text the planner gives tests/plan_builders.py's text model."""
+    from snippets.lib.model_step import batch_of
+    from tests.plan_builders import text_classifier
+
+    return str(batch_of(text_classifier(), 2, None)[0][0, 0])
+
+
+def test_a_text_input_gets_as_many_words_as_its_vectorizer_keeps(kernel):
+    assert kernel.call(text_batch) == " ".join(["word"] * 12)
+
+
+def test_an_error_says_its_cause_not_its_wrapper():
+    from snippets.lib.model_step import error_line
+
+    keras_wrapped = ValueError("Exception encountered when calling Functional.call().\n\n\x1b[1mThe structure "
+                               "of `inputs` doesn't match\x1b[0m\n\nArguments received by Functional.call():")
+    graph = RuntimeError("Graph execution error:\n\nDetected at node Cast defined at (most recent call last):\n"
+                         "  File \"x.py\", line 1\n\nCast float to string is not supported\n\t [[{{node Cast}}]]")
+    assert error_line(keras_wrapped) == "The structure of `inputs` doesn't match"
+    assert error_line(graph) == "Cast float to string is not supported"
+    assert error_line(ValueError("one line")) == "one line"
 
 
 def builder_facts(name: str) -> tuple:

@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from snippets.lib import allocator, optimizers, placements, units
+from snippets.lib import allocator, optimizers, placements, private, units
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -287,13 +287,13 @@ def recording_calls():
 
 def input_structure(model):
     """The model's inputs as a structure of ``keras.KerasTensor`` (one, a list or a dict, as the model
-    takes them): a functional model's ``keras.Input`` tensors (Keras 3's private ``_inputs_struct``, which
-    keeps a dict's keys), a Sequential's, else what the function first called it on.
+    takes them): a functional model's ``keras.Input`` tensors (:func:`snippets.lib.private.functional_structures`,
+    which keeps a dict's keys), a Sequential's, else what the function first called it on.
 
     Raises:
         ModelError: none of these is known (a subclassed model the function never called).
     """
-    found = getattr(model, "_inputs_struct", None)
+    found = private.functional_structures(model)[0]
     if found is None:
         try:
             found = model.inputs
@@ -314,7 +314,7 @@ def output_structure(model, inputs):
     Raises:
         ModelError: the symbolic call failed (its first line).
     """
-    found = getattr(model, "_outputs_struct", None)
+    found = private.functional_structures(model)[1]
     if found is None:
         try:
             found = model.outputs
@@ -339,7 +339,30 @@ def error_line(error: BaseException) -> str:
     lines = [line for line in lines if line]
     if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
         return lines[1]
+    if len(lines) > 1 and lines[0] == "Graph execution error:":
+        # TensorFlow puts the op's own message last, before the node's name ("[[{{node Cast}}]]").
+        said = [line for line in lines[1:] if not line.startswith(("[[", "Detected at node", "File "))]
+        return said[-1] if said else lines[0]
     return lines[0] if lines else ""
+
+
+def text_of(model) -> str:
+    """The text each string input gets: as many words as the model's ``TextVectorization`` layers
+    keep (their largest ``output_sequence_length``; one word with none, as a ``StringLookup`` of
+    categories takes one). A word the vocabulary lacks is an out-of-vocabulary id, of the same size.
+
+    Raises:
+        ModelError: a ``TextVectorization`` keeps every word (no ``output_sequence_length``), so its
+            sequence length is the reader's texts', which the planner cannot know.
+    """
+    import keras
+
+    lengths = [layer.get_config().get("output_sequence_length") for layer in private.model_layers(model)
+               if isinstance(layer, keras.layers.TextVectorization)]
+    if any(length is None for length in lengths):
+        raise ModelError("a TextVectorization layer has no output_sequence_length, so its sequences are as long as "
+                         "your texts: give it one (the length you train with), or plan the model that follows it")
+    return " ".join(["word"] * max(lengths, default=1))
 
 
 def batch_of(model, batch: int, loss):
@@ -368,6 +391,8 @@ def batch_of(model, batch: int, loss):
                              "a full shape (e.g. a fixed sequence length or image size)")
         if "int" in str(dtype):
             return np.zeros((batch, *dims), dtype=str(dtype))
+        if str(dtype) == "string":
+            return np.full((batch, *dims), text_of(model), dtype=object)
         return rng.standard_normal((batch, *dims)).astype("float32")
 
     def target(tensor, its_loss):

@@ -134,6 +134,25 @@ def uninitialised_variables() -> list:
     return list(global_state.get_global_attribute("uninitialized_variables") or [])
 
 
+def model_layers(model) -> list:
+    """Every layer inside ``model``, nested models' included (not the model itself).
+
+    Private: ``Layer._flatten_layers(include_self=False)``, what Keras's own ``model_supports_jit`` walks
+    (keras/src/trainers/trainer.py, Keras 3.15.1); ``model.layers`` lists the top level only.
+    """
+    return list(model._flatten_layers(include_self=False))
+
+
+def functional_structures(model) -> tuple:
+    """A functional model's inputs and outputs as it takes and returns them (one tensor, a list or a
+    dict: a dict's keys kept), or ``(None, None)`` for another model.
+
+    Private: ``Functional._inputs_struct`` / ``_outputs_struct`` (keras/src/models/functional.py,
+    Keras 3.15.1); the public ``inputs`` / ``outputs`` are flat lists.
+    """
+    return getattr(model, "_inputs_struct", None), getattr(model, "_outputs_struct", None)
+
+
 def gpu_xla_blockers(model) -> list[str]:
     """The layers for which Keras 3 would not XLA-compile ``model``'s train step on a GPU host, by class name.
 
@@ -152,7 +171,7 @@ def gpu_xla_blockers(model) -> list[str]:
     # The module, not the package's rnn function of the same name.
     rnn = importlib.import_module("keras.src.backend.tensorflow.rnn")
     found = []
-    for layer in model._flatten_layers(include_self=False):
+    for layer in model_layers(model):
         cell = getattr(layer, "cell", None)
         if isinstance(layer, (keras.layers.LSTM, keras.layers.GRU)) and layer.use_cudnn in ("auto", True):
             args = (cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias)
