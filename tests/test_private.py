@@ -33,7 +33,12 @@ def private_accesses() -> dict:
     sequence = keras.Input((6, 4))
     tagger = keras.Model(sequence, [keras.layers.LSTM(3)(sequence), keras.layers.GRU(3, reset_after=False)(sequence),
                                     keras.layers.RandomRotation(0.1)(keras.layers.Reshape((6, 4, 1))(sequence))])
+    b, a = keras.Input((2,), name="b"), keras.Input((3,), name="a")
+    joined = keras.layers.Concatenate()([b, a])
+    structures = private.functional_structures(keras.Model({"b": b, "a": a}, joined))
     return {
+        "structures": (sorted(structures[0]), structures[1] is joined, private.functional_structures(optimizer)),
+        "layers": [type(layer).__name__ for layer in private.model_layers(tagger)],
         "gpu_xla_blockers": private.gpu_xla_blockers(tagger),
         "shapes_only": (left, layer.kernel._value is None),
         "started": (started_before, private.runtime_started()),
@@ -55,6 +60,8 @@ def test_every_private_access_still_works():
     assert result["learning_rate"] == 0.5
     # cuDNN's LSTM (default arguments), not a GRU without reset_after (no cuDNN kernel), and a layer Keras marks.
     assert result["gpu_xla_blockers"] == ["LSTM", "RandomRotation"]
+    assert result["structures"] == (["a", "b"], True, (None, None))  # a dict's keys; nothing for a non-model
+    assert result["layers"][0] == "InputLayer" and "LSTM" in result["layers"] and "Reshape" in result["layers"]
     assert result["shapes_only"] == (0, True)  # never on Keras's list to initialise, never given a value
 
 
