@@ -35,7 +35,13 @@ def test_sampled_probe_matches_the_cache(optimizer, precision, jit):
         kernel.call(devices.configure, 1, "4096MiB", "cpu")
         row = kernel.call(step_probe.measure_step, optimizer, precision, jit)
     cached = probe_cache.transient_units(optimizer, precision, jit)
-    assert abs(row["units"] - cached) <= 0.0625, (row, cached)
+    if jit == "no-xla":
+        # Without XLA the update's ops race: an order can free one full-size temporary before the next is
+        # made (RMSprop read 3 units where the cache's run read 4 in one CI run). The cache must not be
+        # under a run, and a run is at most that one temporary under the cache.
+        assert cached - 1 - 0.0625 <= row["units"] <= cached + 0.0625, (row, cached)
+    else:
+        assert abs(row["units"] - cached) <= 0.0625, (row, cached)
 
 
 def test_slot_layouts_in_the_cache_are_what_keras_builds():
