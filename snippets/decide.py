@@ -33,11 +33,13 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
                           planner, splits, units)
-from snippets.lib.model_step import BUILD_HINT, ModelError, ModelStep, error_line
+from snippets.lib.errors import error_line
+from snippets.lib.model_source import model_weights, read_builder, read_json
+from snippets.lib.model_step import ModelError, ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -75,102 +77,6 @@ def import_callable(target: str) -> Callable:
         raise ValueError(f"{module_name} imports tf_keras (Keras 2): the planner reads Keras 3 models; "
                          "plan tf_keras with docs/tf-keras.md")
     return function
-
-
-def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:
-    """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
-
-    Reads them with :func:`snippets.lib.seed.variable_specs` (under
-    ``keras.StatelessScope(initialize_variables=False)``).
-
-    Raises:
-        ModelError: the function returns something that is not a model (its type named), or a
-            model with no weights yet (unbuilt).
-    """
-    from snippets.lib.seed import variable_specs
-
-    def checked(*args, **kwargs):
-        model = build_model(*args, **kwargs)
-        if not hasattr(model, "weights"):
-            raise ModelError(f"the function returns {type(model).__name__}, not a keras.Model: return the "
-                             "model it builds")
-        return model
-
-    weights = [
-        planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path)
-        for spec in variable_specs(checked, *args, **kwargs)
-    ]
-    if not weights:
-        raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
-    return weights
-
-
-def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None, bool,
-                                                 list[str]]:
-    """``(model_weights(build_model), the dtype policy it set, the loss and the optimizer it compiled
-    with, whether the model has a train_step of its own, the layers that keep Keras from XLA-compiling
-    its step on a GPU host (:func:`snippets.lib.private.gpu_xla_blockers`))``, leaving the global
-    policy as it was.
-
-    Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
-    builds the model, and compile it; the planner honours both (None: float32, no loss) without
-    keeping the policy set. The loss and optimizer are in words (:func:`snippets.lib.model_step.loss_name`;
-    None: the function did not compile).
-    """
-    from unittest import mock
-
-    import keras
-
-    from snippets.lib import private
-    from snippets.lib.model_step import loss_name, own_train_step
-
-    seen = {}
-
-    def record(self, optimizer=None, loss=None, *args, **kwargs):  # Model.compile's own order
-        seen["loss"] = loss
-        # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
-        # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
-        seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
-
-    def recording(*args, **kwargs):
-        # model_weights skips compile (it would make metric variables); its loss is read here instead.
-        with mock.patch.object(keras.Model, "compile", record):
-            model = build_model(*args, **kwargs)
-        if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
-            seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
-        return model
-
-    before = keras.config.dtype_policy()
-    try:
-        weights = model_weights(recording)
-        name = keras.config.dtype_policy().name
-    finally:
-        keras.config.set_dtype_policy(before)
-    return (weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
-            seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", []))
-
-
-def read_json(text: str) -> tuple:
-    """:func:`read_builder` of the model whose config is ``text`` (``model.to_json()``): its weights, not
-    allocated, and what its ``compile_config`` holds (the loss and optimizer it was compiled with,
-    which ``model_from_json`` compiles it with again)."""
-    import warnings
-
-    import keras
-
-    compile_config = json.loads(text).get("compile_config")
-
-    def build():
-        with warnings.catch_warnings():
-            # read_builder's stand-in for compile makes Keras skip compile_config, and say so: it is done here.
-            warnings.filterwarnings("ignore", message=".*compile.*custom")
-            model = keras.models.model_from_json(text)
-        if compile_config:
-            # As Trainer.compile_from_config does (keras/src/trainers/trainer.py), into the stand-in.
-            model.compile(**keras.saving.deserialize_keras_object(compile_config))
-        return model
-
-    return read_builder(build)
 
 
 def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list[planner.Weight]:
@@ -362,7 +268,7 @@ def setup_of(args) -> model_report.ModelSetup:
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
     """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), or on
-    ``--backend jax`` by compiling it (:func:`snippets.lib.model_plan.plan_on_jax`); progress on stderr."""
+    ``--backend jax`` by compiling it (:func:`snippets.lib.jax_step.plan_on_jax`); progress on stderr."""
     if args.loss is not None:
         import keras
 
@@ -386,7 +292,9 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
                          "(e.g. --loss mse)" if args.model else f"{args.model_json} holds no loss (a model saved "
                          "before it was compiled): pass --loss (e.g. --loss mse)")
     if args.backend == "jax":
-        return model_plan.plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
+        from snippets.lib.jax_step import plan_on_jax
+
+        return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 
 

@@ -272,7 +272,8 @@ def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, mess
 
 def two_heads_batch() -> dict:
     """Kernel side: the batch the planner makes for a model with a dict of outputs, and one fit step on it."""
-    from snippets.lib.model_step import batch_of, compiled_loss
+    from snippets.lib.model_batch import batch_of
+    from snippets.lib.model_step import compiled_loss
     from tests.plan_builders import two_heads
 
     model = two_heads()
@@ -291,7 +292,8 @@ def inputs_batch(name: str):
     import tensorflow as tf
 
     import tests.plan_builders as builders
-    from snippets.lib.model_step import batch_of, compiled_loss, recording_calls
+    from snippets.lib.model_batch import batch_of, recording_calls
+    from snippets.lib.model_step import compiled_loss
 
     with recording_calls():
         model = getattr(builders, name)()
@@ -318,7 +320,7 @@ def test_the_batch_has_the_structure_and_dtypes_the_model_takes(kernel, name, in
 
 def text_batch() -> str:
     """Kernel side: the text the planner gives tests/plan_builders.py's text model."""
-    from snippets.lib.model_step import batch_of
+    from snippets.lib.model_batch import batch_of
     from tests.plan_builders import text_classifier
 
     return str(batch_of(text_classifier(), 2, None)[0][0, 0])
@@ -329,7 +331,7 @@ def test_a_text_input_gets_as_many_words_as_its_vectorizer_keeps(kernel):
 
 
 def test_an_error_says_its_cause_not_its_wrapper():
-    from snippets.lib.model_step import error_line
+    from snippets.lib.errors import error_line
 
     keras_wrapped = ValueError("Exception encountered when calling Functional.call().\n\n\x1b[1mThe structure "
                                "of `inputs` doesn't match\x1b[0m\n\nArguments received by Functional.call():")

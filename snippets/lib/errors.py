@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from snippets.lib import units
 
 
+class ModelError(ValueError):
+    """The reader's model cannot be measured as given (one line says what to change)."""
+
+
 _TF_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 
 
@@ -110,3 +114,17 @@ def summary(error: BaseException) -> str:
     "ValueError: 'tf.IteratorGetNext' op failed"
     """
     return f"{type(error).__name__}: {_LOCATION.sub('', str(error).strip().splitlines()[0])}"
+
+
+def error_line(error: BaseException) -> str:
+    """The line of ``error``'s message that says what went wrong: its first, unless Keras wrapped the
+    cause ("Exception encountered when calling X.call()."), then the cause's, without terminal colours."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line]
+    if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
+        return lines[1]
+    if len(lines) > 1 and lines[0] == "Graph execution error:":
+        # TensorFlow puts the op's own message last, before the node's name ("[[{{node Cast}}]]").
+        said = [line for line in lines[1:] if not line.startswith(("[[", "Detected at node", "File "))]
+        return said[-1] if said else lines[0]
+    return lines[0] if lines else ""

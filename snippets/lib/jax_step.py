@@ -9,7 +9,7 @@ first ``import keras``), with as many emulated CPU devices as the step has
 replicas (``XLA_FLAGS=--xla_force_host_platform_device_count``). XLA:CPU's
 figures, not XLA:GPU's.
 
-Run by :func:`snippets.lib.model_plan.plan_on_jax`; by hand::
+Run by :func:`plan_on_jax`; by hand::
 
     KERAS_BACKEND=jax python -m snippets.lib.jax_step '[{"model": "tests.plan_builders:tiny", "loss": "mse"}, [64]]'
 """
@@ -20,12 +20,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 
-from snippets.lib import units
-from snippets.lib.model_step import (ROOT, ModelError, ModelStep, batch_of, build, check_step, compiled_loss,
-                                     error_line)
+from snippets.lib import planner, units
+from snippets.lib.errors import error_line
+from snippets.lib.model_batch import batch_of
+from snippets.lib.model_step import ROOT, ModelError, ModelStep, build, check_step, compiled_loss
 
 
 def device_bytes(compiled) -> dict[str, int]:
@@ -135,6 +136,38 @@ def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float 
     if isinstance(reply, dict):
         raise ModelError(reply.get("refused") or reply.get("error", "the JAX process failed"))
     return reply
+
+
+def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
+                weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
+    """Plan ``step`` for Keras on JAX (a :class:`snippets.lib.model_plan.ModelPlan`, method ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the
+    reader's batch and at half of it (for the line that gives the largest batch), nothing run.
+
+    The line's slope is at least :func:`snippets.lib.model_plan.rule_slope` of ``weights`` (None: no floor): at small
+    batches XLA can place the activations in buffers the update's temporaries need anyway, so two
+    compiled figures of a weight-bound MLP differed by its input and target alone (296 bytes per
+    sample, where the same model at twice the batch grew 3.9 KB per sample).
+
+    ``strategy="single"``: one device. ``strategy="mirrored"``: ``keras.distribution.DataParallel``
+    over ``step.devices`` emulated devices, each device's partitioned program
+    (:func:`compile_on_jax`).
+
+    Raises:
+        ModelError: the model was refused.
+    """
+    from snippets.lib.model_plan import ModelPlan, rule_slope
+
+    check_step(step)
+    replicas = step.devices if step.strategy == "mirrored" else 1
+    per_device = step.batch // replicas
+    batches = sorted({max(1, per_device // 2), per_device})
+    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at "
+                                      f"{' and '.join(map(str, batches))} samples per device ...")
+    results = compiled_fresh(step, [b * replicas for b in batches])
+    compiled = replace(step, xla="on")
+    return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
+                     weights_bytes=results[0]["weights_bytes"],
+                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

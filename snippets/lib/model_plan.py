@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from snippets.lib import planner, units
@@ -568,38 +568,6 @@ def accuracy_line(path: Path = ACCURACY) -> str:
     return (f"On {found['architectures']} architectures ({found['rows']} configurations: CNNs, a Transformer, "
             f"LSTM, GRU, a recommender, MLPs, the seed; Adam and RMSprop; XLA on and off; MirroredStrategy), "
             f"planned / measured step peak per device was {found['min_ratio']:.2f}-{found['max_ratio']:.2f}.")
-
-
-def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
-                weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
-    """Plan ``step`` for Keras on JAX: XLA's compiled memory analysis of ``fit``'s train step at the
-    reader's batch and at half of it (for the line that gives the largest batch), nothing run.
-
-    The line's slope is at least :func:`rule_slope` of ``weights`` (None: no floor): at small
-    batches XLA can place the activations in buffers the update's temporaries need anyway, so two
-    compiled figures of a weight-bound MLP differed by its input and target alone (296 bytes per
-    sample, where the same model at twice the batch grew 3.9 KB per sample).
-
-    ``strategy="single"``: one device. ``strategy="mirrored"``: ``keras.distribution.DataParallel``
-    over ``step.devices`` emulated devices, each device's partitioned program
-    (:func:`snippets.lib.jax_step.compile_on_jax`).
-
-    Raises:
-        ModelError: the model was refused.
-    """
-    from snippets.lib.jax_step import compiled_fresh
-
-    check_step(step)
-    replicas = step.devices if step.strategy == "mirrored" else 1
-    per_device = step.batch // replicas
-    batches = sorted({max(1, per_device // 2), per_device})
-    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at "
-                                      f"{' and '.join(map(str, batches))} samples per device ...")
-    results = compiled_fresh(step, [b * replicas for b in batches])
-    compiled = replace(step, xla="on")
-    return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
-                     weights_bytes=results[0]["weights_bytes"],
-                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0)
 
 
 def stderr_progress(line: str) -> None:

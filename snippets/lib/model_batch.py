@@ -1,0 +1,169 @@
+"""One batch for the reader's model: the inputs it takes and the targets its loss wants.
+
+The planner runs the reader's real ``fit`` step (:mod:`snippets.lib.model_step`) on one batch it
+makes from the model itself: each input with its own shape and dtype, in the structure the model
+takes (one array, a tuple, a dict by name); each output a target its own loss accepts. A
+functional or Sequential model says what it takes; a subclassed one says it by the first batch the
+reader's function called it on (:func:`recording_calls`).
+
+Sources: ``keras.Model.compute_output_spec`` and ``keras.tree`` (Keras 3.15 API pages); Keras's
+functional structures through :func:`snippets.lib.private.functional_structures`.
+"""
+
+from __future__ import annotations
+
+from snippets.lib import private
+from snippets.lib.errors import ModelError, error_line
+
+
+def loss_name(loss) -> str | None:
+    """A loss as ``compile`` was given it, in words: a name as is, a ``keras.losses.Loss``'s ``name``,
+    a function's ``__name__``; a dict or list of them (one per output) joined; None for None."""
+    if loss is None or isinstance(loss, str):
+        return loss
+    if isinstance(loss, dict):
+        return ", ".join(f"{key}: {loss_name(value)}" for key, value in loss.items())
+    if isinstance(loss, (list, tuple)):
+        return ", ".join(str(loss_name(value)) for value in loss)
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None)
+    return name if isinstance(name, str) else type(loss).__name__
+
+
+#: Where :func:`recording_calls` keeps, on the model itself, the first input it was called on (a
+#: structure of ``keras.KerasTensor``): a subclassed model has no ``keras.Input`` to read its inputs
+#: from, and Keras's ``_build_shapes_dict`` keeps shapes without dtypes (an Embedding wants integers).
+FIRST_CALL = "_planner_first_call"
+
+
+def recording_calls():
+    """A context in which each ``keras.Model`` records the first input it is called on (:data:`FIRST_CALL`)."""
+    from unittest import mock
+
+    import keras
+
+    original = keras.Model.__call__
+
+    def call(self, *args, **kwargs):
+        if args and FIRST_CALL not in vars(self):
+            # object.__setattr__: Keras's own __setattr__ would track the structure as the model's state.
+            object.__setattr__(self, FIRST_CALL, keras.tree.map_structure(
+                lambda a: keras.KerasTensor(tuple(a.shape), keras.backend.standardize_dtype(a.dtype))
+                if hasattr(a, "shape") and hasattr(a, "dtype") else a, args[0]))
+        return original(self, *args, **kwargs)
+
+    return mock.patch.object(keras.Model, "__call__", call)
+
+
+def input_structure(model):
+    """The model's inputs as a structure of ``keras.KerasTensor`` (one, a list or a dict, as the model
+    takes them): a functional model's ``keras.Input`` tensors (:func:`snippets.lib.private.functional_structures`,
+    which keeps a dict's keys), a Sequential's, else what the function first called it on.
+
+    Raises:
+        ModelError: none of these is known (a subclassed model the function never called).
+    """
+    found = private.functional_structures(model)[0]
+    if found is None:
+        try:
+            found = model.inputs
+        except (AttributeError, ValueError):
+            found = None
+        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    found = found if found is not None else vars(model).get(FIRST_CALL)
+    if found is None:
+        raise ModelError(f"{type(model).__name__} does not say what it takes: give it a keras.Input(shape), or "
+                         "call it once on a batch in the function (model(x)), so its input shapes are known")
+    return found
+
+
+def output_structure(model, inputs):
+    """The model's outputs for ``inputs`` (:func:`input_structure`) as a structure of
+    ``keras.KerasTensor``: a functional model's own, else Keras's symbolic call (nothing computed).
+
+    Raises:
+        ModelError: the symbolic call failed (its first line).
+    """
+    found = private.functional_structures(model)[1]
+    if found is None:
+        try:
+            found = model.outputs
+        except (AttributeError, ValueError):
+            found = None
+        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    if found is not None:
+        return found
+    try:
+        return model.compute_output_spec(inputs)
+    except Exception as error:  # noqa: BLE001 (the reader's call(): one line)
+        raise ModelError(f"cannot tell {type(model).__name__}'s outputs from its inputs: {type(error).__name__}: "
+                         f"{error_line(error)}") from None
+
+
+def text_of(model) -> str:
+    """The text each string input gets: as many words as the model's ``TextVectorization`` layers
+    keep (their largest ``output_sequence_length``; one word with none, as a ``StringLookup`` of
+    categories takes one). A word the vocabulary lacks is an out-of-vocabulary id, of the same size.
+
+    Raises:
+        ModelError: a ``TextVectorization`` keeps every word (no ``output_sequence_length``), so its
+            sequence length is the reader's texts', which the planner cannot know.
+    """
+    import keras
+
+    lengths = [layer.get_config().get("output_sequence_length") for layer in private.model_layers(model)
+               if isinstance(layer, keras.layers.TextVectorization)]
+    if any(length is None for length in lengths):
+        raise ModelError("a TextVectorization layer has no output_sequence_length, so its sequences are as long as "
+                         "your texts: give it one (the length you train with), or plan the model that follows it")
+    return " ".join(["word"] * max(lengths, default=1))
+
+
+def batch_of(model, batch: int, loss):
+    """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
+
+    ``x`` and ``y`` have the structure the model takes and returns (:func:`input_structure`,
+    :func:`output_structure`): one array, a tuple (lists become tuples, as ``tf.data`` wants them) or
+    a dict. Integer inputs are zeros (valid ids for any embedding); float inputs standard
+    normal. Targets of a ``sparse_categorical_crossentropy`` loss are class ids,
+    others have each output's shape; with a dict or list of losses, each output's own
+    loss decides.
+
+    Raises:
+        ModelError: an input or output dimension other than the batch is unknown; the inputs or
+            outputs cannot be told (:func:`input_structure`, :func:`output_structure`).
+    """
+    import keras
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def make(tensor, dtype, what):
+        dims = tuple(tensor.shape)[1:]
+        if any(d is None for d in dims):
+            raise ModelError(f"the model's {what} has an unknown dimension {tuple(tensor.shape)}: give keras.Input "
+                             "a full shape (e.g. a fixed sequence length or image size)")
+        if "int" in str(dtype):
+            return np.zeros((batch, *dims), dtype=str(dtype))
+        if str(dtype) == "string":
+            return np.full((batch, *dims), text_of(model), dtype=object)
+        return rng.standard_normal((batch, *dims)).astype("float32")
+
+    def target(tensor, its_loss):
+        if "sparse" in str(loss_name(its_loss)).lower():
+            return np.zeros((batch, *tuple(tensor.shape)[1:-1]), dtype="int32")
+        return make(tensor, "float32", "output")
+
+    inputs = input_structure(model)
+    x = keras.tree.map_structure(lambda t: make(t, t.dtype, "input"), inputs)
+    outputs = output_structure(model, keras.tree.map_structure(
+        lambda t: keras.KerasTensor((batch, *tuple(t.shape)[1:]), t.dtype), inputs))
+    if isinstance(outputs, dict):
+        # fit wants a dict model's targets as a dict with the same keys, each with its own output's loss.
+        each = loss if isinstance(loss, dict) else dict.fromkeys(outputs, loss)
+        y = {k: target(t, each.get(k)) for k, t in outputs.items()}
+    elif isinstance(outputs, (list, tuple)):
+        each = list(loss) if isinstance(loss, (list, tuple)) else [loss] * len(outputs)
+        y = tuple(target(t, each[i] if i < len(each) else None) for i, t in enumerate(outputs))
+    else:
+        y = target(outputs, loss)
+    return keras.tree.lists_to_tuples(x), y

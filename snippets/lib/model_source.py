@@ -1,0 +1,115 @@
+"""The reader's model read without allocating it: its weights' shapes, and what its function sets.
+
+``python -m snippets.decide --model`` (and ``--model-json``) first reads the model here, under
+``keras.StatelessScope(initialize_variables=False)`` (:func:`snippets.lib.seed.variable_specs`): its
+variables' shapes and dtypes, the dtype policy the function set, the loss and optimizer it compiled
+with, whether it has a train_step of its own, and the layers that keep Keras from compiling its step
+with XLA on a GPU host. Nothing of the model's size is allocated, so a model too large for this host
+is still read, and planned by rule (:mod:`snippets.lib.model_plan`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from snippets.lib import optimizers, planner, units
+from snippets.lib.errors import ModelError
+from snippets.lib.model_step import BUILD_HINT
+
+
+def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:
+    """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
+
+    Reads them with :func:`snippets.lib.seed.variable_specs` (under
+    ``keras.StatelessScope(initialize_variables=False)``).
+
+    Raises:
+        ModelError: the function returns something that is not a model (its type named), or a
+            model with no weights yet (unbuilt).
+    """
+    from snippets.lib.seed import variable_specs
+
+    def checked(*args, **kwargs):
+        model = build_model(*args, **kwargs)
+        if not hasattr(model, "weights"):
+            raise ModelError(f"the function returns {type(model).__name__}, not a keras.Model: return the "
+                             "model it builds")
+        return model
+
+    weights = [
+        planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path)
+        for spec in variable_specs(checked, *args, **kwargs)
+    ]
+    if not weights:
+        raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
+    return weights
+
+
+def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None, bool,
+                                                 list[str]]:
+    """``(model_weights(build_model), the dtype policy it set, the loss and the optimizer it compiled
+    with, whether the model has a train_step of its own, the layers that keep Keras from XLA-compiling
+    its step on a GPU host (:func:`snippets.lib.private.gpu_xla_blockers`))``, leaving the global
+    policy as it was.
+
+    Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
+    builds the model, and compile it; the planner honours both (None: float32, no loss) without
+    keeping the policy set. The loss and optimizer are in words (:func:`snippets.lib.model_step.loss_name`;
+    None: the function did not compile).
+    """
+    from unittest import mock
+
+    import keras
+
+    from snippets.lib import private
+    from snippets.lib.model_batch import loss_name
+    from snippets.lib.model_step import own_train_step
+
+    seen = {}
+
+    def record(self, optimizer=None, loss=None, *args, **kwargs):  # Model.compile's own order
+        seen["loss"] = loss
+        # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
+        # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
+        seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
+
+    def recording(*args, **kwargs):
+        # model_weights skips compile (it would make metric variables); its loss is read here instead.
+        with mock.patch.object(keras.Model, "compile", record):
+            model = build_model(*args, **kwargs)
+        if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
+            seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
+        return model
+
+    before = keras.config.dtype_policy()
+    try:
+        weights = model_weights(recording)
+        name = keras.config.dtype_policy().name
+    finally:
+        keras.config.set_dtype_policy(before)
+    return (weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
+            seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", []))
+
+
+def read_json(text: str) -> tuple:
+    """:func:`read_builder` of the model whose config is ``text`` (``model.to_json()``): its weights, not
+    allocated, and what its ``compile_config`` holds (the loss and optimizer it was compiled with,
+    which ``model_from_json`` compiles it with again)."""
+    import warnings
+
+    import keras
+
+    compile_config = json.loads(text).get("compile_config")
+
+    def build():
+        with warnings.catch_warnings():
+            # read_builder's stand-in for compile makes Keras skip compile_config, and say so: it is done here.
+            warnings.filterwarnings("ignore", message=".*compile.*custom")
+            model = keras.models.model_from_json(text)
+        if compile_config:
+            # As Trainer.compile_from_config does (keras/src/trainers/trainer.py), into the stand-in.
+            model.compile(**keras.saving.deserialize_keras_object(compile_config))
+        return model
+
+    return read_builder(build)
