@@ -343,7 +343,7 @@ def test_an_error_says_its_cause_not_its_wrapper():
 
 
 def builder_facts(name: str) -> tuple:
-    """Kernel side: :func:`snippets.decide.read_builder` of a builder in tests/plan_builders.py, weights left out."""
+    """Kernel side: :func:`snippets.lib.model_source.read_builder` of a builder in tests/plan_builders.py, weights left out."""
     import tests.plan_builders as builders
 
     return decide.read_builder(getattr(builders, name))[1:]

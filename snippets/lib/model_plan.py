@@ -440,7 +440,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     Args:
         step: the reader's configuration; ``strategy`` ``"single"`` or ``"mirrored"``.
         weights: the model's variables, read without allocating them
-            (:func:`snippets.decide.model_weights`); needed to decide whether
+            (:func:`snippets.lib.model_source.model_weights`); needed to decide whether
             the model runs here and for the ``rule`` method. None: measure.
         cap: allocator cap per run, bytes (default :func:`snippets.lib.model_step.default_cap`).
         progress: called with one line before each run (the CLI prints it to stderr).
