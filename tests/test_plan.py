@@ -247,8 +247,8 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "the model has no weights yet: give it a keras.Input(shape), or in the function call "
      "model.build(input_shape) (a Sequential) or call the model once on a batch (a subclassed one: model(x))"),
     (["--model", "tests.plan_builders:own_compile", "--strategy", "single"],
-     "model cannot be compiled again with one optimizer and a loss (its own compile says: TwoOptimizers.compile() "
-     "got an unexpected keyword argument 'optimizer'): the planner compiles with keras.Model.compile"),
+     "own_compile: the function's model has its own compile(encoder_optimizer, decoder_optimizer), which cannot "
+     "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile)"),
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:failing"],

@@ -63,8 +63,8 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import loss_name
-    from snippets.lib.model_step import own_train_step
+    from snippets.lib.model_batch import loss_name, text_of
+    from snippets.lib.model_step import check_compile, own_train_step
 
     seen = {}
 
@@ -80,6 +80,9 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
             model = build_model(*args, **kwargs)
         if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
             seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
+            # What the measuring process would refuse, said now, before any run starts.
+            check_compile(model, "the function")
+            text_of(model)
         return model
 
     before = keras.config.dtype_policy()

@@ -196,13 +196,27 @@ def build(step: ModelStep, replica_program: bool = False):
         from snippets.lib.step_ledger import copy_on_aggregation
 
         copy_on_aggregation(optimizer)
-    try:
-        model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
-    except TypeError as error:
-        # A compile of the model's own with other arguments (keras-io's GAN: two optimizers and a loss_fn).
-        raise ModelError(f"{step.model}'s model cannot be compiled again with one optimizer and a loss (its own "
-                         f"compile says: {error_line(error)}): the planner compiles with keras.Model.compile") from None
+    check_compile(model, step.model)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
     return model
+
+
+def check_compile(model, name: str) -> None:
+    """Refuse a model whose own ``compile`` cannot take one optimizer and a loss (keras-io's GAN takes two
+    optimizers and a loss_fn): the planner compiles the model again with ``--optimizer`` and the loss.
+
+    Raises:
+        ModelError: naming the model's own signature.
+    """
+    import inspect
+
+    signature = inspect.signature(type(model).compile)
+    try:
+        signature.bind(model, optimizer=None, loss=None, jit_compile=False)
+    except TypeError:
+        raise ModelError(f"{name}'s model has its own compile{str(signature).replace('(self, ', '(')}, which cannot "
+                         "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile)"
+                         ) from None
 
 
 #: How to give a model its weights before it is returned. A subclassed model's build(input_shape)
