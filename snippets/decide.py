@@ -294,6 +294,14 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     if args.backend == "jax":
         from snippets.lib.jax_step import plan_on_jax
 
+        # Keras on JAX does not jit a step with a layer it marks supports_jit=False (an LSTM's cuDNN
+        # reason is TensorFlow's alone): XLA's analysis of a jitted step would describe another program.
+        held = [name for name in getattr(args, "builder_no_xla", []) if name not in ("LSTM", "GRU")]
+        if held:
+            raise ValueError(f"Keras on JAX runs this model's step without jit ({', '.join(held)}: layers it does not "
+                             "compile), so XLA's compiled analysis does not describe it: plan it on TensorFlow "
+                             "(without --backend jax)")
+
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 

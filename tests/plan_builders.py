@@ -181,3 +181,12 @@ def text_classifier():
 def text_any_length():
     """The same without output_sequence_length: its sequences are as long as the reader's texts."""
     return _text_model(None)
+
+
+def augmented():
+    """Augmentation inside the model: RandomRotation, which Keras never compiles (supports_jit=False)."""
+    inputs = keras.Input((8, 8, 3))
+    features = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(keras.layers.RandomRotation(0.1)(inputs)))
+    model = keras.Model(inputs, keras.layers.Dense(2)(features))
+    model.compile(loss="mse")
+    return model

@@ -251,6 +251,8 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile)"),
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
+    (["--model", "tests.plan_builders:augmented", "--backend", "jax"],
+     "Keras on JAX runs this model's step without jit (RandomRotation: layers it does not compile)"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
     (["--model", "tests.plan_builders:not_a_model"],
