@@ -26,7 +26,7 @@ class ModelSetup:
     """What the planned step trains with, and where each came from.
 
     Attributes:
-        loss: the loss ``fit`` trains with, in words (:func:`snippets.lib.model_step.loss_name`);
+        loss: the loss ``fit`` trains with, in words (:func:`snippets.lib.model_batch.loss_name`);
             None if neither the function nor ``--loss`` gave one.
         loss_from: ``"the function's compile"``, ``"--loss"``, or :data:`OWN_STEP` (no loss
             compiled or given, and the model's own ``train_step``: it computes its loss itself); "" with no loss.

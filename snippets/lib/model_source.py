@@ -55,7 +55,7 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
     builds the model, and compile it; the planner honours both (None: float32, no loss) without
-    keeping the policy set. The loss and optimizer are in words (:func:`snippets.lib.model_step.loss_name`;
+    keeping the policy set. The loss and optimizer are in words (:func:`snippets.lib.model_batch.loss_name`;
     None: the function did not compile).
     """
     from unittest import mock
