@@ -54,6 +54,19 @@ def recording_calls():
     return mock.patch.object(keras.Model, "__call__", call)
 
 
+def _declared(model, which: str):
+    """A model's declared ``"inputs"`` or ``"outputs"``: a functional model's structure, a Sequential's
+    tensor (or list of them), None for a model that declares none (subclassed)."""
+    found = private.functional_structures(model)[0 if which == "inputs" else 1]
+    if found is None:
+        try:
+            found = getattr(model, which)
+        except (AttributeError, ValueError):  # a subclassed model has none; an unbuilt Sequential raises
+            found = None
+        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    return found
+
+
 def input_structure(model):
     """The model's inputs as a structure of ``keras.KerasTensor`` (one, a list or a dict, as the model
     takes them): a functional model's ``keras.Input`` tensors (:func:`snippets.lib.private.functional_structures`,
@@ -62,13 +75,7 @@ def input_structure(model):
     Raises:
         ModelError: none of these is known (a subclassed model the function never called).
     """
-    found = private.functional_structures(model)[0]
-    if found is None:
-        try:
-            found = model.inputs
-        except (AttributeError, ValueError):
-            found = None
-        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    found = _declared(model, "inputs")
     found = found if found is not None else vars(model).get(FIRST_CALL)
     if found is None:
         raise ModelError(f"{type(model).__name__} does not say what it takes: give it a keras.Input(shape), or "
@@ -83,13 +90,7 @@ def output_structure(model, inputs):
     Raises:
         ModelError: the symbolic call failed (its first line).
     """
-    found = private.functional_structures(model)[1]
-    if found is None:
-        try:
-            found = model.outputs
-        except (AttributeError, ValueError):
-            found = None
-        found = found[0] if isinstance(found, list) and len(found) == 1 else found
+    found = _declared(model, "outputs")
     if found is not None:
         return found
     try:
