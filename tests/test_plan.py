@@ -364,6 +364,8 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.
     assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy", None, False,
                                                          ["LSTM"])
+    # The reader's layer, not its parts (TextVectorization's own StringLookup).
+    assert kernel.call(builder_facts, "text_classifier")[4] == ["TextVectorization"]
 
 
 def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it():
@@ -371,8 +373,10 @@ def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it
 
     setup = model_setup("mse", None, no_xla=["LSTM"])
     assert setup.no_xla == ("LSTM",) and setup.notes == (
-        "Keras compiles no XLA step for this model on a GPU host (LSTM: a layer XLA cannot compile, or an "
-        "LSTM/GRU that runs cuDNN's kernel), so it is planned without XLA.",)
+        "Keras compiles no XLA step for this model on a GPU host (LSTM; an LSTM or GRU runs cuDNN's kernel "
+        "there), so it is planned without XLA.",)
+    assert model_setup("mse", None, no_xla=["RandomRotation"]).notes == (
+        "Keras compiles no XLA step for this model on a GPU host (RandomRotation), so it is planned without XLA.",)
     args = decide.build_parser().parse_args(["--model", "tests.plan_builders:lstm_tagger", "--optimizer", "adam"])
     args.builder_no_xla = ["LSTM"]
     for strategy, xla, planned_without in (("single", "auto", True), ("single", "on", True),

@@ -91,8 +91,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     """
     notes = []
     if no_xla:
-        notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}: a layer XLA "
-                     "cannot compile, or an LSTM/GRU that runs cuDNN's kernel), so it is planned without XLA.")
+        why = "; an LSTM or GRU runs cuDNN's kernel there" if {"LSTM", "GRU"} & set(no_xla) else ""
+        notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}{why}), so it is "
+                     "planned without XLA.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
         notes.append(f"--optimizer {optimizer} is measured: the function compiles with {function_optimizer}, and "
                      "its other compile options are dropped.")

@@ -177,11 +177,13 @@ def gpu_xla_blockers(model) -> list[str]:
             args = (cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias)
             if (rnn._do_gru_arguments_support_cudnn(*args, cell.reset_after) if isinstance(layer, keras.layers.GRU)
                     else rnn._do_lstm_arguments_support_cudnn(*args)):
-                found.append(type(layer).__name__)
+                found.append(layer)
                 continue
         if not layer.supports_jit:
-            found.append(type(layer).__name__)
-    return sorted(set(found))
+            found.append(layer)
+    # The reader's layers, not their parts (TextVectorization's own StringLookup).
+    inner = {id(part) for layer in found for part in model_layers(layer)}
+    return sorted({type(layer).__name__ for layer in found if id(layer) not in inner})
 
 
 def tf_keras_can_jit_compile() -> bool:
