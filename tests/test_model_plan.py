@@ -161,6 +161,15 @@ def test_runs_that_hardly_differ_get_a_third_at_the_wide_batch():
     assert "The run at 256 was added: 16 and 32 differed by under 10%" in plan.how()
     two = model_plan.plan_model(step, run=lambda *a, **k: fake(*a, **k, fails=True))
     assert two.batches == (16, 32) and two.step_peak < 0.7 * peak_mib(512) * units.MiB  # what it replaced
+    # Between 32 and 256, no lower than the chord between those runs (the peak is convex in the batch),
+    # even where the rule's floor makes the line steeper than the runs (third audit: a 4-layer MLP at
+    # 1.10 / 2.48 MiB at 32 / 256 was planned at 0.91 of its 1.38 MiB at 96).
+    mlp = {16: 1.05, 32: 1.10, model_plan.WIDE_BATCH: 2.48}
+    flat_then_up = model_plan.ModelPlan(replace(step, batch=96), "extrapolated", (16, 32, model_plan.WIDE_BATCH),
+                                        tuple(round(mlp[b] * units.MiB) for b in mlp),
+                                        rule_slope=8.62 * units.KiB)
+    chord = (1.10 + (2.48 - 1.10) * (96 - 32) / (model_plan.WIDE_BATCH - 32)) * units.MiB
+    assert flat_then_up.step_peak >= chord * (1 + model_plan.MARGIN) - 1
     # A batch no larger than 32 is measured itself, and runs that grow are not run wide.
     assert model_plan.plan_model(replace(step, batch=32), run=fake).batches == (16, 32)
     assert not model_plan.needs_wide_run((100 * units.MiB, 130 * units.MiB), 512)

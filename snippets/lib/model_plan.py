@@ -309,9 +309,15 @@ class ModelPlan:
             # The worst order seen at this batch or a smaller one (a peak does not fall as the
             # batch grows: :meth:`lines`); orders not seen still need the margin.
             return round(max(self.peaks[:self.batches.index(device_batch) + 1]) * (1 + MARGIN))
-        # Between runs (after a run at WIDE_BATCH) too, no lower than a smaller batch's worst peak.
+        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than
+        # the chord between the two runs around it: a peak is convex in the batch, so the chord is above
+        # it, where a line levelled at the last run and drawn down at the rule's steeper slope was not
+        # (a 4-layer MLP planned at 0.91 of its peak at 96; third audit).
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
-        return round(max(self.line_peak(device_batch), seen) * (1 + MARGIN))
+        chord = max((p0 + (p1 - p0) * (device_batch - b0) / (b1 - b0)
+                     for (b0, p0), (b1, p1) in zip(zip(self.batches, self.peaks), zip(self.batches[1:], self.peaks[1:]))
+                     if b0 < device_batch < b1), default=0)
+        return round(max(self.line_peak(device_batch), seen, chord) * (1 + MARGIN))
 
     @property
     def step_peak(self) -> int:
