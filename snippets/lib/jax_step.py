@@ -26,6 +26,7 @@ from dataclasses import asdict, replace
 from snippets.lib import planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import batch_of
+from snippets.lib.model_plan import ModelPlan, rule_slope
 from snippets.lib.model_step import ROOT, ModelError, ModelStep, build, check_step, compiled_loss
 
 
@@ -140,11 +141,12 @@ def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float 
 
 def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                 weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
-    """Plan ``step`` for Keras on JAX (a :class:`snippets.lib.model_plan.ModelPlan`, method ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the
-    reader's batch and at half of it (for the line that gives the largest batch), nothing run.
+    """Plan ``step`` for Keras on JAX (a :class:`~snippets.lib.model_plan.ModelPlan`, method
+    ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the reader's batch and
+    at half of it (for the line that gives the largest batch), nothing run.
 
-    The line's slope is at least :func:`snippets.lib.model_plan.rule_slope` of ``weights`` (None: no floor): at small
-    batches XLA can place the activations in buffers the update's temporaries need anyway, so two
+    The line's slope is at least :func:`~snippets.lib.model_plan.rule_slope` of ``weights`` (None: no
+    floor): at small batches XLA can place the activations in buffers the update's temporaries need anyway, so two
     compiled figures of a weight-bound MLP differed by its input and target alone (296 bytes per
     sample, where the same model at twice the batch grew 3.9 KB per sample).
 
@@ -155,8 +157,6 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     Raises:
         ModelError: the model was refused.
     """
-    from snippets.lib.model_plan import ModelPlan, rule_slope
-
     check_step(step)
     replicas = step.devices if step.strategy == "mirrored" else 1
     per_device = step.batch // replicas
