@@ -39,13 +39,15 @@ def run_all(jobs):
 
 # --- scale-model proofs: runs out without the remedy, completes with it -----------------------
 
-#: (cap, without the remedy, with it). Each cap sits between the two peaks measured uncapped
-#: (CNN at 64 px: about 102 MiB at batch 16, 50 MiB at 4 x 4; Transformer: about 59 and 20 MiB,
-#: no XLA), with room for what a tight cap adds: the BFC allocator's chunk rounding.
+#: (cap, without the remedy, with it). Each cap sits between the two peaks measured uncapped at
+#: one, two and eight inter-op threads (CNN at 64 px: 61-86 MiB at batch 16, 36-49 MiB at 4 x 4;
+#: Transformer, no XLA: 53-60 MiB, and 18-34 MiB with remat, the most at one thread), with room for
+#: what a tight cap adds: the BFC allocator's chunk rounding. Both outcomes held at each of those
+#: thread counts under these caps (the Transformer's former 36 MiB left remat 1 MiB at one thread).
 PROOFS = {
     "CNN, smaller batch + accumulation": ("76MiB", ModelStep(**SMALL_CONV, batch=16),
                                           ModelStep(**SMALL_CONV, batch=4, accumulation=4)),
-    "Transformer, keras.remat per block": ("36MiB", ModelStep(**TRANSFORMER),
+    "Transformer, keras.remat per block": ("44MiB", ModelStep(**TRANSFORMER),
                                            ModelStep(**{**TRANSFORMER, "kwargs": (("remat", True),)})),
 }
 
@@ -72,10 +74,13 @@ def test_the_chapter_reads_figures_measured_for_its_own_configurations(proofs):
     for name, job in activations.jobs_as_json().items():
         assert figures[name]["step"] == job["step"], name
     _, with_remat = proofs["Transformer, keras.remat per block"]
-    published = figures["Transformer, keras.remat per block"]["step_peak"]
-    assert json.loads(json.dumps(with_remat["step"])) == figures["Transformer, keras.remat per block"]["step"]
-    # Capped at 36 MiB, the executor may wait for frees and peak lower than the uncapped figure.
-    assert 0.80 * published <= with_remat["step_peak"] <= 1.15 * published, (with_remat["step_peak"], published)
+    published = figures["Transformer, keras.remat per block"]
+    assert json.loads(json.dumps(with_remat["step"])) == published["step"]
+    # Without XLA the executor's order moves this step's peak (18-34 MiB by inter-op threads): this
+    # run, at the default under the suite's load, lies within the published runs' range. Capped at
+    # 44 MiB, the executor may wait for frees and peak lower than the uncapped figures.
+    lowest, worst = min(published["thread_peaks"].values()), published["step_peak"]
+    assert 0.80 * lowest <= with_remat["step_peak"] <= 1.15 * worst, (with_remat["step_peak"], lowest, worst)
 
 
 def test_published_figures_refuse_a_stale_file_in_one_line(tmp_path):
