@@ -32,11 +32,11 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
-                          planner, splits, units)
+                          planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_source import model_weights, read_builder, read_json
 from snippets.lib.model_step import ModelError, ModelStep
@@ -263,7 +263,27 @@ def setup_of(args) -> model_report.ModelSetup:
     return model_report.model_setup(getattr(args, "builder_loss", None), getattr(args, "builder_policy", None),
                                     args.loss, args.policy, args.dtype, getattr(args, "builder_optimizer", None),
                                     args.optimizer, getattr(args, "builder_own_step", False),
-                                    getattr(args, "builder_no_xla", []) if jit else ())
+                                    getattr(args, "builder_no_xla", {}) if jit else {},
+                                    "file" if getattr(args, "model_json", None) else "function")
+
+
+def refuse_unjitted_on_jax(no_xla: Mapping[str, str]) -> None:
+    """Refuse ``--backend jax`` for a model whose step Keras on JAX runs without jit.
+
+    Args:
+        no_xla: :func:`snippets.lib.private.gpu_xla_blockers` of the model, ``{class name: reason}``.
+            Only :data:`snippets.lib.private.NO_JIT` layers count: cuDNN is TensorFlow's reason alone
+            (keras/src/layers/rnn/lstm.py sets ``supports_jit`` False on the TensorFlow backend only).
+
+    Raises:
+        ValueError: one line naming the layers; XLA's analysis of a jitted step would describe
+            another program than the one that runs.
+    """
+    held = [name for name, why in no_xla.items() if why == private.NO_JIT]
+    if held:
+        raise ValueError(f"Keras on JAX runs this model's step without jit ({', '.join(held)}: layers it does not "
+                         "compile), so XLA's compiled analysis does not describe it: plan it on TensorFlow "
+                         "(without --backend jax)")
 
 
 def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
@@ -294,14 +314,7 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     if args.backend == "jax":
         from snippets.lib.jax_step import plan_on_jax
 
-        # Keras on JAX does not jit a step with a layer it marks supports_jit=False (an LSTM's cuDNN
-        # reason is TensorFlow's alone): XLA's analysis of a jitted step would describe another program.
-        held = [name for name in getattr(args, "builder_no_xla", []) if name not in ("LSTM", "GRU")]
-        if held:
-            raise ValueError(f"Keras on JAX runs this model's step without jit ({', '.join(held)}: layers it does not "
-                             "compile), so XLA's compiled analysis does not describe it: plan it on TensorFlow "
-                             "(without --backend jax)")
-
+        refuse_unjitted_on_jax(getattr(args, "builder_no_xla", {}))
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 

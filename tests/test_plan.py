@@ -166,7 +166,16 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
     # trains with; the planner reads it there, as it reads a function's compile (a kernel of its own:
     # compiling starts TensorFlow's runtime, which this module's kernel must not).
     with Kernel() as fresh:
-        assert fresh.call(compiled_json_facts) == (None, "huber_loss", "sgd", False, [])
+        assert fresh.call(compiled_json_facts) == (None, "huber_loss", "sgd", False, {})
+    # And the report says where that compile came from: the file, not a function.
+    args = decide.build_parser().parse_args(["--model-json", "model.json", "--optimizer", "adam", "--loss", "mse"])
+    args.builder_loss, args.builder_optimizer = "huber_loss", "sgd"
+    setup = decide.setup_of(args)
+    assert (setup.loss, setup.loss_from) == ("huber_loss", "the file's compile_config")
+    assert setup.notes == (
+        "--optimizer adam is measured: the file's compile_config compiles with sgd, and its other compile options "
+        "are dropped.",
+        "--loss mse is not used: the file's compile_config compiles the model with huber_loss, which fit trains with.")
 
 
 def seed_weights_and_context() -> tuple[list, bool, list]:
@@ -352,33 +361,39 @@ def builder_facts(name: str) -> tuple:
 
 
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
-    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, [])
+    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, {})
     # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
-    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None, False, [])
-    assert kernel.call(builder_facts, "tiny") == (None, None, None, False, [])
+    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None, False, {})
+    assert kernel.call(builder_facts, "tiny") == (None, None, None, False, {})
     # Named by the slots its settings make: SGD(momentum=0.9) is not --optimizer sgd.
     assert kernel.call(builder_facts, "tiny_sgd_momentum")[2] == "sgd_momentum"
     # AdamW's __init__ reads back what the optimizers' base class keeps (weight_decay).
-    assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, [])
-    assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, [])
+    assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, {})
+    assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {})
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.
     assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy", None, False,
-                                                         ["LSTM"])
+                                                         {"LSTM": private.CUDNN})
+    # Known by its class, not its name: a reader's subclass runs the same kernel.
+    assert kernel.call(builder_facts, "custom_lstm_tagger")[4] == {"TaggerLSTM": private.CUDNN}
     # The reader's layer, not its parts (TextVectorization's own StringLookup).
-    assert kernel.call(builder_facts, "text_classifier")[4] == ["TextVectorization"]
+    assert kernel.call(builder_facts, "text_classifier")[4] == {"TextVectorization": private.NO_JIT}
 
 
 def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it():
     from snippets.lib.model_report import model_setup
 
-    setup = model_setup("mse", None, no_xla=["LSTM"])
-    assert setup.no_xla == ("LSTM",) and setup.notes == (
-        "Keras compiles no XLA step for this model on a GPU host (LSTM; an LSTM or GRU runs cuDNN's kernel "
+    setup = model_setup("mse", None, no_xla={"TaggerLSTM": private.CUDNN})
+    assert setup.no_xla == {"TaggerLSTM": private.CUDNN} and setup.notes == (
+        "Keras compiles no XLA step for this model on a GPU host (TaggerLSTM; an LSTM or GRU runs cuDNN's kernel "
         "there), so it is planned without XLA.",)
-    assert model_setup("mse", None, no_xla=["RandomRotation"]).notes == (
+    assert model_setup("mse", None, no_xla={"RandomRotation": private.NO_JIT}).notes == (
         "Keras compiles no XLA step for this model on a GPU host (RandomRotation), so it is planned without XLA.",)
+    # Keras on JAX jits an LSTM (cuDNN is TensorFlow's reason alone), never a supports_jit=False layer.
+    decide.refuse_unjitted_on_jax({"TaggerLSTM": private.CUDNN})
+    with pytest.raises(ValueError, match=r"without jit \(RandomRotation: layers it does not compile\)"):
+        decide.refuse_unjitted_on_jax({"RandomRotation": private.NO_JIT, "TaggerLSTM": private.CUDNN})
     args = decide.build_parser().parse_args(["--model", "tests.plan_builders:lstm_tagger", "--optimizer", "adam"])
-    args.builder_no_xla = ["LSTM"]
+    args.builder_no_xla = {"LSTM": private.CUDNN}
     for strategy, xla, planned_without in (("single", "auto", True), ("single", "on", True),
                                            ("single", "off", False), ("mirrored", "auto", False)):
         args.strategy, args.xla, args.backend = strategy, xla, "tensorflow"
@@ -405,7 +420,7 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     assert plan["plan"]["step"]["policy"] == "mixed_float16" and plan["plan"]["step"]["loss"] is None
     assert plan["setup"] == {
         "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
-        "policy_from": "the function", "no_xla": [],
+        "policy_from": "the function", "no_xla": {},
         "notes": ["--loss huber is not used: the function compiles the model with mse, which fit trains with.",
                   "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
     # The reader's batch is one of the two run (no third at WIDE_BATCH: nothing is extrapolated).

@@ -59,7 +59,7 @@ def test_every_private_access_still_works():
     assert result["graphs"] >= 1
     assert result["learning_rate"] == 0.5
     # cuDNN's LSTM (default arguments), not a GRU without reset_after (no cuDNN kernel), and a layer Keras marks.
-    assert result["gpu_xla_blockers"] == ["LSTM", "RandomRotation"]
+    assert result["gpu_xla_blockers"] == {"LSTM": private.CUDNN, "RandomRotation": private.NO_JIT}
     assert result["structures"] == (["a", "b"], True, (None, None))  # a dict's keys; nothing for a non-model
     assert result["layers"][0] == "InputLayer" and "LSTM" in result["layers"] and "Reshape" in result["layers"]
     assert result["shapes_only"] == (0, True)  # never on Keras's list to initialise, never given a value

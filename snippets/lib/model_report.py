@@ -11,11 +11,12 @@ the command line was not used.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
 from snippets.lib import hardware, model_plan, units
 from snippets.lib.model_remedies import BatchRemedy
+from snippets.lib.private import CUDNN
 
 #: Cards whose largest batch a measured plan reports (the question readers ask before renting).
 BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
@@ -27,14 +28,16 @@ class ModelSetup:
 
     Attributes:
         loss: the loss ``fit`` trains with, in words (:func:`snippets.lib.model_batch.loss_name`);
-            None if neither the function nor ``--loss`` gave one.
-        loss_from: ``"the function's compile"``, ``"--loss"``, or :data:`OWN_STEP` (no loss
-            compiled or given, and the model's own ``train_step``: it computes its loss itself); "" with no loss.
+            None if neither the model's source nor ``--loss`` gave one.
+        loss_from: ``"the function's compile"`` (``"the file's compile_config"`` for ``--model-json``),
+            ``"--loss"``, or :data:`OWN_STEP` (no loss compiled or given, and the model's own
+            ``train_step``: it computes its loss itself); "" with no loss.
         policy: the Keras dtype policy the model is built under (``"float32"``: Keras's default).
-        policy_from: ``"the function"``, ``"--policy"``, ``"--dtype"`` or ``"Keras's default"``.
+        policy_from: ``"the function"`` (``"the file"``), ``"--policy"``, ``"--dtype"`` or ``"Keras's default"``.
         notes: one sentence for each option given and not used, or overruled by the model.
         no_xla: the layers that keep Keras from compiling the step with XLA on a GPU host, where it
-            was asked for: the step is planned without XLA.
+            was asked for, each with its reason (:func:`snippets.lib.private.gpu_xla_blockers`): the
+            step is planned without XLA.
     """
 
     loss: str | None
@@ -42,7 +45,7 @@ class ModelSetup:
     policy: str
     policy_from: str
     notes: tuple[str, ...] = ()
-    no_xla: tuple[str, ...] = ()
+    no_xla: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def planned_policy(self) -> str | None:
@@ -50,14 +53,20 @@ class ModelSetup:
         return None if self.policy_from == "Keras's default" else self.policy
 
 
+#: How :func:`model_setup` names a model's own choices, by where the model came from: the source
+#: (its policy's origin), what compiles it, and its compile (the loss's origin).
+SOURCES = {"function": ("the function", "the function compiles", "the function's compile"),
+           "file": ("the file", "the file's compile_config compiles", "the file's compile_config")}
+
 #: :attr:`ModelSetup.loss_from` for a model whose own ``train_step`` computes its loss.
 OWN_STEP = "its own train_step"
 
 
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
-                optimizer: str | None = None, own_step: bool = False, no_xla: Sequence[str] = ()) -> ModelSetup:
-    """Which loss and dtype policy the step trains with: the function's own first, then the options.
+                optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
+                source: str = "function") -> ModelSetup:
+    """Which loss and dtype policy the step trains with: the model source's own first, then the options.
 
     The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
     a policy it sets itself is the one its model is built under; a model it compiled trains with that
@@ -73,9 +82,11 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             as metrics, are not measured).
         own_step: the model's class overrides ``train_step``
             (:func:`snippets.lib.model_step.own_train_step`).
-        no_xla: the layers for which Keras would not XLA-compile the step on a GPU host
-            (:func:`snippets.lib.private.gpu_xla_blockers`), given only when XLA was asked for
-            (``--xla on``, or ``auto`` where Keras would compile): the step is planned without it.
+        no_xla: the layers for which Keras would not XLA-compile the step on a GPU host, with
+            their reasons (:func:`snippets.lib.private.gpu_xla_blockers`), given only when XLA was
+            asked for (``--xla on``, or ``auto`` where Keras would compile): the step is planned without it.
+        source: where the reader's model came from, a key of :data:`SOURCES`: ``"function"``
+            (``--model``) or ``"file"`` (``--model-json``, whose ``compile_config`` is its compile).
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -89,34 +100,35 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
     """
-    notes = []
+    notes, no_xla = [], dict(no_xla or {})
+    source, compiles, compiled = SOURCES[source]
     if no_xla:
-        why = "; an LSTM or GRU runs cuDNN's kernel there" if {"LSTM", "GRU"} & set(no_xla) else ""
+        why = "; an LSTM or GRU runs cuDNN's kernel there" if CUDNN in no_xla.values() else ""
         notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}{why}), so it is "
                      "planned without XLA.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
-        notes.append(f"--optimizer {optimizer} is measured: the function compiles with {function_optimizer}, and "
+        notes.append(f"--optimizer {optimizer} is measured: {compiles} with {function_optimizer}, and "
                      "its other compile options are dropped.")
     if function_loss is not None and loss is not None and loss != function_loss:
-        notes.append(f"--loss {loss} is not used: the function compiles the model with {function_loss}, "
+        notes.append(f"--loss {loss} is not used: {compiles} the model with {function_loss}, "
                      "which fit trains with.")
     given = policy or (dtype if dtype not in (None, "float32") else None)
     if function_policy is not None and given is not None and given != function_policy:
         option = "--policy" if policy else "--dtype"
-        notes.append(f"{option} {given} is not used: the function sets {function_policy} itself, which overrides it.")
+        notes.append(f"{option} {given} is not used: {source} sets {function_policy} itself, which overrides it.")
     if function_policy is not None:
-        chosen, source = function_policy, "the function"
+        chosen, chosen_from = function_policy, source
     elif policy is not None:
-        chosen, source = policy, "--policy"
+        chosen, chosen_from = policy, "--policy"
     elif given is not None:
-        chosen, source = given, "--dtype"
+        chosen, chosen_from = given, "--dtype"
     else:
-        chosen, source = "float32", "Keras's default"
+        chosen, chosen_from = "float32", "Keras's default"
     if function_loss is not None:
-        used, used_from = function_loss, "the function's compile"
+        used, used_from = function_loss, compiled
     else:
         used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else "")
-    return ModelSetup(used, used_from, chosen, source, tuple(notes), tuple(no_xla))
+    return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla)
 
 
 def _setup_lines(setup: ModelSetup | None) -> list[str]:

@@ -153,15 +153,21 @@ def functional_structures(model) -> tuple:
     return getattr(model, "_inputs_struct", None), getattr(model, "_outputs_struct", None)
 
 
-def gpu_xla_blockers(model) -> list[str]:
-    """The layers for which Keras 3 would not XLA-compile ``model``'s train step on a GPU host, by class name.
+#: :func:`gpu_xla_blockers`'s reasons: the layer runs cuDNN's kernel on a GPU host (TensorFlow's
+#: reason alone: Keras on JAX jits it), or Keras marks it ``supports_jit = False`` on every backend.
+CUDNN, NO_JIT = "cudnn", "supports_jit=False"
+
+
+def gpu_xla_blockers(model) -> dict[str, str]:
+    """The layers for which Keras 3 would not XLA-compile ``model``'s train step on a GPU host:
+    ``{class name: reason}``, the reason :data:`CUDNN` or :data:`NO_JIT`, sorted by name.
 
     ``jit_compile`` (``"auto"`` or True) becomes False when ``model_supports_jit`` finds a layer with
     ``supports_jit = False`` (keras/src/trainers/trainer.py): preprocessing layers (TextVectorization,
     RandomRotation, ...), and an LSTM or GRU whose arguments let it run cuDNN's kernel
     (``use_cudnn`` "auto" or True), which sets it only when a GPU is listed (keras/src/layers/rnn/lstm.py
     and gru.py, ``backend.cudnn_ok``): on this CPU it would stay True, so the same argument check runs here
-    without the GPU. Private: ``Layer._flatten_layers`` and
+    without the GPU (a subclass of LSTM or GRU too, under its own name). Private: ``Layer._flatten_layers`` and
     ``keras.src.backend.tensorflow.rnn._do_{lstm,gru}_arguments_support_cudnn`` (Keras 3.15.1).
     """
     import importlib
@@ -177,13 +183,13 @@ def gpu_xla_blockers(model) -> list[str]:
             args = (cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias)
             if (rnn._do_gru_arguments_support_cudnn(*args, cell.reset_after) if isinstance(layer, keras.layers.GRU)
                     else rnn._do_lstm_arguments_support_cudnn(*args)):
-                found.append(layer)
+                found.append((layer, CUDNN))
                 continue
         if not layer.supports_jit:
-            found.append(layer)
+            found.append((layer, NO_JIT))
     # The reader's layers, not their parts (TextVectorization's own StringLookup).
-    inner = {id(part) for layer in found for part in model_layers(layer)}
-    return sorted({type(layer).__name__ for layer in found if id(layer) not in inner})
+    inner = {id(part) for layer, _ in found for part in model_layers(layer)}
+    return dict(sorted((type(layer).__name__, why) for layer, why in found if id(layer) not in inner))
 
 
 def tf_keras_can_jit_compile() -> bool:
