@@ -134,15 +134,22 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
             yield base.at_batch(b), 1, False, 0, 2
 
 
+def thread_runs(cache: dict, base: ModelStep, replicas: int, batch: int) -> list[dict] | None:
+    """The cached runs of ``base`` at ``batch`` per device, one per planner thread count
+    (:func:`snippets.lib.model_plan.plan_threads`), or None if one is missing or did not complete."""
+    runs = [cache.get(key(base.at_batch(batch * replicas), threads, False)) for threads in model_plan.plan_threads(base)]
+    return runs if all(r and r["completed"] and "largest_variable" in r for r in runs) else None
+
+
+def lowest(runs: Sequence[dict]) -> int:
+    """The lowest step peak of ``runs`` (bytes): the planner's floor at their batch."""
+    return min(min(r["step_peaks"]) for r in runs)
+
+
 def small_floors(cache: dict, base: ModelStep, replicas: int) -> list[int] | None:
     """The lowest step peak at each of the planner's small batches, from the cache (None: a run missing)."""
-    floors = []
-    for b in model_plan.SMALL_BATCHES:
-        runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in model_plan.plan_threads(base)]
-        if not all(r and r["completed"] for r in runs):
-            return None
-        floors.append(min(min(r["step_peaks"]) for r in runs))
-    return floors
+    groups = [thread_runs(cache, base, replicas, b) for b in model_plan.SMALL_BATCHES]
+    return None if None in groups else [lowest(runs) for runs in groups]
 
 
 def wide_jobs(cache: dict, names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
@@ -197,19 +204,18 @@ def weights(name: str) -> tuple:
 def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
     """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs (its floor
     under a line's slope from the weights, as ``python -m snippets.decide`` passes them), or None."""
-    small, floors, groups = [], [], []
     counts = model_plan.plan_threads(base)
     batches = list(model_plan.SMALL_BATCHES)
-    found = small_floors(cache, base, replicas)
-    if found and model_plan.needs_wide_run(found, max(TARGETS)):
+    groups = [thread_runs(cache, base, replicas, b) for b in batches]
+    if None in groups:
+        return None
+    if model_plan.needs_wide_run([lowest(runs) for runs in groups], max(TARGETS)):
         batches.append(model_plan.WIDE_BATCH)
-    for b in batches:
-        runs = [cache.get(key(base.at_batch(b * replicas), threads, False)) for threads in counts]
-        if not all(r and r["completed"] and "largest_variable" in r for r in runs):
+        groups.append(thread_runs(cache, base, replicas, model_plan.WIDE_BATCH))
+        if groups[-1] is None:
             return None
-        small.append(max(runs, key=lambda r: r["step_peak"]))
-        floors.append(min(min(r["step_peaks"]) for r in runs))
-        groups.append(runs)
+    small = [max(runs, key=lambda r: r["step_peak"]) for runs in groups]
+    floors = [lowest(runs) for runs in groups]
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", tuple(batches),
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
