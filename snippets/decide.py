@@ -422,8 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--model: the loss, when the function returns an uncompiled model (e.g. mse, "
                         "sparse_categorical_crossentropy)")
     parser.add_argument("--method", default="auto", choices=("auto", "rule"),
-                        help="--model: auto runs the model's real fit step at two small batches in fresh capped "
-                        "processes and extrapolates (single or mirrored; the rule where it cannot run here); "
+                        help="--model: auto runs the model's real fit step at two small batches (a third when they "
+                        "hardly differ) in fresh capped processes and extrapolates (single or mirrored; the rule where it cannot run here); "
                         "rule counts weights, gradients, slots and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
                         help="--model: the Keras backend you train on. tensorflow (default): measured; jax: "
