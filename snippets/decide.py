@@ -257,28 +257,39 @@ def report(
 
 
 def setup_of(args) -> model_report.ModelSetup:
-    """The loss and dtype policy ``args``' model trains with (:func:`snippets.lib.model_report.model_setup`)."""
+    """The loss, dtype policy and XLA mode ``args``' model trains with
+    (:func:`snippets.lib.model_report.model_setup`), from ``args.source``
+    (:class:`snippets.lib.model_source.SourceFacts`, set by :func:`_weights`; absent: nothing chosen)."""
+    facts = getattr(args, "source", None)
+    jit_choice = facts.jit_compile if facts else None
     # Layers that keep a GPU host's Keras from compiling the step matter only where it would compile it.
-    jit = args.backend != "jax" and placements.resolve_xla(args.xla, args.strategy)
-    return model_report.model_setup(getattr(args, "builder_loss", None), getattr(args, "builder_policy", None),
-                                    args.loss, args.policy, args.dtype, getattr(args, "builder_optimizer", None),
-                                    args.optimizer, getattr(args, "builder_own_step", False),
-                                    getattr(args, "builder_no_xla", {}) if jit else {},
-                                    "file" if getattr(args, "model_json", None) else "function")
+    jit = args.backend != "jax" and placements.resolve_xla(model_report.source_xla(args.xla, jit_choice),
+                                                           args.strategy)
+    return model_report.model_setup(facts.loss if facts else None, facts.policy if facts else None,
+                                    args.loss, args.policy, args.dtype, facts.optimizer if facts else None,
+                                    args.optimizer, facts.own_step if facts else False,
+                                    facts.no_xla if facts and jit else {},
+                                    "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice)
 
 
-def refuse_unjitted_on_jax(no_xla: Mapping[str, str]) -> None:
+def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None = None) -> None:
     """Refuse ``--backend jax`` for a model whose step Keras on JAX runs without jit.
 
     Args:
         no_xla: :func:`snippets.lib.private.gpu_xla_blockers` of the model, ``{class name: reason}``.
             Only :data:`snippets.lib.private.NO_JIT` layers count: cuDNN is TensorFlow's reason alone
             (keras/src/layers/rnn/lstm.py sets ``supports_jit`` False on the TensorFlow backend only).
+        compiled_off: what compiled the model with ``jit_compile=False`` (e.g. ``"the function's
+            compile"``), or None.
 
     Raises:
         ValueError: one line naming the layers; XLA's analysis of a jitted step would describe
             another program than the one that runs.
     """
+    if compiled_off:
+        raise ValueError(f"{compiled_off} sets jit_compile=False, so Keras on JAX runs the step without "
+                         "jit and XLA's compiled analysis does not describe it: pass --xla on if you compile it "
+                         "again with XLA, or plan it on TensorFlow (without --backend jax)")
     held = [name for name, why in no_xla.items() if why == private.NO_JIT]
     if held:
         raise ValueError(f"Keras on JAX runs this model's step without jit ({', '.join(held)}: layers it does not "
@@ -302,7 +313,12 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
     loss = args.loss if setup.loss_from == "--loss" else None
-    step = ModelStep(target, args.optimizer, args.batch, "off" if setup.no_xla else args.xla, args.strategy, devices,
+    if setup.xla_from != "--xla" and setup.xla == "on" and args.strategy == "mirrored" and args.backend != "jax":
+        # Compiled with jit_compile=True, Keras keeps XLA under a strategy too: that step cannot run here.
+        raise ValueError(f"{setup.xla_from} sets jit_compile=True, and an XLA step under --strategy "
+                         "mirrored cannot be measured on this CPU's emulated devices: pass --xla off if you compile "
+                         "it again without XLA, or plan it with --backend jax")
+    step = ModelStep(target, args.optimizer, args.batch, "off" if setup.no_xla else setup.xla, args.strategy, devices,
                      setup.planned_policy, loss, kwargs=tuple(_model_kwargs(args).items()))
     if setup.loss is None and not setup.loss_from and (args.backend == "jax" or model_plan.runs_here(weights, step)):
         # Known before any run (read_builder saw whether the function compiled): said now, not once a
@@ -314,7 +330,9 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     if args.backend == "jax":
         from snippets.lib.jax_step import plan_on_jax
 
-        refuse_unjitted_on_jax(getattr(args, "builder_no_xla", {}))
+        facts = getattr(args, "source", None)
+        refuse_unjitted_on_jax(facts.no_xla if facts else {},
+                               setup.xla_from if setup.xla == "off" and setup.xla_from != "--xla" else None)
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 
@@ -449,18 +467,16 @@ def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        (weights, args.builder_policy, args.builder_loss, args.builder_optimizer, args.builder_own_step,
-         args.builder_no_xla) = _user_model(read_builder, build, args.model)
-        return with_precision(weights, args.dtype)
+        args.source = _user_model(read_builder, build, args.model)
+        return with_precision(args.source.weights, args.dtype)
     if args.model_json:
         try:
             with open(args.model_json, encoding="utf-8") as handle:
                 text = handle.read()
         except OSError as error:
             raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
-        (weights, args.builder_policy, args.builder_loss, args.builder_optimizer, args.builder_own_step,
-         args.builder_no_xla) = _user_model(read_json, text, args.model_json)
-        return with_precision(weights, args.dtype)
+        args.source = _user_model(read_json, text, args.model_json)
+        return with_precision(args.source.weights, args.dtype)
     shapes = args.shape or [[131072, 65536]]
     return [planner.Weight(units.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]
 

@@ -39,6 +39,20 @@ def two_heads():
     return model
 
 
+def tiny_jit_off():
+    """Compiled with jit_compile=False (positionally, as compile's eighth argument): no XLA step anywhere."""
+    model = tiny()
+    model.compile("adam", "mse", None, None, None, False, 1, False)
+    return model
+
+
+def tiny_jit_on():
+    """Compiled with jit_compile=True: Keras keeps XLA under a strategy too."""
+    model = tiny()
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    return model
+
+
 def tiny_sgd():
     """Compiles with its own optimizer object and a loss object."""
     model = tiny()

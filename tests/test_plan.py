@@ -166,16 +166,26 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
     # trains with; the planner reads it there, as it reads a function's compile (a kernel of its own:
     # compiling starts TensorFlow's runtime, which this module's kernel must not).
     with Kernel() as fresh:
-        assert fresh.call(compiled_json_facts) == (None, "huber_loss", "sgd", False, {})
+        # Saved on this CPU host, the compile_config holds jit_compile=False: "auto" as this host resolved it.
+        assert fresh.call(compiled_json_facts) == (None, "huber_loss", "sgd", False, {}, False)
     # And the report says where that compile came from: the file, not a function.
-    args = decide.build_parser().parse_args(["--model-json", "model.json", "--optimizer", "adam", "--loss", "mse"])
-    args.builder_loss, args.builder_optimizer = "huber_loss", "sgd"
+    args = decide.build_parser().parse_args(["--model-json", "model.json", "--optimizer", "adam", "--loss", "mse",
+                                             "--strategy", "single"])
+    args.source = model_source.SourceFacts([], None, "huber_loss", "sgd", False, {}, False)
     setup = decide.setup_of(args)
     assert (setup.loss, setup.loss_from) == ("huber_loss", "the file's compile_config")
+    assert (setup.xla, setup.xla_from) == ("off", "the file's compile_config")
     assert setup.notes == (
+        "The step is planned without XLA: the file's compile_config compiles with jit_compile=False, which Keras "
+        "keeps on a GPU host (pass --xla on if you compile it again otherwise).",
         "--optimizer adam is measured: the file's compile_config compiles with sgd, and its other compile options "
         "are dropped.",
         "--loss mse is not used: the file's compile_config compiles the model with huber_loss, which fit trains with.")
+    # --xla given wins, and says what the file would have done.
+    args.xla = "on"
+    assert decide.setup_of(args).xla == "on" and decide.setup_of(args).notes[0] == (
+        "--xla on is measured: the file's compile_config compiles with jit_compile=False, which fit keeps unless "
+        "you compile the model again.")
 
 
 def seed_weights_and_context() -> tuple[list, bool, list]:
@@ -262,6 +272,10 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:augmented", "--backend", "jax"],
      "Keras on JAX runs this model's step without jit (RandomRotation: layers it does not compile)"),
+    (["--model", "tests.plan_builders:tiny_jit_off", "--backend", "jax"],
+     "the function's compile sets jit_compile=False, so Keras on JAX runs the step without jit"),
+    (["--model", "tests.plan_builders:tiny_jit_on"],
+     "the function's compile sets jit_compile=True, and an XLA step under --strategy mirrored cannot"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
     (["--model", "tests.plan_builders:not_a_model"],
@@ -361,18 +375,21 @@ def builder_facts(name: str) -> tuple:
 
 
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
-    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, {})
+    assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, {}, None)
     # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
-    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None, False, {})
-    assert kernel.call(builder_facts, "tiny") == (None, None, None, False, {})
+    assert kernel.call(builder_facts, "tiny_mixed") == ("mixed_float16", "mse", None, False, {}, None)
+    assert kernel.call(builder_facts, "tiny") == (None, None, None, False, {}, None)
     # Named by the slots its settings make: SGD(momentum=0.9) is not --optimizer sgd.
     assert kernel.call(builder_facts, "tiny_sgd_momentum")[2] == "sgd_momentum"
     # AdamW's __init__ reads back what the optimizers' base class keeps (weight_decay).
-    assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, {})
-    assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {})
+    assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, {}, None)
+    assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {}, None)
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.
     assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy", None, False,
-                                                         {"LSTM": private.CUDNN})
+                                                         {"LSTM": private.CUDNN}, None)
+    # jit_compile as the function chose it, by keyword or by position ("auto" is Keras's choice: None).
+    assert kernel.call(builder_facts, "tiny_jit_on")[5] is True
+    assert kernel.call(builder_facts, "tiny_jit_off")[5] is False
     # Known by its class, not its name: a reader's subclass runs the same kernel.
     assert kernel.call(builder_facts, "custom_lstm_tagger")[4] == {"TaggerLSTM": private.CUDNN}
     # The reader's layer, not its parts (TextVectorization's own StringLookup).
@@ -393,7 +410,7 @@ def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it
     with pytest.raises(ValueError, match=r"without jit \(RandomRotation: layers it does not compile\)"):
         decide.refuse_unjitted_on_jax({"RandomRotation": private.NO_JIT, "TaggerLSTM": private.CUDNN})
     args = decide.build_parser().parse_args(["--model", "tests.plan_builders:lstm_tagger", "--optimizer", "adam"])
-    args.builder_no_xla = {"LSTM": private.CUDNN}
+    args.source = model_source.SourceFacts([], None, "mse", None, False, {"LSTM": private.CUDNN}, None)
     for strategy, xla, planned_without in (("single", "auto", True), ("single", "on", True),
                                            ("single", "off", False), ("mirrored", "auto", False)):
         args.strategy, args.xla, args.backend = strategy, xla, "tensorflow"
@@ -423,7 +440,7 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     assert plan["plan"]["step"]["policy"] == "mixed_float16" and plan["plan"]["step"]["loss"] is None
     assert plan["setup"] == {
         "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
-        "policy_from": "the function", "no_xla": {},
+        "policy_from": "the function", "no_xla": {}, "xla": "auto", "xla_from": "--xla",
         "notes": ["--loss huber is not used: the function compiles the model with mse, which fit trains with.",
                   "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
     # The reader's batch is one of the two run (no third at WIDE_BATCH: nothing is extrapolated).

@@ -38,6 +38,8 @@ class ModelSetup:
         no_xla: the layers that keep Keras from compiling the step with XLA on a GPU host, where it
             was asked for, each with its reason (:func:`snippets.lib.private.gpu_xla_blockers`): the
             step is planned without XLA.
+        xla: the ``--xla`` mode planned (:func:`source_xla`): ``"auto"``, ``"on"`` or ``"off"``.
+        xla_from: ``"--xla"``, or the model's own compile when it chose ``jit_compile``.
     """
 
     loss: str | None
@@ -46,6 +48,8 @@ class ModelSetup:
     policy_from: str
     notes: tuple[str, ...] = ()
     no_xla: Mapping[str, str] = field(default_factory=dict)
+    xla: str = "auto"
+    xla_from: str = "--xla"
 
     @property
     def planned_policy(self) -> str | None:
@@ -58,6 +62,21 @@ class ModelSetup:
 SOURCES = {"function": ("the function", "the function compiles", "the function's compile"),
            "file": ("the file", "the file's compile_config compiles", "the file's compile_config")}
 
+def source_xla(xla: str, jit_compile: bool | None) -> str:
+    """The ``--xla`` mode to plan: the option when given as ``"on"`` or ``"off"``, else the
+    ``jit_compile`` the model's source compiled with (True: ``"on"``), else ``"auto"``.
+
+    A compiled model keeps its ``jit_compile`` on a GPU host (``Model.compile`` resolves only
+    ``"auto"``), so that is the step the reader's ``fit`` runs unless they compile it again.
+
+    >>> source_xla("auto", False), source_xla("auto", None), source_xla("on", False)
+    ('off', 'auto', 'on')
+    """
+    if xla != "auto" or jit_compile is None:
+        return xla
+    return "on" if jit_compile else "off"
+
+
 #: :attr:`ModelSetup.loss_from` for a model whose own ``train_step`` computes its loss.
 OWN_STEP = "its own train_step"
 
@@ -65,7 +84,7 @@ OWN_STEP = "its own train_step"
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
                 optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
-                source: str = "function") -> ModelSetup:
+                source: str = "function", xla: str = "auto", function_jit: bool | None = None) -> ModelSetup:
     """Which loss and dtype policy the step trains with: the model source's own first, then the options.
 
     The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
@@ -87,6 +106,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             asked for (``--xla on``, or ``auto`` where Keras would compile): the step is planned without it.
         source: where the reader's model came from, a key of :data:`SOURCES`: ``"function"``
             (``--model``) or ``"file"`` (``--model-json``, whose ``compile_config`` is its compile).
+        xla: ``--xla`` as given; function_jit: the ``jit_compile`` the source compiled with
+            (:attr:`snippets.lib.model_source.SourceFacts.jit_compile`): see :func:`source_xla`.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -106,6 +127,14 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         why = "; an LSTM or GRU runs cuDNN's kernel there" if CUDNN in no_xla.values() else ""
         notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}{why}), so it is "
                      "planned without XLA.")
+    planned_xla = source_xla(xla, function_jit)
+    if function_jit is not None and xla == "auto":
+        notes.append(f"The step is planned {'with' if function_jit else 'without'} XLA: {compiles} with "
+                     f"jit_compile={function_jit}, which Keras keeps on a GPU host (pass --xla "
+                     f"{'off' if function_jit else 'on'} if you compile it again otherwise).")
+    elif function_jit is not None and (xla == "on") != function_jit:
+        notes.append(f"--xla {xla} is measured: {compiles} with jit_compile={function_jit}, which fit keeps "
+                     "unless you compile the model again.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
         notes.append(f"--optimizer {optimizer} is measured: {compiles} with {function_optimizer}, and "
                      "its other compile options are dropped.")
@@ -128,7 +157,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         used, used_from = function_loss, compiled
     else:
         used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else "")
-    return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla)
+    return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla, planned_xla,
+                      compiled if planned_xla != xla else "--xla")
 
 
 def _setup_lines(setup: ModelSetup | None) -> list[str]:

@@ -3,8 +3,8 @@
 ``python -m snippets.decide --model`` (and ``--model-json``) first reads the model here, under
 ``keras.StatelessScope(initialize_variables=False)`` (:func:`snippets.lib.seed.variable_specs`): its
 variables' shapes and dtypes, the dtype policy the function set, the loss and optimizer it compiled
-with, whether it has a train_step of its own, and the layers that keep Keras from compiling its step
-with XLA on a GPU host. Nothing of the model's size is allocated, so a model too large for this host
+with and whether it chose XLA (``jit_compile``), whether it has a train_step of its own, and the
+layers that keep Keras from compiling its step with XLA on a GPU host. Nothing of the model's size is allocated, so a model too large for this host
 is still read, and planned by rule (:mod:`snippets.lib.model_plan`).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import NamedTuple
 
 from snippets.lib import optimizers, planner, units
 from snippets.lib.errors import ModelError
@@ -46,12 +47,37 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     return weights
 
 
-def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | None, str | None, str | None, bool,
-                                                 list[str]]:
-    """``(model_weights(build_model), the dtype policy it set, the loss and the optimizer it compiled
-    with, whether the model has a train_step of its own, the layers that keep Keras from XLA-compiling
-    its step on a GPU host (:func:`snippets.lib.private.gpu_xla_blockers`))``, leaving the global
-    policy as it was.
+class SourceFacts(NamedTuple):
+    """What :func:`read_builder` reads from the reader's model and the function that builds it.
+
+    Attributes:
+        weights: :func:`model_weights` (shapes and dtypes, nothing allocated).
+        policy: the dtype policy the function set (None: it set none, or float32).
+        loss, optimizer: what the function compiled with, in words (None: it did not compile, or named
+            no optimizer: compile's own default is nobody's choice).
+        own_step: the model's class has a ``train_step`` of its own.
+        no_xla: :func:`snippets.lib.private.gpu_xla_blockers`, ``{class name: reason}``.
+        jit_compile: the ``jit_compile`` it compiled with, True or False; None for ``"auto"`` (Keras
+            decides) or no compile. A ``model.to_json()`` file holds what the saving host resolved
+            ``"auto"`` to (keras/src/trainers/trainer.py stores the resolved value in its compile config).
+    """
+
+    weights: list
+    policy: str | None
+    loss: str | None
+    optimizer: str | None
+    own_step: bool
+    no_xla: dict
+    jit_compile: bool | None
+
+
+#: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
+#: positional ``jit_compile`` is read too.
+_BEFORE_JIT = ("loss_weights", "metrics", "weighted_metrics", "run_eagerly", "steps_per_execution")
+
+
+def read_builder(build_model: Callable) -> SourceFacts:
+    """:class:`SourceFacts` of the model ``build_model()`` returns, leaving the global policy as it was.
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
     builds the model, and compile it; the planner honours both (None: float32, no loss) without
@@ -70,6 +96,8 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
 
     def record(self, optimizer=None, loss=None, *args, **kwargs):  # Model.compile's own order
         seen["loss"] = loss
+        jit = args[len(_BEFORE_JIT)] if len(args) > len(_BEFORE_JIT) else kwargs.get("jit_compile", "auto")
+        seen["jit_compile"] = None if jit == "auto" else bool(jit)
         # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
         # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
         seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
@@ -91,11 +119,12 @@ def read_builder(build_model: Callable) -> tuple[list[planner.Weight], str | Non
         name = keras.config.dtype_policy().name
     finally:
         keras.config.set_dtype_policy(before)
-    return (weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
-            seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", []))
+    return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
+                       seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
+                       seen.get("jit_compile"))
 
 
-def read_json(text: str) -> tuple:
+def read_json(text: str) -> SourceFacts:
     """:func:`read_builder` of the model whose config is ``text`` (``model.to_json()``): its weights, not
     allocated, and what its ``compile_config`` holds (the loss and optimizer it was compiled with,
     which ``model_from_json`` compiles it with again)."""
