@@ -363,6 +363,14 @@ def test_an_error_says_its_cause_not_its_wrapper():
     graph = RuntimeError("Graph execution error:\n\nDetected at node Cast defined at (most recent call last):\n"
                          "  File \"x.py\", line 1\n\nCast float to string is not supported\n\t [[{{node Cast}}]]")
     assert error_line(keras_wrapped) == "The structure of `inputs` doesn't match"
+    # Nested: a layer's output spec inferred by calling the layer inside it (RematScope reaching attention).
+    nested = ValueError("Exception encountered when calling EncoderBlock.call().\n\n\x1b[1mCould not automatically "
+                        "infer the output shape / dtype of 'encoder_block_0'. Error encountered:\n\nException "
+                        "encountered when calling MultiHeadAttention.call().\n\n\x1b[1mThe custom_gradient decorator "
+                        "currently supports keywords arguments only when eager execution is enabled.\x1b[0m\n\n"
+                        "Arguments received by MultiHeadAttention.call():\n  • query=tf.Tensor(shape=(None, 256, 64))")
+    assert error_line(nested) == ("The custom_gradient decorator currently supports keywords arguments only when eager "
+                                  "execution is enabled.")
     assert error_line(graph) == "Cast float to string is not supported"
     assert error_line(ValueError("one line")) == "one line"
 

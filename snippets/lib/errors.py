@@ -118,11 +118,15 @@ def summary(error: BaseException) -> str:
 
 def error_line(error: BaseException) -> str:
     """The line of ``error``'s message that says what went wrong: its first, unless Keras wrapped the
-    cause ("Exception encountered when calling X.call()."), then the cause's, without terminal colours."""
+    cause ("Exception encountered when calling X.call()."), then the innermost cause's, without terminal
+    colours. Keras nests wrappers: a functional model's layer whose output spec it infers by calling it
+    adds "Could not automatically infer the output shape ... Error encountered:" around its inner layer's."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
     lines = [line for line in lines if line]
     if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
-        return lines[1]
+        said = [line for line in lines[1:]
+                if not line.startswith("Exception encountered when calling") and not line.endswith("Error encountered:")]
+        return said[0] if said else lines[1]
     if len(lines) > 1 and lines[0] == "Graph execution error:":
         # TensorFlow puts the op's own message last, before the node's name ("[[{{node Cast}}]]").
         said = [line for line in lines[1:] if not line.startswith(("[[", "Detected at node", "File "))]
