@@ -2,7 +2,7 @@
 
 Each configuration of :func:`snippets.activations.chapter_jobs` is one model's
 ``fit`` steps in its own fresh capped process (:func:`snippets.activations.chapter_figures`,
-the planner's own measurement). About two minutes on two CPU cores, which is why the
+the planner's own measurement). About two and a half minutes on two CPU cores, which is why the
 chapter reads them from ``benchmarks/results/activations.json`` (committed) instead of
 measuring them on every test run; tests/test_activations.py holds the file to the chapter's
 configurations, and runs its own capped steps for the remedies' proofs.

@@ -155,42 +155,39 @@ def seed_model(k: int = 64, remat: bool = False):
 # --- fresh processes ------------------------------------------------------------------------
 
 
-#: The inter-op thread counts a step without XLA is measured at: one, the emulation's default
+#: The inter-op thread counts each configuration is measured at: one, the emulation's default
 #: (:data:`snippets.lib.devices.CPU_INTER_OP_THREADS`, two) and eight (a GPU server's default is its
 #: core count). Without XLA the executor's order is a race, and for this chapter's Transformer under
 #: ``keras.remat`` it decides the saving: 18-22 MiB at two and eight threads, 31-34 MiB at one,
-#: against 57-60 MiB without remat (four steps, three runs at each count, and this benchmark). A compiled step is one program: it is
-#: measured at the default only (:data:`snippets.lib.model_plan.COMPILED_THREADS`).
+#: against 57-60 MiB without remat (four steps, three runs at each count, and this benchmark). A
+#: compiled step is measured at all three too, so the page shows rather than assumes that its
+#: buffer assignment does not move with them.
 THREADS = (1, CPU_INTER_OP_THREADS, 8)
 
 
-def step_threads(step: ModelStep) -> tuple[int, ...]:
-    """The inter-op thread counts :func:`chapter_figures` measures ``step`` at: :data:`THREADS`
-    without XLA, the emulation's default alone for a compiled step."""
-    return (CPU_INTER_OP_THREADS,) if step.jit else THREADS
-
-
 def measure_fresh(jobs: Sequence[tuple[ModelStep, str]]) -> list[dict]:
-    """:func:`snippets.lib.model_step.measure` of each ``(step, cap)`` at each of its
-    :func:`step_threads`, each run in its own fresh process (:func:`snippets.lib.model_step.measure_many`:
-    one TensorFlow import, a fork per run). With accumulation each run goes through the optimizer's
-    update (``model_step.measure`` does).
+    """:func:`snippets.lib.model_step.measure` of each ``(step, cap)`` at each of :data:`THREADS`,
+    each run in its own fresh process (:func:`snippets.lib.model_step.measure_many`: one TensorFlow
+    import, a fork per run). With accumulation each run goes through the optimizer's update
+    (``model_step.measure`` does).
 
     Returns:
         One result per job: the run with the highest ``step_peak`` (the first run if none completed),
-        with ``"thread_peaks"``, ``{threads: step_peak or None}`` (bytes) for every run of the job.
+        with ``"thread_peaks"``, ``{threads: step_peak or None}`` (bytes) for every run of the job, and
+        ``"seconds_per_step"`` from the run at the default count, so that rows compare at one count.
 
     Raises:
         RuntimeError: if a child fails for another reason than an OOM (its one line).
     """
-    runs = [(step, cap, threads) for step, cap in jobs for threads in step_threads(step)]
+    runs = [(step, cap, threads) for step, cap in jobs for threads in THREADS]
     results = iter(model_step.measure_many(runs))
     figures = []
-    for step, _ in jobs:
-        by_threads = {threads: next(results) for threads in step_threads(step)}
+    for _ in jobs:
+        by_threads = {threads: next(results) for threads in THREADS}
         done = [r for r in by_threads.values() if r["completed"]]
-        worst = max(done, key=lambda r: r["step_peak"]) if done else next(iter(by_threads.values()))
-        figures.append({**worst, "thread_peaks": {str(t): r["step_peak"] for t, r in by_threads.items()}})
+        worst = max(done, key=lambda r: r["step_peak"]) if done else by_threads[THREADS[0]]
+        figures.append({**worst, "thread_peaks": {str(t): r["step_peak"] for t, r in by_threads.items()},
+                        "seconds_per_step": by_threads[CPU_INTER_OP_THREADS]["seconds_per_step"]})
     return figures
 
 
@@ -329,7 +326,7 @@ def chapter_jobs() -> dict[str, tuple[ModelStep, str]]:
 
 def chapter_figures() -> dict[str, dict]:
     """:func:`snippets.lib.model_step.measure` of every :func:`chapter_jobs` configuration,
-    each in its own fresh process (:func:`measure_fresh`). About two minutes on two CPU cores:
+    each in its own fresh process (:func:`measure_fresh`). About two and a half minutes on two CPU cores:
     ``python -m benchmarks.activations`` runs it and publishes the result (:data:`RESULTS`)."""
     jobs = chapter_jobs()
     return dict(zip(jobs, measure_fresh(list(jobs.values()))))
@@ -341,8 +338,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "acti
 
 def jobs_as_json() -> dict[str, dict]:
     """:func:`chapter_jobs` as plain JSON values: each configuration's step fields, cap and the
-    inter-op thread counts it is measured at (:func:`step_threads`)."""
-    return json.loads(json.dumps({name: {"step": asdict(step), "cap": cap, "threads": step_threads(step)}
+    inter-op thread counts it is measured at (:data:`THREADS`)."""
+    return json.loads(json.dumps({name: {"step": asdict(step), "cap": cap, "threads": THREADS}
                                   for name, (step, cap) in chapter_jobs().items()}))
 
 
@@ -354,7 +351,7 @@ def published_figures(path: Path = RESULTS) -> dict[str, dict]:
         RuntimeError: the file is missing, or was measured for other configurations than
             :func:`chapter_jobs` (one line naming the command that measures them again).
     """
-    again = "run python -m benchmarks.activations (about two minutes)"
+    again = "run python -m benchmarks.activations (about three minutes)"
     if not path.exists():
         raise RuntimeError(f"{path.name} has not been measured here: {again}")
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -365,7 +362,8 @@ def published_figures(path: Path = RESULTS) -> dict[str, dict]:
 
 def figures_table(figures: dict[str, dict]) -> str:
     """The chapter's figures as a text table: the step peak (the worst run), the lowest run's peak
-    (:func:`measure_fresh`'s ``thread_peaks``), the weights, wall seconds of the worst run's last step."""
+    (:func:`measure_fresh`'s ``thread_peaks``), the weights, wall seconds of the last ``fit`` step
+    at the default thread count."""
     width = max([len("configuration"), *map(len, figures)])
     rows = [f"{'configuration':{width}} {'step peak':>10} {'lowest':>10} {'weights':>10} {'s/step':>7}"]
     for name, r in figures.items():
