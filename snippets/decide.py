@@ -427,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, default=64, metavar="N", help="global batch size (default 64)")
     parser.add_argument("--xla", default="auto", choices=placements.XLA_CHOICES,
                         help="XLA for the optimizer update: auto (what Keras chooses on a GPU host for the "
-                        "placement), on, off")
+                        "placement; for --model, the jit_compile its compile set, if it set one), on, off")
     parser.add_argument("--card", default=hardware.DEFAULT_CARD, metavar="NAME",
                         help=f"GPU model, for capacity and reserve: {', '.join(hardware.CARDS)} "
                         f"(default {hardware.DEFAULT_CARD})")

@@ -178,8 +178,8 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
     assert setup.notes == (
         "The step is planned without XLA: the file's compile_config compiles with jit_compile=False, which Keras "
         "keeps on a GPU host (pass --xla on if you compile it again otherwise).",
-        "--optimizer adam is measured: the file's compile_config compiles with sgd, and its other compile options "
-        "are dropped.",
+        "--optimizer adam is measured: the file's compile_config compiles with sgd; of its compile, only the loss "
+        "is kept.",
         "--loss mse is not used: the file's compile_config compiles the model with huber_loss, which fit trains with.")
     # --xla given wins, and says what the file would have done.
     args.xla = "on"

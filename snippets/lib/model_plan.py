@@ -409,6 +409,8 @@ class ModelPlan:
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
+                # The lowest single step at each batch: how() caps the slope by the one between them.
+                "floors": list(self.floors),
                 # A compiled plan compiles the train step only: its initialisation is not known.
                 "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak,
                 "weights_bytes": self.weights_bytes, "seconds_per_step_cpu": self.seconds_per_step}

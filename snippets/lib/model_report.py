@@ -116,7 +116,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     --loss huber is not used: the function compiles the model with mse, which fit trains with.
     --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it.
     >>> model_setup(None, None, loss="mse", function_optimizer="sgd", optimizer="adam").notes
-    ('--optimizer adam is measured: the function compiles with sgd, and its other compile options are dropped.',)
+    ('--optimizer adam is measured: the function compiles with sgd; of its compile, only the loss is kept.',)
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
@@ -136,8 +136,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"--xla {xla} is measured: {compiles} with jit_compile={function_jit}, which fit keeps "
                      "unless you compile the model again.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
-        notes.append(f"--optimizer {optimizer} is measured: {compiles} with {function_optimizer}, and "
-                     "its other compile options are dropped.")
+        notes.append(f"--optimizer {optimizer} is measured: {compiles} with {function_optimizer}; of its "
+                     "compile, only the loss is kept.")
     if function_loss is not None and loss is not None and loss != function_loss:
         notes.append(f"--loss {loss} is not used: {compiles} the model with {function_loss}, "
                      "which fit trains with.")
@@ -206,8 +206,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
              f"Step peak per device: {h(plan.step_peak)} ({init}).",
              textwrap.fill(plan.how(), 100, break_on_hyphens=False)]
     spare = capacity - plan.total
-    pool = "JAX's default 75% pool" if compiled else "allocator"
-    against = f"{card_name}'s {pool}" if card_name else "each device"
+    against = ("each device" if not card_name else f"JAX's default 75% pool of a {card_name}" if compiled
+               else f"{card_name}'s allocator")
     if spare >= 0:
         lines.append(f"Fits: {h(plan.total)} of {h(capacity)} ({against}), {h(spare)} to spare.")
     else:
