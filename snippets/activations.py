@@ -326,8 +326,8 @@ def chapter_jobs() -> dict[str, tuple[ModelStep, str]]:
 
 def chapter_figures() -> dict[str, dict]:
     """:func:`snippets.lib.model_step.measure` of every :func:`chapter_jobs` configuration,
-    each in its own fresh process (:func:`measure_fresh`). About two and a half minutes on two CPU cores:
-    ``python -m benchmarks.activations`` runs it and publishes the result (:data:`RESULTS`)."""
+    each in its own fresh process (:func:`measure_fresh`). About two and a half minutes on two CPU
+    cores: ``python -m benchmarks.activations`` runs it and publishes the result (:data:`RESULTS`)."""
     jobs = chapter_jobs()
     return dict(zip(jobs, measure_fresh(list(jobs.values()))))
 

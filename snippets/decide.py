@@ -313,7 +313,8 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
     loss = args.loss if setup.loss_from == "--loss" else None
-    if setup.xla_from != "--xla" and setup.xla == "on" and args.strategy == "mirrored" and args.backend != "jax":
+    if (setup.xla_from != "--xla" and setup.xla == "on" and not setup.no_xla and args.strategy == "mirrored"
+            and args.backend != "jax"):
         # Compiled with jit_compile=True, Keras keeps XLA under a strategy too: that step cannot run here.
         raise ValueError(f"{setup.xla_from} sets jit_compile=True, and an XLA step under --strategy "
                          "mirrored cannot be measured on this CPU's emulated devices: pass --xla off if you compile "
@@ -441,8 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sparse_categorical_crossentropy)")
     parser.add_argument("--method", default="auto", choices=("auto", "rule"),
                         help="--model: auto runs the model's real fit step at two small batches (a third when they "
-                        "hardly differ) in fresh capped processes and extrapolates (single or mirrored; the rule where it cannot run here); "
-                        "rule counts weights, gradients, slots and Dense activations only")
+                        "hardly differ) in fresh capped processes and extrapolates (single or mirrored; the rule "
+                        "where it cannot run here); rule counts weights, gradients, slots and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
                         help="--model: the Keras backend you train on. tensorflow (default): measured; jax: "
                         "XLA's compiled memory analysis of the train step (XLA:CPU's figures) on one device, or with "

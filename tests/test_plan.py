@@ -181,6 +181,12 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
         "--optimizer adam is measured: the file's compile_config compiles with sgd; of its compile, only the loss "
         "is kept.",
         "--loss mse is not used: the file's compile_config compiles the model with huber_loss, which fit trains with.")
+    # jit_compile=True on a model Keras compiles no XLA step for (cuDNN's LSTM): one note, and no refusal
+    # under mirrored, whose step then has no XLA either.
+    from snippets.lib.model_report import model_setup
+
+    lstm = model_setup("mse", None, no_xla={"LSTM": private.CUDNN}, function_jit=True)
+    assert lstm.xla == "on" and len(lstm.notes) == 1 and "cuDNN" in lstm.notes[0]
     # --xla given wins, and says what the file would have done.
     args.xla = "on"
     assert decide.setup_of(args).xla == "on" and decide.setup_of(args).notes[0] == (

@@ -62,6 +62,7 @@ class ModelSetup:
 SOURCES = {"function": ("the function", "the function compiles", "the function's compile"),
            "file": ("the file", "the file's compile_config compiles", "the file's compile_config")}
 
+
 def source_xla(xla: str, jit_compile: bool | None) -> str:
     """The ``--xla`` mode to plan: the option when given as ``"on"`` or ``"off"``, else the
     ``jit_compile`` the model's source compiled with (True: ``"on"``), else ``"auto"``.
@@ -85,7 +86,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
                 optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
                 source: str = "function", xla: str = "auto", function_jit: bool | None = None) -> ModelSetup:
-    """Which loss and dtype policy the step trains with: the model source's own first, then the options.
+    """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
+    the options.
 
     The function runs after the planner has set ``policy`` (:func:`snippets.lib.model_step.build`), so
     a policy it sets itself is the one its model is built under; a model it compiled trains with that
@@ -128,11 +130,12 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}{why}), so it is "
                      "planned without XLA.")
     planned_xla = source_xla(xla, function_jit)
-    if function_jit is not None and xla == "auto":
+    # jit_compile=True on a model with such layers: Keras warns and compiles no XLA (the note above says why).
+    if function_jit is not None and xla == "auto" and not (function_jit and no_xla):
         notes.append(f"The step is planned {'with' if function_jit else 'without'} XLA: {compiles} with "
                      f"jit_compile={function_jit}, which Keras keeps on a GPU host (pass --xla "
                      f"{'off' if function_jit else 'on'} if you compile it again otherwise).")
-    elif function_jit is not None and (xla == "on") != function_jit:
+    elif function_jit is not None and xla != "auto" and (xla == "on") != function_jit:
         notes.append(f"--xla {xla} is measured: {compiles} with jit_compile={function_jit}, which fit keeps "
                      "unless you compile the model again.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():

@@ -4,8 +4,9 @@
 ``keras.StatelessScope(initialize_variables=False)`` (:func:`snippets.lib.seed.variable_specs`): its
 variables' shapes and dtypes, the dtype policy the function set, the loss and optimizer it compiled
 with and whether it chose XLA (``jit_compile``), whether it has a train_step of its own, and the
-layers that keep Keras from compiling its step with XLA on a GPU host. Nothing of the model's size is allocated, so a model too large for this host
-is still read, and planned by rule (:mod:`snippets.lib.model_plan`).
+layers that keep Keras from compiling its step with XLA on a GPU host. Nothing of the model's size
+is allocated, so a model too large for this host is still read, and planned by rule
+(:mod:`snippets.lib.model_plan`).
 """
 
 from __future__ import annotations

@@ -167,8 +167,8 @@ def gpu_xla_blockers(model) -> dict[str, str]:
     RandomRotation, ...), and an LSTM or GRU whose arguments let it run cuDNN's kernel
     (``use_cudnn`` "auto" or True), which sets it only when a GPU is listed (keras/src/layers/rnn/lstm.py
     and gru.py, ``backend.cudnn_ok``): on this CPU it would stay True, so the same argument check runs here
-    without the GPU (a subclass of LSTM or GRU too, under its own name). Private: ``Layer._flatten_layers`` and
-    ``keras.src.backend.tensorflow.rnn._do_{lstm,gru}_arguments_support_cudnn`` (Keras 3.15.1).
+    without the GPU (a subclass of LSTM or GRU too, under its own name). Private:
+    ``Layer._flatten_layers`` and ``keras.src.backend.tensorflow.rnn._do_{lstm,gru}_arguments_support_cudnn`` (Keras 3.15.1).
     """
     import importlib
 
