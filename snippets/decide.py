@@ -33,12 +33,12 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
                           planner, private, splits, units)
 from snippets.lib.errors import error_line
-from snippets.lib.model_source import model_weights, read_builder, read_json
+from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
 from snippets.lib.model_step import ModelError, ModelStep
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
@@ -297,7 +297,33 @@ def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None =
                          "(without --backend jax)")
 
 
-def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPlan:
+def source_optimizer(facts, source: str = "function") -> tuple[str | None, str | None]:
+    """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
+    note saying so: the one its source compiled with; compile's own default, ``"rmsprop"``, if it
+    compiled with a loss and no optimizer; ``(None, None)`` (inference) if it did not compile.
+
+    Args:
+        facts: :class:`snippets.lib.model_source.SourceFacts`.
+        source: a key of :data:`snippets.lib.model_report.SOURCES`.
+
+    Raises:
+        ValueError: the source compiled with an optimizer the planner does not know (one line).
+    """
+    compiles = model_report.SOURCES[source][1]
+    if facts.optimizer is not None:
+        name = facts.optimizer.lower()
+        if name not in optimizers.OPTIMIZERS:
+            raise ValueError(f"{compiles} with {facts.optimizer}, which the planner does not know: pass --optimizer "
+                             f"(one of {', '.join(optimizers.OPTIMIZERS)})")
+        return name, f"No --optimizer: {compiles} with {name}, which is measured."
+    if facts.loss is not None:
+        return "rmsprop", (f"No --optimizer: {compiles} without naming one, so fit trains with compile's default, "
+                           "rmsprop, which is measured.")
+    return None, None
+
+
+def measured_plan(args, weights: Sequence[planner.Weight],
+                  setup: model_report.ModelSetup | None = None) -> model_plan.ModelPlan:
     """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), or on
     ``--backend jax`` by compiling it (:func:`snippets.lib.jax_step.plan_on_jax`); progress on stderr."""
     if args.loss is not None:
@@ -308,7 +334,7 @@ def measured_plan(args, weights: Sequence[planner.Weight]) -> model_plan.ModelPl
         except ValueError:
             raise ValueError(f"--loss {args.loss!r} is not a Keras loss: give a name keras.losses.get knows, "
                              "such as mse or sparse_categorical_crossentropy") from None
-    setup = setup_of(args)
+    setup = setup or setup_of(args)
     devices = args.devices if args.strategy == "mirrored" else 1
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
@@ -453,15 +479,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_model(read: Callable, source, name: str) -> list[planner.Weight]:
+def _user_model(read: Callable, source, name: str) -> SourceFacts:
     # The reader's model code can raise anything; the CLI reports one line.
     try:
         return read(source)
     except ModelError as error:
         raise ValueError(f"{name}: {error}") from None
     except Exception as error:  # noqa: BLE001
+        hint = " (check --model-kwargs)" if "unexpected keyword argument" in str(error) else ""
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: "
-                         f"{error_line(error)}") from None
+                         f"{error_line(error)}{hint}") from None
 
 
 def _weights(args) -> list[planner.Weight]:
@@ -506,14 +533,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, MemoryError, RuntimeError) as error:
         parser.error(str(error).splitlines()[0])
     try:
+        _model_kwargs(args)  # bad JSON refused before the model's module (and TensorFlow) is imported
         weights = _weights(args)
-        how = model_plan.rule_how(weights)
+        optimizer_note = None
+        if (args.model or args.model_json) and args.optimizer is None:
+            args.optimizer, optimizer_note = source_optimizer(args.source, "file" if args.model_json else "function")
+        how = model_plan.rule_how(weights, inference=bool(args.model or args.model_json) and args.optimizer is None)
         # A mixed policy the model's function set wins over the command line's, as it does when it runs.
         setup = setup_of(args)
+        if optimizer_note:
+            setup = replace(setup, notes=(optimizer_note, *setup.notes))
         rule_policy = setup.planned_policy if setup.planned_policy in units.POLICIES else None
         if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
-            plan = measured_plan(args, weights)
+            plan = measured_plan(args, weights, setup)
             how = plan.how()
         else:
             plan = None

@@ -223,6 +223,21 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     assert not any(r.estimate for r in model_remedies.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB))
 
 
+def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_an_estimate_from_an_xla_step():
+    trainable = 10 * units.MiB
+    for xla, estimate in (("off", False), ("on", True)):
+        plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, xla, "single"), "extrapolated", (16, 32),
+                                    (220 * units.MiB, 380 * units.MiB))
+        mirrored = next(r for r in model_remedies.batch_remedies(plan, 2 * units.GiB, 4, trainable)
+                        if r.label.startswith("MirroredStrategy over 4"))
+        # A replica's program is the single-device fit at 64 plus the all-reduced gradient.
+        expected = plan.peak_at(64) + trainable
+        assert mirrored.peak == (max(expected, plan.init_peak) if xla == "off" else expected)
+        assert "plus the all-reduced gradient" in mirrored.how and mirrored.estimate is estimate
+        # Under a strategy Keras compiles no XLA step for jit_compile="auto": the line is another program's.
+        assert ("measure it with --strategy mirrored" in mirrored.how) is estimate
+
+
 def test_bad_steps_are_one_line_each():
     for step, words in ((ModelStep("m:f", "adamx"), "optimizer"), (ModelStep("m:f", strategy="column"), "single"),
                         (ModelStep("m:f", batch=6, strategy="mirrored", devices=4), "multiple of 4"),

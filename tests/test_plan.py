@@ -432,6 +432,28 @@ def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it
         assert bool(decide.setup_of(args).no_xla) is planned_without, (strategy, xla)
 
 
+def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_planned_for_inference():
+    from snippets.lib import model_plan, planner
+    from snippets.lib.model_source import SourceFacts
+
+    def facts(optimizer, loss):
+        return SourceFacts([], None, loss, optimizer, False, {}, None)
+
+    assert decide.source_optimizer(facts("adam", "mse")) == (
+        "adam", "No --optimizer: the function compiles with adam, which is measured.")
+    # compile(loss=...) alone: fit trains with compile's default optimizer.
+    assert decide.source_optimizer(facts(None, "mse"), "file") == (
+        "rmsprop", "No --optimizer: the file's compile_config compiles without naming one, so fit trains with "
+        "compile's default, rmsprop, which is measured.")
+    assert decide.source_optimizer(facts(None, None)) == (None, None)
+    assert decide.source_optimizer(facts("Lion", "mse"))[0] == "lion"  # a string as the function wrote it
+    with pytest.raises(ValueError, match="compiles with Muon, which the planner does not know: pass --optimizer"):
+        decide.source_optimizer(facts("Muon", "mse"))
+    # Not compiled and no --optimizer: an inference plan, which says so before anything else.
+    how = model_plan.rule_how([planner.Weight((3, 3, 8, 8), path="conv/kernel")], inference=True)
+    assert how.startswith("Planned for INFERENCE: no --optimizer was given") and "LOWER BOUND" in how
+
+
 def test_a_tf_keras_model_is_refused_before_it_is_built():
     # A kernel of its own, so tf_keras is imported there alone (a fork: no TensorFlow import to pay).
     with Kernel() as fresh:
@@ -445,17 +467,22 @@ def test_a_tf_keras_model_is_refused_before_it_is_built():
 def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     import json
 
-    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny_mixed", "--optimizer", "adam",
+    # No --optimizer: the function compiled with a loss alone, so fit trains with compile's default.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny_mixed",
                                            "--strategy", "single", "--batch", "32", "--loss", "huber",
                                            "--policy", "mixed_bfloat16", "--json"])
     assert code == 0, out
     plan = json.loads(out[out.index("{"):])
     # The function sets its policy and compiles its loss after the planner's settings: those are what run.
     assert plan["plan"]["step"]["policy"] == "mixed_float16" and plan["plan"]["step"]["loss"] is None
+    # And --xla auto on one device is what a GPU host resolves it to: an XLA step.
+    assert plan["plan"]["step"]["optimizer"] == "rmsprop" and plan["plan"]["jit"] is True
     assert plan["setup"] == {
         "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
         "policy_from": "the function", "no_xla": {}, "xla": "auto", "xla_from": "--xla",
-        "notes": ["--loss huber is not used: the function compiles the model with mse, which fit trains with.",
+        "notes": ["No --optimizer: the function compiles without naming one, so fit trains with compile's default, "
+                  "rmsprop, which is measured.",
+                  "--loss huber is not used: the function compiles the model with mse, which fit trains with.",
                   "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
     # The reader's batch is one of the two run (no third at WIDE_BATCH: nothing is extrapolated).
     assert plan["plan"]["method"] == "measured" and plan["plan"]["batches"] == [16, 32]

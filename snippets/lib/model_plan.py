@@ -411,6 +411,8 @@ class ModelPlan:
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
                 # The lowest single step at each batch: how() caps the slope by the one between them.
                 "floors": list(self.floors),
+                # Whether the planned step is XLA-compiled, as a GPU host resolves --xla auto.
+                "jit": self.step.jit,
                 # A compiled plan compiles the train step only: its initialisation is not known.
                 "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak,
                 "weights_bytes": self.weights_bytes, "seconds_per_step_cpu": self.seconds_per_step}
@@ -525,16 +527,23 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                      rule_slope=rule_slope(weights, step) if weights is not None else 0.0)
 
 
-def rule_how(weights: Sequence[planner.Weight], too_large: bool = False) -> str:
+def rule_how(weights: Sequence[planner.Weight], too_large: bool = False, inference: bool = False) -> str:
     """How a rule figure was obtained, and whether it is a lower bound, for ``weights``.
 
     The rule counts activations only for Dense kernels (:attr:`snippets.lib.planner.Weight.dense_kernel`);
-    a model with other weights of rank 2 or more gets a figure that leaves theirs out.
+    a model with other weights of rank 2 or more gets a figure that leaves theirs out. ``inference``:
+    no optimizer was given or compiled, so no training state is counted, and the text says so first.
     """
     why = "the model's weights are too large to run its step on this host; " if too_large else ""
     other = [w for w in weights if len(w.shape) >= 2 and not w.dense_kernel]
     counted = ("weights, gradients, optimizer slots and the update's temporaries (probed on the installed "
                "Keras), and the activations of each Dense layer")
+    if inference:
+        return ("Planned for INFERENCE: no --optimizer was given and the model's source compiles none, so no "
+                "gradients, optimizer slots or update are counted; pass --optimizer to plan a training step. "
+                f"By rule: the weights and the activations of each Dense layer"
+                + (f", a LOWER BOUND (the activations of {len(other)} other weight(s) of rank 2 or more are not "
+                   "counted)." if other else "."))
     if not other:
         return (f"Planned by rule ({why}{counted}); held to each device's measured step peak on Dense layers "
                 "(benchmarks, planner_vs_step_peak).")

@@ -23,7 +23,8 @@ class BatchRemedy:
         peak: planned per-device peak, bytes.
         how: how the figure follows from the measurement.
         cost: what the change costs besides memory: numerics, time, hardware.
-        estimate: True when the figure is a rule's best case, not derived from a run of this step.
+        estimate: True when the figure is a rule's best case, or read from another program's run (an XLA
+            step for a strategy that compiles none), not derived from a run of this step.
     """
 
     label: str
@@ -42,7 +43,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
       (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
       field case F22), the smallest ``k`` that fits;
     - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used):
-      ``B / N`` samples per replica, the fit at that batch.
+      ``B / N`` samples per replica, the fit at that batch (plus the all-reduced gradient when the
+      fit was a single device's; an estimate when the fit was an XLA step, which a strategy does not
+      compile).
 
     - last, and only as an estimate (``estimate=True``): ``mixed_float16`` for a float32 step,
       :func:`mixed_precision_peak`, which this host cannot measure.
@@ -75,16 +78,21 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             break
     more = max(devices, 2 * replicas)
     if more > replicas and plan.step.batch % more == 0:
-        peak = plan.peak_at(plan.step.batch // more)
+        # Measured on one device, the fit lacks a replica's all-reduced gradient (one copy of the
+        # trainable weights, step_ledger.copy_on_aggregation); and under a strategy Keras compiles no
+        # XLA step for jit_compile="auto", so a line from a compiled step is another program's.
+        single = plan.step.strategy != "mirrored"
+        peak = plan.peak_at(plan.step.batch // more) + (trainable_bytes if single else 0)
         if plan.step.strategy == "mirrored" or plan.step.xla == "off":
             peak = max(peak, plan.init_peak)
+        how = "the measured fit at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
+        if plan.step.jit:
+            how += ("; from the XLA-compiled step, while Keras compiles none under a strategy: measure it with "
+                    "--strategy mirrored")
         if peak <= capacity:
             found.append(BatchRemedy(f"MirroredStrategy over {more} (batch {plan.step.batch // more} per replica)",
-                                     peak, "the measured fit at that per-replica batch; the step without XLA "
-                                     "would need its own measurement" if plan.step.jit else
-                                     "the measured fit at that per-replica batch",
-                                     f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
-                                     "statistics per replica"))
+                                     peak, how, f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
+                                     "statistics per replica", estimate=plan.step.jit))
     if plan.step.policy in (None, "float32"):
         peak = mixed_precision_peak(plan, trainable_bytes)
         if peak <= capacity:

@@ -217,7 +217,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(f"Does not fit: {h(plan.total)} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
         fits = ", ".join(f"{name} {batch}" for name, batch in largest_batches(plan).items())
-        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit): {fits}.", 100))
+        over = f", the global batch over {step.devices} replicas" if step.strategy == "mirrored" else ""
+        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.", 100))
     if spare < 0 and plan.method != "rule" and plan.largest_batch(capacity) == 0:
         least = min(plan.batches)
         lines.append(textwrap.fill(
@@ -235,8 +236,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             "blocks, which trades memory for a second forward pass of each block (keras.RematScope fails "
             "inside fit on TensorFlow for any layer whose call gets a keyword argument, including the `training` "
             "that fit passes to every layer that accepts one); measure the changed function with --model. See "
-            "docs/activations.md.", 100, initial_indent="   ",
-            subsequent_indent="   "))
+            "docs/activations.md.", 100))
     lines.append(textwrap.fill(plan.caveats, 100, break_on_hyphens=False))
     return "\n".join(lines)
 
