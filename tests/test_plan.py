@@ -187,6 +187,11 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
 
     lstm = model_setup("mse", None, no_xla={"LSTM": private.CUDNN}, function_jit=True)
     assert lstm.xla == "on" and len(lstm.notes) == 1 and "cuDNN" in lstm.notes[0]
+    # The report names the file as the reader gave it, not the measuring processes' "json:" form.
+    from snippets.lib.model_step import ModelStep
+
+    assert ModelStep("json:/data/model.json").source == "/data/model.json"
+    assert ModelStep("pkg.mod:build").source == "pkg.mod:build"
     # --xla given wins, and says what the file would have done.
     args.xla = "on"
     assert decide.setup_of(args).xla == "on" and decide.setup_of(args).notes[0] == (

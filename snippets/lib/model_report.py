@@ -204,7 +204,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
            f"{'XLA-compiled step' if step.jit else 'step without XLA'}"
            f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}")
     init = "initialisation not compiled" if compiled else f"initialisation {h(plan.init_peak)}"
-    lines = [f"{step.model}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
+    lines = [f"{step.source}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
              f"{xla}.", *_setup_lines(setup),
              f"Step peak per device: {h(plan.step_peak)} ({init}).",
              textwrap.fill(plan.how(), 100, break_on_hyphens=False)]

@@ -110,6 +110,12 @@ class ModelStep:
     def at_batch(self, batch: int) -> ModelStep:
         return replace(self, batch=batch)
 
+    @property
+    def source(self) -> str:
+        """The model as the reader named it: ``package.module:function``, or the ``--model-json`` file's
+        path (without the ``json:`` this module's processes read it by)."""
+        return self.model.removeprefix("json:")
+
     def label(self) -> str:
         extra = "".join([f" {self.policy}" if self.policy else "",
                          f" accum{self.accumulation}" if self.accumulation > 1 else "",
