@@ -297,7 +297,7 @@ def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None =
                          "(without --backend jax)")
 
 
-def source_optimizer(facts, source: str = "function") -> tuple[str | None, str | None]:
+def source_optimizer(facts: SourceFacts, source: str = "function") -> tuple[str | None, str | None]:
     """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
     note saying so: the one its source compiled with; compile's own default, ``"rmsprop"``, if it
     compiled with a loss and no optimizer; ``(None, None)`` (inference) if it did not compile.
