@@ -216,3 +216,36 @@ def augmented():
     model = keras.Model(inputs, keras.layers.Dense(2)(features))
     model.compile(loss="mse")
     return model
+
+
+#: Traces of :class:`CountingTraces`' train_step in this process (each Python call is one trace).
+TRACES = []
+
+
+class CountingTraces(keras.Model):
+    """A Dense model whose train_step records each trace: Python runs it only while tracing."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(8)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        TRACES.append(self.optimizer.built)
+        return super().train_step(data)
+
+
+def counting_traces():
+    import numpy as np
+
+    model = CountingTraces()
+    model(np.zeros((1, 16), dtype="float32"))
+    model.compile(loss="mse")
+    return model
+
+
+def traces():
+    """:data:`TRACES`, read from the kernel that measured (whether the slots were built at each trace)."""
+    return list(TRACES)

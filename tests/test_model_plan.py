@@ -196,6 +196,22 @@ def test_a_models_own_train_step_that_takes_x_alone_is_measured():
     assert result["completed"] and result["step_peak"] > 0
 
 
+@pytest.mark.parametrize("strategy, devices, expected", [("single", 1, [False, True]), ("mirrored", 2, [True])])
+def test_a_replicas_slots_are_built_before_its_first_step_as_fit_builds_them_under_a_strategy(
+        strategy, devices, expected):
+    # Keras's fit builds the slots first under a strategy and traces the step once; on one device
+    # the first trace creates them and the step is traced again (keras/src/backend/tensorflow/trainer.py).
+    from harness import Kernel
+    from snippets.lib import devices as device_setup, model_step
+    from tests import plan_builders
+
+    with Kernel(deadline=120) as kernel:
+        kernel.call(device_setup.configure, 1, "1GiB", "cpu")
+        result = kernel.call(model_step.measure, ModelStep("tests.plan_builders:counting_traces", "adam", 8, "off",
+                                                           strategy, devices))
+        assert result["completed"] and kernel.call(plan_builders.traces) == expected
+
+
 def test_batch_remedies_follow_from_the_fit_and_say_so():
     step = ModelStep("m:f", "adam", 256, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))

@@ -27,7 +27,11 @@ host uses NCCL). The replica's program is the model at ``batch / devices`` sampl
 without XLA (Keras resolves ``jit_compile="auto"`` to False for a model
 created under a strategy), with each gradient copied before the update as
 the all-reduce writes the summed gradient into a new buffer
-(:func:`snippets.lib.step_ledger.copy_on_aggregation`). ``--real-strategy`` (and
+(:func:`snippets.lib.step_ledger.copy_on_aggregation`), and with the
+optimizer's slots built before the first step, as Keras builds them under a
+strategy (``_maybe_symbolic_build`` in keras/src/backend/tensorflow/trainer.py,
+Keras 3.15; on one device it defers them to the first traced step, which is
+then traced twice). ``--real-strategy`` (and
 :func:`measure`'s ``replica_devices``) runs the real ``MirroredStrategy`` over
 ``devices`` emulated devices instead and reports the pool's peak (the benchmarks publish the replica's
 figure against it, docs/performance.md). Keras on JAX is compiled instead of run: :mod:`snippets.lib.jax_step`.
@@ -322,6 +326,10 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     for index in range(steps):
         tf.config.experimental.reset_memory_stats(device)
         began = time.perf_counter()
+        if not index and step.strategy == "mirrored" and model.optimizer is not None and not model.optimizer.built:
+            # Under a strategy Keras's fit builds the slots before its first step (module docstring):
+            # inside step 0's window, as fit does, and one trace of the step instead of two.
+            model.optimizer.build(model.trainable_variables)
         try:
             try:
                 model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
