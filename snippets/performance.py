@@ -123,12 +123,9 @@ def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
             "planned / 1 and 2": f"{min(planned):.2f}-{max(planned):.2f}"}
 
 
-def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
-              path: Path = MODEL_PLANNER) -> list[str]:
-    """Each run that "measured" takes for one configuration at one batch per device (one and two
-    inter-op threads, every draw and without XLA the 8-thread runs; not the real strategy's pool), or
-    at one of the planner's batches (:data:`snippets.lib.model_plan.SMALL_BATCHES`) the runs the
-    planner takes, its worst step peak, ascending, as text."""
+def _peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
+           path: Path = MODEL_PLANNER) -> list[int]:
+    """:func:`run_peaks` in bytes, ascending."""
     found = []
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         step, threads, real = json.loads(key)[:3]
@@ -139,7 +136,25 @@ def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
                 and step["batch"] == batch_per_device * replicas):
             found.append(run["step_peak"])
-    return [units.human_bytes(peak) for peak in sorted(found)]
+    return sorted(found)
+
+
+def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
+              path: Path = MODEL_PLANNER) -> list[str]:
+    """Each run that "measured" takes for one configuration at one batch per device (one and two
+    inter-op threads, every draw and without XLA the 8-thread runs; not the real strategy's pool), or
+    at one of the planner's batches (:data:`snippets.lib.model_plan.SMALL_BATCHES`) the runs the
+    planner takes, its worst step peak, ascending, as text."""
+    return [units.human_bytes(peak) for peak in _peaks(architecture, optimizer, strategy, xla, batch_per_device, path)]
+
+
+def growth(architecture: str, optimizer: str, strategy: str, xla: str, batches: tuple[int, ...],
+           path: Path = MODEL_PLANNER) -> list[float]:
+    """MiB per sample per device between the worst peaks of :func:`run_peaks` at each two consecutive
+    ``batches`` (per device, ascending), rounded to 0.01."""
+    worst = [max(_peaks(architecture, optimizer, strategy, xla, batch, path)) for batch in batches]
+    return [round((high - low) / (b1 - b0) / units.MiB, 2)
+            for (b0, low), (b1, high) in zip(zip(batches, worst), zip(batches[1:], worst[1:]))]
 
 
 def linearity(path: Path = MODEL_PLANNER) -> list[dict]:

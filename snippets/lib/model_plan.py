@@ -79,7 +79,7 @@ FLAT_GROWTH = 0.10
 #: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
 #: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
 #: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
-#: 104 rows without XLA a run at 8 threads peaked up to 1.35x above the runs at 1 and 2; a plan
+#: 104 rows without XLA a run at 8 threads peaked up to 1.36x above the runs at 1 and 2; a plan
 #: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
 #: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
 PLAN_THREADS = (1, 8)
@@ -117,7 +117,7 @@ PARALLEL = 2
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
 #: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of up to 18 steps at one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 19 of their
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 21 of their
 #: 156 rows would fall under 0.95 (the lowest to 0.88).
 MARGIN = 0.10
 
