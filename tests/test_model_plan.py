@@ -196,20 +196,25 @@ def test_a_models_own_train_step_that_takes_x_alone_is_measured():
     assert result["completed"] and result["step_peak"] > 0
 
 
-@pytest.mark.parametrize("strategy, devices, expected", [("single", 1, [False, True]), ("mirrored", 2, [True])])
+@pytest.mark.parametrize("strategy, real, expected", [
+    ("single", False, [False, True]), ("mirrored", False, [True]), ("mirrored", True, [True, True])])
 def test_a_replicas_slots_are_built_before_its_first_step_as_fit_builds_them_under_a_strategy(
-        strategy, devices, expected):
-    # Keras's fit builds the slots first under a strategy and traces the step once; on one device
-    # the first trace creates them and the step is traced again (keras/src/backend/tensorflow/trainer.py).
+        strategy, real, expected):
+    # Keras's fit builds the slots first under a strategy and traces the step once (the real
+    # MirroredStrategy, last: its one trace calls train_step once per replica); on one device the
+    # first trace creates them and the step is traced again (keras/src/backend/tensorflow/trainer.py).
+    # The replica's program does as the strategy does.
     from harness import Kernel
     from snippets.lib import devices as device_setup, model_step
 
+    devices = 1 if strategy == "single" else 2
     with Kernel(deadline=120) as kernel:
-        kernel.call(device_setup.configure, 1, "1GiB", "cpu")
+        setup = kernel.call(device_setup.configure, devices if real else 1, "1GiB", "cpu")
         result = kernel.call(model_step.measure, ModelStep("tests.plan_builders:counting_traces", "adam", 8, "off",
-                                                           strategy, devices))
+                                                           strategy, devices), 2, setup.devices if real else ())
         # By name: importing the builders here would import Keras, hence TensorFlow, into this process.
-        assert result["completed"] and kernel.call("tests.plan_builders:traces") == expected
+        assert result["completed"] and result["real_strategy"] is real
+        assert kernel.call("tests.plan_builders:traces") == expected
 
 
 def test_batch_remedies_follow_from_the_fit_and_say_so():

@@ -326,9 +326,11 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     for index in range(steps):
         tf.config.experimental.reset_memory_stats(device)
         began = time.perf_counter()
-        if not index and step.strategy == "mirrored" and model.optimizer is not None and not model.optimizer.built:
+        if (not index and step.strategy == "mirrored" and not replica_devices and model.optimizer is not None
+                and not model.optimizer.built):
             # Under a strategy Keras's fit builds the slots before its first step (module docstring):
-            # inside step 0's window, as fit does, and one trace of the step instead of two.
+            # inside step 0's window, as fit does, and one trace of the step instead of two. The real
+            # strategy's fit does so itself, inside the strategy's scope.
             model.optimizer.build(model.trainable_variables)
         try:
             try:
