@@ -124,13 +124,15 @@ def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
 
 
 def _peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
-           path: Path = MODEL_PLANNER) -> list[int]:
-    """:func:`run_peaks` in bytes, ascending."""
+           path: Path = MODEL_PLANNER, only_threads: int | None = None) -> list[int]:
+    """:func:`run_peaks` in bytes, ascending; with ``only_threads``, the runs at that inter-op thread count alone."""
     found = []
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         step, threads, real = json.loads(key)[:3]
         if batch_per_device in model_plan.SMALL_BATCHES and threads not in model_plan.plan_threads(ModelStep(**step)):
             continue  # a planner's batch: only the thread counts the planner runs it at
+        if only_threads is not None and threads != only_threads:
+            continue
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
@@ -149,10 +151,11 @@ def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_
 
 
 def growth(architecture: str, optimizer: str, strategy: str, xla: str, batches: tuple[int, ...],
-           path: Path = MODEL_PLANNER) -> list[float]:
+           threads: int | None = None, path: Path = MODEL_PLANNER) -> list[float]:
     """MiB per sample per device between the worst peaks of :func:`run_peaks` at each two consecutive
-    ``batches`` (per device, ascending), rounded to 0.01."""
-    worst = [max(_peaks(architecture, optimizer, strategy, xla, batch, path)) for batch in batches]
+    ``batches`` (per device, ascending), rounded to 0.01; with ``threads``, of the runs at that
+    inter-op thread count alone (at the planner's batches, one of its lines: :data:`snippets.lib.model_plan.PLAN_THREADS`)."""
+    worst = [max(_peaks(architecture, optimizer, strategy, xla, batch, path, threads)) for batch in batches]
     return [round((high - low) / (b1 - b0) / units.MiB, 2)
             for (b0, low), (b1, high) in zip(zip(batches, worst), zip(batches[1:], worst[1:]))]
 

@@ -69,8 +69,9 @@ WIDE_BATCH = 256
 
 #: The growth of the lowest peaks from the first batch to the second, as a fraction of the second,
 #: under which :data:`WIDE_BATCH` is run too. On the benchmark's 78 configurations every CNN,
-#: Transformer and recurrent step without XLA grew by 21-44% (VGG16's by 1.5-3.8%, the MLPs', the
-#: recommender's and the seed's by under 1%); the mixed_bfloat16 CNN above by 7.6%.
+#: Transformer and recurrent step without XLA grew by 20-46% (VGG16's by at most 3.8%, the MLPs' and
+#: the seed's by under 1%, the recommender's not at all: it fell by up to 7%); the mixed_bfloat16
+#: CNN above by 7.6%.
 FLAT_GROWTH = 0.10
 
 #: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
