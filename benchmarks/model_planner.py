@@ -17,8 +17,7 @@ without XLA once more at two (:data:`REPEATS`) and twice at a GPU server's
 eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`), then once there for
 :data:`HOST_STEPS` steps: racing threads add or drop a whole buffer from one
 step to the next, and more threads keep more buffers live, so the worst of
-those 18 steps counts (a training run takes thousands), and at 128 per device
-no less than the worst at 64 (:func:`rows` says why); the spread between one
+those 18 steps counts (a training run takes thousands); the spread between one
 and two threads is published.
 
 Results are cached by package versions and configuration in
@@ -230,12 +229,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     "Measured" is the worst per-device step peak over steps 0 and 1, over one and two (the
     default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default,
     :data:`HOST_REPEATS` at :data:`HOST_THREADS` and one of :data:`HOST_STEPS` steps there;
-    ``draws`` counts the steps. It is also never below what a smaller target of the same
-    configuration measured: an order of the step's ops holds every buffer at least as large at a
-    larger batch, so an order seen at 64 per device is one the step at 128 can run, and a draw
-    that missed it there measured too little (a wide MLP with RMSprop reached 768.65 MiB at 64 and
-    634.02 MiB in the 18 steps at 128). ``measured_at_batch`` and ``ratio_at_batch`` are the
-    figures of the batch's own draws.
+    ``draws`` counts the steps.
     """
     out = []
     for name, base in configurations(names):
@@ -243,8 +237,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
         plan = planned(cache, base, replicas)
         if plan is None:
             continue
-        smaller = 0  # the worst a smaller target of this configuration measured
-        for b in sorted(TARGETS):
+        for b in TARGETS:
             step = base.at_batch(b * replicas)
             runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}
             extra = [cache.get(key(step, None, False, repeat))
@@ -257,13 +250,10 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             fewer = max(r["step_peak"] for r in [*runs.values(), *extra])
             extra += host
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
-            measured = max(worst, smaller)
-            smaller = measured
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
                    "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b),
-                   "measured": measured, "ratio": plan.peak_at(b) / measured,
-                   "measured_at_batch": worst, "ratio_at_batch": plan.peak_at(b) / worst,
-                   "weights": runs[None]["weights_bytes"],
+                   "measured": worst,
+                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"],
                    "draws": sum(len(r["step_peaks"]) for r in [*runs.values(), *extra]),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
