@@ -160,6 +160,27 @@ def growth(architecture: str, optimizer: str, strategy: str, xla: str, batches: 
             for (b0, low), (b1, high) in zip(zip(batches, worst), zip(batches[1:], worst[1:]))]
 
 
+def above(architecture: str, optimizer: str, strategy: str, xla: str, batches: tuple[int, ...], target: int,
+          path: Path = MODEL_PLANNER) -> float:
+    """MiB by which the worst of :func:`run_peaks` at ``batches`` (per device) lies above the worst at
+    ``target``, rounded to 0.01 (negative if below): what a line levelled at its highest peak
+    (:meth:`snippets.lib.model_plan.ModelPlan.lines`) keeps that the target's draws did not show."""
+    small = max(peak for batch in batches for peak in _peaks(architecture, optimizer, strategy, xla, batch, path))
+    return round((small - max(_peaks(architecture, optimizer, strategy, xla, target, path))) / units.MiB, 2)
+
+
+def largest_variable(architecture: str, path: Path = MODEL_PLANNER) -> float:
+    """MiB of an architecture's largest trainable variable, as its measuring runs recorded it.
+
+    Raises:
+        ValueError: if no run of ``architecture`` recorded it.
+    """
+    for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
+        if json.loads(key)[0]["model"].endswith(f":{architecture}") and run.get("largest_variable"):
+            return round(run["largest_variable"] / units.MiB, 2)
+    raise ValueError(f"no run of {architecture!r} recorded its largest variable")
+
+
 def linearity(path: Path = MODEL_PLANNER) -> list[dict]:
     """The line through the planner's batches against steps of a few GiB (``benchmarks.model_planner.linearity``)."""
     return json.loads(path.read_text(encoding="utf-8")).get("linearity") or []
