@@ -65,7 +65,7 @@ HOST_REPEATS = 2
 #: (DenseNet121, Adam, 128 per device: at most 450.95 MiB in the ten steps of five runs, 463.51 in eight).
 HOST_STEPS = 8
 #: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
-LINEARITY = {"small_cnn": (256,), "transformer_classifier": (256,)}
+LINEARITY = {"small_cnn": (model_plan.LINE_CHECKED,), "transformer_classifier": (model_plan.LINE_CHECKED,)}
 
 
 def versions() -> dict:

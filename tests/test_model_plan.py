@@ -376,6 +376,31 @@ def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
     flat = " ".join(text.split())
     assert "mixed_float16'), before the model is built: " in flat and ", an ESTIMATE (by rule, the best case" in flat
     assert "Not planned here (it changes your model's code): rematerialisation" in flat
+    assert " ".join(model_plan.accuracy_line().split()) in flat
+
+
+def test_a_largest_batch_past_the_checked_line_is_said_to_be_further_out():
+    from snippets.lib import model_report
+
+    step = ModelStep("m:f", "adam", 64, "off", "mirrored", 2)
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (50 * units.MiB, 60 * units.MiB))
+    largest = model_report.largest_batches(plan)
+    assert max(largest.values()) > model_plan.LINE_CHECKED * 2  # 0.6 MiB per sample: thousands fit a V100
+    flat = " ".join(model_report.model_report(plan, 16 * units.GiB, "a card").split())
+    assert f"Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks checked it" in flat
+    assert model_report.model_json(plan, 16 * units.GiB, "a card", "m:f")["line_checked_per_device"] == 256
+    # A model whose every card's largest batch is within the checked line gets no such sentence.
+    heavy = model_plan.ModelPlan(step, "extrapolated", (16, 32), (2 * units.GiB, 8 * units.GiB))
+    assert max(model_report.largest_batches(heavy).values()) <= model_plan.LINE_CHECKED * 2
+    assert "Past " not in model_report.model_report(heavy, 16 * units.GiB, "a card")
+
+
+def test_the_checked_line_is_the_one_the_benchmark_published():
+    import json
+
+    published = json.loads(model_plan.ACCURACY.read_text())["linearity"]
+    assert published and max(row["batch_per_device"] for row in published) == model_plan.LINE_CHECKED
+    assert all(0.95 <= row["ratio"] <= 1.05 for row in published)
 
 
 def test_a_measuring_process_that_outlives_its_timeout_is_ended_with_one_line():

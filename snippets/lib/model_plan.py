@@ -111,6 +111,12 @@ SLOPE_CAP = 2.0
 #: by the same rule a compiled step's rows ask for none (with none they read 0.98x or more).
 EXTRAPOLATION = 0.10
 
+#: Per-device batch up to which the benchmarks held a fitted line against a measured step
+#: (``benchmarks.model_planner.LINEARITY``: a small CNN and the Transformer, the line through 16
+#: and 32 read 1.00 and 1.02 of the step at 256; docs/performance.md). A card's largest batch past
+#: it lies where no run checked the line, and the report says so.
+LINE_CHECKED = 256
+
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one
 #: Python thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
 PARALLEL = 2
@@ -387,7 +393,7 @@ class ModelPlan:
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
         floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
         if self.method == "measured":
-            return (f"Measured: real fit steps ({xla}) {where}, batch {runs}, capped CPU "
+            return (f"Measured: real fit steps ({xla}) {where}, run at {runs}, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
                     f"{order} for other orders of the step's ops.{wide}")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} "

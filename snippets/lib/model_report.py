@@ -208,6 +208,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
              f"{xla}.", *_setup_lines(setup),
              f"Step peak per device: {h(plan.step_peak)} ({init}).",
              textwrap.fill(plan.how(), 100, break_on_hyphens=False)]
+    if plan.method in ("measured", "extrapolated"):
+        # What such a figure came to on the benchmark's architectures (TensorFlow's steps; a compiled
+        # Keras-on-JAX figure and a rule are other methods, which it did not measure).
+        lines.append(textwrap.fill(model_plan.accuracy_line(), 100, break_on_hyphens=False))
     spare = capacity - plan.total
     against = ("each device" if not card_name else f"JAX's default 75% pool of a {card_name}" if compiled
                else f"{card_name}'s allocator")
@@ -218,7 +222,11 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method != "rule":
         fits = ", ".join(f"{name} {batch}" for name, batch in largest_batches(plan).items())
         over = f", the global batch over {step.devices} replicas" if step.strategy == "mirrored" else ""
-        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.", 100))
+        beyond = ""
+        if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest_batches(plan).values()):
+            beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
+                      "checked it (docs/performance.md): leave those batches more headroom.")
+        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.{beyond}", 100))
     if spare < 0 and plan.method != "rule" and plan.largest_batch(capacity) == 0:
         least = min(plan.batches)
         lines.append(textwrap.fill(
@@ -247,10 +255,13 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
 
     ``card``: the card's name (None: ``--device-memory`` gave the capacity); ``pool`` says whose
     share of it ``capacity`` is. ``largest_global_batch``: per card, samples per step over all
-    replicas. ``setup``: :class:`ModelSetup`'s fields, or None.
+    replicas; ``line_checked_per_device``: the per-device batch up to which the benchmarks held the
+    fitted line (:data:`snippets.lib.model_plan.LINE_CHECKED`). ``setup``: :class:`ModelSetup`'s fields, or None.
     """
     pool = "JAX's default 75% pool" if plan.method == "compiled" else "TensorFlow's allocator"
     return {"model": model, "plan": plan.as_json(), "setup": asdict(setup) if setup else None,
             "capacity": capacity, "fits": plan.total <= capacity, "card": card,
             "pool": pool if card else None, "largest_global_batch": largest_batches(plan),
+            # Per device, how far the benchmarks held the fitted line: a largest batch past it is further out.
+            "line_checked_per_device": model_plan.LINE_CHECKED,
             "remedies": [asdict(r) for r in remedies_found], "caveats": plan.caveats}
