@@ -160,6 +160,16 @@ def growth(architecture: str, optimizer: str, strategy: str, xla: str, batches: 
             for (b0, low), (b1, high) in zip(zip(batches, worst), zip(batches[1:], worst[1:]))]
 
 
+def worst_peak(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
+               path: Path = MODEL_PLANNER) -> int:
+    """The worst of :func:`run_peaks` at one batch per device, bytes ("measured" at a target batch).
+
+    Raises:
+        ValueError: if no completed run matches.
+    """
+    return max(_peaks(architecture, optimizer, strategy, xla, batch_per_device, path))
+
+
 def above(architecture: str, optimizer: str, strategy: str, xla: str, batches: tuple[int, ...], target: int,
           path: Path = MODEL_PLANNER) -> float:
     """MiB by which the worst of :func:`run_peaks` at ``batches`` (per device) lies above the worst at
