@@ -220,10 +220,11 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     else:
         lines.append(f"Does not fit: {h(plan.total)} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
-        fits = ", ".join(f"{name} {batch}" for name, batch in largest_batches(plan).items())
+        largest = largest_batches(plan)
+        fits = ", ".join(f"{name} {batch}" for name, batch in largest.items())
         over = f", the global batch over {step.devices} replicas" if step.strategy == "mirrored" else ""
         beyond = ""
-        if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest_batches(plan).values()):
+        if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom.")
         lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.{beyond}", 100))
