@@ -176,7 +176,7 @@ def above(architecture: str, optimizer: str, strategy: str, xla: str, batches: t
     ``target``, rounded to 0.01 (negative if below): what a line levelled at its highest peak
     (:meth:`snippets.lib.model_plan.ModelPlan.lines`) keeps that the target's draws did not show."""
     small = max(peak for batch in batches for peak in _peaks(architecture, optimizer, strategy, xla, batch, path))
-    return round((small - max(_peaks(architecture, optimizer, strategy, xla, target, path))) / units.MiB, 2)
+    return round((small - worst_peak(architecture, optimizer, strategy, xla, target, path)) / units.MiB, 2)
 
 
 def largest_variable(architecture: str, path: Path = MODEL_PLANNER) -> float:
