@@ -53,8 +53,9 @@ from urllib.parse import urlsplit
 from urllib.request import urlopen
 
 import pytest
-from mkdocs.config import load_config
 from playwright.sync_api import sync_playwright
+
+from tests import mkdocs_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "browser"
@@ -98,8 +99,14 @@ if BROWSER is None:
 
 
 def nav_pages(config_file: str = "mkdocs.yml", prefix: str = "/") -> list[tuple[str, str]]:
-    """``(site path, source file)`` of every page in a configuration's nav, in order."""
-    config = load_config(str(ROOT / config_file))
+    """``(site path, source file)`` of every page in a configuration's nav, in order.
+
+    The YAML alone, not MkDocs's ``load_config``: this runs when pytest collects the module, in
+    every xdist worker, and loading the plugins took 2.4 s of each. MkDocs replaces lists whole, so
+    a nav is the configuration's own or, if it has none, the one it ``INHERIT``s."""
+    config = mkdocs_config.load(ROOT / config_file)
+    while "nav" not in config and "INHERIT" in config:
+        config = mkdocs_config.load(ROOT / config["INHERIT"])
 
     def walk(items):
         for item in items:
