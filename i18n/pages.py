@@ -9,11 +9,15 @@ What counts (the translators' format, README.md "The Chinese edition"):
 * **the headings**: (level, id) of every heading, in order, as Python-Markdown's ``toc`` makes
   them (the English page's slugs; the Chinese page's explicit ``{#id}``);
 * **inline code**: every code span of the Chinese page is one the English page has;
+* **the figures**: every number the English prose states is in the Chinese prose, and every number
+  the Chinese prose states is somewhere on the English page (its prose, blocks or outputs), so a
+  translated figure is one the English page's code prints or asserts, not a retyped one;
 * **the front matter**: ``translation_of`` (a page under ``docs/``), ``source_sha256`` (the
   sha256 of the English file's bytes translated) and an optional ``outdated: true``.
 
 A notebook's translation (``docs-zh/notebooks/<name>.ipynb``) keeps the same keys in its
-top-level ``metadata`` and every code cell (source and outputs) of the English notebook.
+top-level ``metadata``, every code cell (source and outputs) of the English notebook and, in its
+Markdown cells, the figures of the English ones.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}(?=[^`]*$)|~{3,})(?P<inf
 _DIRECTIVE = re.compile(r"^[ \t]*<!--.*-->[ \t]*$")
 _INCLUDE = re.compile(r"^[ \t]*-{1,}8<-{1,}")
 _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+# A number not inside a name (V100, float16, sha256, 2.21.0's parts stay whole): ASCII boundaries
+# only, since Chinese sets digits against its characters, which Python's \w counts as letters.
+_FIGURE = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])")
+# What prose holds that is not stated: link targets and attribute lists (a heading's {#id}).
+_NOT_STATED = re.compile(r"\]\([^)]*\)|\{[:#][^}]*\}")
 
 
 class PageError(ValueError):
@@ -107,6 +116,31 @@ def code_spans(text: str) -> set[str]:
     ['a`b', 'x.y']
     """
     return {match.group(2).strip() for match in _CODE_SPAN.finditer(prose(text))}
+
+
+def figures(text: str) -> set[str]:
+    """The numbers a Markdown text's prose states: outside fenced blocks, code spans, link targets
+    and attribute lists, as written (``1.33``, ``30976``, ``2,048``).
+
+    >>> sorted(figures("峰值是24.08 GiB，V100 有 30976 MiB；[见](x/1.md) `0.5` {#id-80}\\n```\\n7\\n```"))
+    ['24.08', '30976']
+    """
+    return set(_FIGURE.findall(_NOT_STATED.sub(" ", _CODE_SPAN.sub(" ", prose(text)))))
+
+
+def figure_problems(name: str, zh_markdown: str, en_markdown: str, en_shown: str) -> list[str]:
+    """The figures check (module docstring) of one translation: the prose of ``zh_markdown`` against
+    that of ``en_markdown``, and against ``en_shown``, everything the English page shows."""
+    found = []
+    dropped = sorted(figures(en_markdown) - figures(zh_markdown))
+    if dropped:
+        found.append(f"{name}: the English prose states {', '.join(dropped[:8])}, the Chinese prose does not "
+                     "(keep each figure as the English page writes it)")
+    invented = sorted(figures(zh_markdown) - set(_FIGURE.findall(en_shown)))
+    if invented:
+        found.append(f"{name}: the Chinese prose states {', '.join(invented[:8])}, which the English page "
+                     "does not (a figure is the English page's, printed or asserted by its code)")
+    return found
 
 
 def headings(text: str) -> list[tuple[int, str]]:
@@ -251,7 +285,7 @@ def problems(page: Translation) -> list[str]:
     if invented:
         found.append(f"{page.name}: inline code the English page does not have (code is never translated): "
                      + ", ".join(f"`{span}`" for span in invented[:8]))
-    return found
+    return found + figure_problems(page.name, zh_body, en_text, en_text)
 
 
 def notebook_problems(page: Translation) -> list[str]:
@@ -261,5 +295,12 @@ def notebook_problems(page: Translation) -> list[str]:
         return [("".join(c["source"]), json.dumps(c.get("outputs", []), sort_keys=True))
                 for c in cells if c["cell_type"] == "code"]
 
+    def markdown_cells(path: Path) -> str:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
     difference = _first_difference(code(page.path), code(page.english), lambda c: repr(c[0][:60]))
-    return [f"{page.name}: code cells must be the English notebook's: {difference}"] if difference else []
+    found = [f"{page.name}: code cells must be the English notebook's: {difference}"] if difference else []
+    english = markdown_cells(page.english)
+    shown = english + "\n" + "\n".join(source + outputs for source, outputs in code(page.english))
+    return found + figure_problems(page.name, markdown_cells(page.path), english, shown)
