@@ -329,7 +329,9 @@ def test_modules_used_counts_imports_and_runs():
 # --- every figure in a page's answer is one the page computes ------------------
 
 #: A figure with its unit, as the "In short" answers state them (``24.08 GiB``, ``4.362 s``).
-FIGURE = re.compile(r"(?<![\w.-])(\d[\d,]*(?:\.\d+)?)\s?(GiB|MiB|KiB|GB|B|s)\b")
+#: ASCII boundaries: Python's ``\w`` and ``\b`` count Chinese characters as letters, so ``是24 GiB的``
+#: would not be read at all on a Chinese page.
+FIGURE = re.compile(r"(?<![A-Za-z0-9_.-])(\d[\d,]*(?:\.\d+)?)\s?(GiB|MiB|KiB|GB|B|s)(?![A-Za-z0-9_])")
 _ABSTRACT = re.compile(r'^!!! abstract "In short"\n((?:    .*\n|\n)+?)(?=\S)', re.M)
 _FENCED = re.compile(r"^ *```[^\n]*\n(.*?)^ *```", re.S | re.M)
 
@@ -373,6 +375,8 @@ def test_answer_figures_are_read_from_the_abstract():
     assert answer_figures(page) == ["24.08 GiB", "30976 MiB", "4.362 s"]
     assert shows("4.362\n", "4.362 s") and shows("'24.08 GiB'", "24.08 GiB")
     assert not shows("12", "12 GiB") and not shows("24.081", "24.08 GiB")
+    # Chinese sets figures against its characters; a name's digits (V100, A100-80GB) are no figure.
+    assert prose_figures("峰值是24.08 GiB的一半，V100 有 30976 MiB，A100-80GB 另说") == ["24.08 GiB", "30976 MiB"]
 
 
 # --- every figure in a page's prose is computed somewhere ------------------------
