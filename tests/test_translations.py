@@ -38,7 +38,7 @@ IDS = [page.name for page in TRANSLATIONS]
 
 
 @pytest.mark.parametrize("page", TRANSLATIONS, ids=IDS)
-def test_the_code_and_anchors_are_the_english_pages(page):
+def test_the_code_anchors_and_figures_are_the_english_pages(page):
     problems = pages.problems(page)
     assert not problems, "\n".join(problems)
 
