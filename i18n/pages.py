@@ -9,6 +9,8 @@ What counts (the translators' format, README.md "The Chinese edition"):
 * **the headings**: (level, id) of every heading, in order, as Python-Markdown's ``toc`` makes
   them (the English page's slugs; the Chinese page's explicit ``{#id}``);
 * **inline code**: every code span of the Chinese page is one the English page has;
+* **the links**: the Chinese prose links where the English prose does, to every target it does and
+  to no other, except a page the Chinese edition has of its own (the glossary);
 * **the figures**: every number the English prose states is in the Chinese prose, and every number
   the Chinese prose states is somewhere on the English page (its prose, blocks or outputs), so a
   translated figure is one the English page's code prints or asserts, not a retyped one;
@@ -17,7 +19,7 @@ What counts (the translators' format, README.md "The Chinese edition"):
 
 A notebook's translation (``docs-zh/notebooks/<name>.ipynb``) keeps the same keys in its
 top-level ``metadata``, every code cell (source and outputs) of the English notebook and, in its
-Markdown cells, the figures of the English ones.
+Markdown cells, the links and figures of the English ones.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ _CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 _FIGURE = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:[.,]\d+)*(?![A-Za-z0-9_])")
 # What prose holds that is not stated: link targets and attribute lists (a heading's {#id}).
 _NOT_STATED = re.compile(r"\]\([^)]*\)|\{[:#][^}]*\}")
+# An inline link's or image's target, without its title: [text](target "title").
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)[^)]*\)")
 
 
 class PageError(ValueError):
@@ -126,6 +130,35 @@ def figures(text: str) -> set[str]:
     ['24.08', '30976']
     """
     return set(_FIGURE.findall(_NOT_STATED.sub(" ", _CODE_SPAN.sub(" ", prose(text)))))
+
+
+def links(text: str) -> set[str]:
+    """The targets of a Markdown text's inline links and images, outside fenced blocks and code spans.
+
+    >>> sorted(links('见 [放置](placement.md#why) 和 ![图](a.svg#only-light "t")，`[x](y)`'))
+    ['a.svg#only-light', 'placement.md#why']
+    """
+    return {match.group("target") for match in _LINK.finditer(_CODE_SPAN.sub(" ", prose(text)))}
+
+
+def link_problems(page: Translation, zh_markdown: str, en_markdown: str) -> list[str]:
+    """The links check (module docstring) of one translation, Markdown against Markdown. A target
+    only the Chinese edition has (a page of ``docs-zh/`` whose name ``docs/`` lacks) is its own."""
+    def own(target: str) -> bool:
+        path = target.split("#", 1)[0]
+        return bool(path) and "://" not in path and (page.path.parent / path).exists() \
+            and not (page.english.parent / path).exists()
+
+    ours, theirs = links(zh_markdown), links(en_markdown)
+    found = []
+    dropped = sorted(theirs - ours)
+    if dropped:
+        found.append(f"{page.name}: the English prose links to {', '.join(dropped[:6])}, the Chinese prose does not")
+    other = sorted(target for target in ours - theirs if not own(target))
+    if other:
+        found.append(f"{page.name}: the Chinese prose links to {', '.join(other[:6])}, which the English prose "
+                     "does not (link where the English page links)")
+    return found
 
 
 def figure_problems(name: str, zh_markdown: str, en_markdown: str, en_shown: str) -> list[str]:
@@ -285,7 +318,7 @@ def problems(page: Translation) -> list[str]:
     if invented:
         found.append(f"{page.name}: inline code the English page does not have (code is never translated): "
                      + ", ".join(f"`{span}`" for span in invented[:8]))
-    return found + figure_problems(page.name, zh_body, en_text, en_text)
+    return found + link_problems(page, zh_body, en_text) + figure_problems(page.name, zh_body, en_text, en_text)
 
 
 def notebook_problems(page: Translation) -> list[str]:
@@ -303,4 +336,5 @@ def notebook_problems(page: Translation) -> list[str]:
     found = [f"{page.name}: code cells must be the English notebook's: {difference}"] if difference else []
     english = markdown_cells(page.english)
     shown = english + "\n" + "\n".join(source + outputs for source, outputs in code(page.english))
-    return found + figure_problems(page.name, markdown_cells(page.path), english, shown)
+    chinese = markdown_cells(page.path)
+    return found + link_problems(page, chinese, english) + figure_problems(page.name, chinese, english, shown)

@@ -8,8 +8,9 @@ For every page of ``docs-zh/`` (read by :mod:`i18n.pages`, no TensorFlow, no bui
   page's run is its execution; its inline code is code the English page has;
 * its headings carry the English page's anchors, in order and level (the language selector and
   every link land on the same section);
-* its prose states the English prose's figures, and none the English page does not show (a
-  notebook's Markdown cells too), so no figure is retyped;
+* its prose links where the English prose does (a page of its own, the glossary, aside) and states
+  the English prose's figures, and none the English page does not show (a notebook's Markdown cells
+  too), so no figure is retyped and no link lands elsewhere;
 * ``source_sha256`` is the English file's current sha256; a page marked ``outdated: true`` shows a
   banner instead of failing, and is reported here as an expected failure.
 
@@ -124,6 +125,7 @@ def test_the_search_dictionary_keeps_the_glossary_terms_whole():
 ENGLISH = """# Title
 
 Text with `tf.distribute.MirroredStrategy` on 4 GPUs: planned / measured 0.97-1.33.
+See [placement](placement.md#why).
 
 <!-- skip: next "needs a GPU" -->
 ```pycon
@@ -150,6 +152,7 @@ def _pair(tmp_path: Path, chinese: str, english: str = ENGLISH) -> pages.Transla
 GOOD = """# 标题 {#title}
 
 文字，`tf.distribute.MirroredStrategy`，4 块 GPU：规划 / 实测为0.97-1.33。
+见[放置](placement.md#why)。
 
 <!-- skip: next "needs a GPU" -->
 ```pycon
@@ -187,12 +190,30 @@ def test_a_changed_code_block_or_anchor_fails(tmp_path, change, expected):
                                   "the Chinese prose states 1.23, which the English page does not"]),
     (("4 块", "四块"), ["the English prose states 4, the Chinese prose does not"]),
     (("0.97-1.33。", "0.97-1.33，约 3 倍。"), ["the Chinese prose states 3, which the English page does not"]),
-    # A figure the English page prints (the block's output 2) may be quoted; a link's target
-    # (like a heading's anchor or inline code) states none.
-    (("0.97-1.33。", "0.97-1.33，输出 2。[链接](../v3/x.md)"), []),
+    # A figure the English page prints (the block's output 2) may be quoted.
+    (("0.97-1.33。", "0.97-1.33，输出 2。"), []),
 ], ids=["changed", "spelled-out", "invented", "from-an-output"])
 def test_a_figure_not_the_english_pages_fails(tmp_path, change, expected):
     problems = pages.problems(_pair(tmp_path, GOOD.replace(*change)))
+    assert [problem.split(": ", 1)[1].split(" (")[0] for problem in problems] == expected, problems
+
+
+@pytest.mark.parametrize(("change", "own", "expected"), [
+    (("placement.md#why", "placement.md#how"), False,
+     ["the English prose links to placement.md#why, the Chinese prose does not",
+      "the Chinese prose links to placement.md#how, which the English prose does not"]),
+    (("见[放置](placement.md#why)。", "见放置。"), False,
+     ["the English prose links to placement.md#why, the Chinese prose does not"]),
+    # A page only the Chinese edition has (the glossary) may be linked; a missing one may not.
+    (("。\n\n<!-- skip", "，[术语表](glossary.md)。\n\n<!-- skip"), True, []),
+    (("。\n\n<!-- skip", "，[术语表](glossary.md)。\n\n<!-- skip"), False,
+     ["the Chinese prose links to glossary.md, which the English prose does not"]),
+], ids=["changed", "dropped", "own-page", "not-its-own"])
+def test_a_link_not_the_english_pages_fails(tmp_path, change, own, expected):
+    page = _pair(tmp_path, GOOD.replace(*change))
+    if own:
+        (tmp_path / "docs-zh" / "glossary.md").write_text("# 术语表\n", encoding="utf-8")
+    problems = pages.problems(page)
     assert [problem.split(": ", 1)[1].split(" (")[0] for problem in problems] == expected, problems
 
 
