@@ -322,19 +322,17 @@ def problems(page: Translation) -> list[str]:
 
 
 def notebook_problems(page: Translation) -> list[str]:
-    """A notebook translation's code cells (source and outputs) against the English notebook's."""
-    def code(path: Path) -> list:
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        return [("".join(c["source"]), json.dumps(c.get("outputs", []), sort_keys=True))
-                for c in cells if c["cell_type"] == "code"]
+    """A notebook translation's code cells (source and outputs) against the English notebook's, and
+    its Markdown cells' links and figures against the English ones'."""
+    def cells(path: Path) -> tuple[list, str]:
+        """``([(source, outputs JSON) of each code cell], the Markdown cells joined)``."""
+        found = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        code = [("".join(c["source"]), json.dumps(c.get("outputs", []), sort_keys=True))
+                for c in found if c["cell_type"] == "code"]
+        return code, "\n\n".join("".join(c["source"]) for c in found if c["cell_type"] == "markdown")
 
-    def markdown_cells(path: Path) -> str:
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-
-    difference = _first_difference(code(page.path), code(page.english), lambda c: repr(c[0][:60]))
+    (zh_code, chinese), (en_code, english) = cells(page.path), cells(page.english)
+    difference = _first_difference(zh_code, en_code, lambda c: repr(c[0][:60]))
     found = [f"{page.name}: code cells must be the English notebook's: {difference}"] if difference else []
-    english = markdown_cells(page.english)
-    shown = english + "\n" + "\n".join(source + outputs for source, outputs in code(page.english))
-    chinese = markdown_cells(page.path)
+    shown = english + "\n" + "\n".join(source + outputs for source, outputs in en_code)
     return found + link_problems(page, chinese, english) + figure_problems(page.name, chinese, english, shown)
