@@ -315,7 +315,14 @@ def source_optimizer(facts: SourceFacts, source: str = "function") -> tuple[str 
         if name not in optimizers.OPTIMIZERS:
             raise ValueError(f"{compiles} with {facts.optimizer}, which the planner does not know: pass --optimizer "
                              f"(one of {', '.join(optimizers.OPTIMIZERS)})")
-        return name, f"No --optimizer: {compiles} with {name}, which is measured."
+        note = f"No --optimizer: {compiles} with {name}, which is measured"
+        if facts.accumulation > 1:
+            note += f" with its gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable variable)"
+        if facts.ema:
+            trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in facts.weights if w.trainable)
+            note += (f"; its use_ema=True keeps a copy of each trainable variable ({units.human_bytes(trainable)}), "
+                     "which the figures below leave out: add it")
+        return name, note + "."
     if facts.loss is not None:
         return "rmsprop", (f"No --optimizer: {compiles} without naming one, so fit trains with compile's default, "
                            "rmsprop, which is measured.")
@@ -346,7 +353,8 @@ def measured_plan(args, weights: Sequence[planner.Weight],
                          "mirrored cannot be measured on this CPU's emulated devices: pass --xla off if you compile "
                          "it again without XLA, or plan it with --backend jax")
     step = ModelStep(target, args.optimizer, args.batch, "off" if setup.no_xla else setup.xla, args.strategy, devices,
-                     setup.planned_policy, loss, kwargs=tuple(_model_kwargs(args).items()))
+                     setup.planned_policy, loss, accumulation=getattr(args, "accumulation", 1),
+                     kwargs=tuple(_model_kwargs(args).items()))
     if setup.loss is None and not setup.loss_from and (args.backend == "jax" or model_plan.runs_here(weights, step)):
         # Known before any run (read_builder saw whether the function compiled): said now, not once a
         # measuring process has started. A model too large to run here is planned by rule, which
@@ -534,10 +542,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error).splitlines()[0])
     try:
         _model_kwargs(args)  # bad JSON refused before the model's module (and TensorFlow) is imported
+        if args.model_json and args.model_kwargs:
+            raise ValueError("--model-kwargs passes keyword arguments to --model's function; a --model-json file "
+                             "takes none: drop --model-kwargs, or plan the function with --model")
         weights = _weights(args)
         optimizer_note = None
         if (args.model or args.model_json) and args.optimizer is None:
             args.optimizer, optimizer_note = source_optimizer(args.source, "file" if args.model_json else "function")
+            # The function's own optimizer runs, with its accumulation (--optimizer replaces both).
+            args.accumulation = args.source.accumulation
         how = model_plan.rule_how(weights, inference=bool(args.model or args.model_json) and args.optimizer is None)
         # A mixed policy the model's function set wins over the command line's, as it does when it runs.
         setup = setup_of(args)

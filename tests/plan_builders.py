@@ -249,3 +249,33 @@ def counting_traces():
 def traces():
     """:data:`TRACES`, read from the kernel that measured (whether the slots were built at each trace)."""
     return list(TRACES)
+
+
+def tf_keras_inside():
+    """Imports tf_keras inside the function, not at the module's top: a 64 MiB tf_keras kernel."""
+    import tf_keras
+
+    return tf_keras.Sequential([tf_keras.Input((4096,)), tf_keras.layers.Dense(4096)])
+
+
+def printing():
+    """Prints its summary and a word while it builds, as many scripts do."""
+    model = tiny()
+    model.summary()
+    print("built")
+    model.compile(loss="mse")
+    return model
+
+
+def accumulating():
+    """Compiles with Adam accumulating gradients over 4 steps."""
+    model = tiny()
+    model.compile(optimizer=keras.optimizers.Adam(gradient_accumulation_steps=4), loss="mse")
+    return model
+
+
+def averaging():
+    """Compiles with Adam keeping exponential moving averages of the weights."""
+    model = tiny()
+    model.compile(optimizer=keras.optimizers.Adam(use_ema=True), loss="mse")
+    return model

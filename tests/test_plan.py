@@ -155,10 +155,11 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
 
 
 def compiled_json_facts() -> tuple:
-    """Kernel side: what the planner reads from ``model.to_json()`` of a compiled model (its compile_config)."""
+    """Kernel side: what the planner reads from ``model.to_json()`` of a compiled model (its compile_config),
+    from the policy to ``jit_compile`` (the optimizer's accumulation and EMA: tests below)."""
     from tests.plan_builders import tiny_sgd
 
-    return model_source.read_json(tiny_sgd().to_json())[1:]
+    return model_source.read_json(tiny_sgd().to_json())[1:7]
 
 
 def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
@@ -387,10 +388,11 @@ def test_an_error_says_its_cause_not_its_wrapper():
 
 
 def builder_facts(name: str) -> tuple:
-    """Kernel side: :func:`snippets.lib.model_source.read_builder` of a builder in tests/plan_builders.py, weights left out."""
+    """Kernel side: :func:`snippets.lib.model_source.read_builder` of a builder in tests/plan_builders.py, from the
+    policy to ``jit_compile`` (weights, and the optimizer's accumulation and EMA, left out)."""
     import tests.plan_builders as builders
 
-    return model_source.read_builder(getattr(builders, name))[1:]
+    return model_source.read_builder(getattr(builders, name))[1:7]
 
 
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
@@ -467,6 +469,69 @@ def test_a_tf_keras_model_is_refused_before_it_is_built():
     assert [line for line in out.splitlines() if line.strip()] == [
         "python -m snippets.decide: error: tests.plan_builders_tf_keras imports tf_keras (Keras 2): the planner "
         "reads Keras 3 models; plan tf_keras with docs/tf-keras.md"]
+
+
+def test_a_tf_keras_model_built_inside_the_function_is_refused_at_its_import():
+    # A module that imports tf_keras only inside its function passes import_callable's check; the
+    # import itself is refused, before tf_keras (or any of its weights) exists in the process.
+    with Kernel() as fresh:
+        code, out = fresh.call(run_plan_cli, ["--model", "tests.plan_builders:tf_keras_inside", "--optimizer", "adam"])
+        imported = fresh.call(_imported, "tf_keras")
+    assert code == 2 and "Traceback" not in out and not imported
+    assert [line for line in out.splitlines() if line.strip()] == [
+        "python -m snippets.decide: error: tests.plan_builders:tf_keras_inside: " + model_source.TF_KERAS_REFUSAL]
+
+
+def _imported(name: str) -> bool:
+    """Kernel side: whether module ``name`` is imported."""
+    return name in sys.modules
+
+
+def test_what_the_function_prints_goes_to_stderr_and_the_json_stays_whole():
+    import json
+
+    code, out, err = run("--model", "tests.plan_builders:printing", "--optimizer", "adam", "--method", "rule",
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["method"] == "rule"  # stdout is the JSON alone
+    assert "built" in err.splitlines() and "Total params" in err  # model.summary() and print(), on stderr
+
+
+def test_the_functions_gradient_accumulation_is_measured_and_its_ema_is_named():
+    from snippets.lib import planner
+    from snippets.lib.model_source import SourceFacts
+
+    weights = [planner.Weight((1024, 256)), planner.Weight((256,), trainable=False)]
+    assert decide.source_optimizer(SourceFacts(weights, None, "mse", "adam", False, {}, None, 4, True)) == (
+        "adam", "No --optimizer: the function compiles with adam, which is measured with its "
+        "gradient_accumulation_steps=4 (an accumulator per trainable variable); its use_ema=True keeps a copy of "
+        "each trainable variable (1 MiB), which the figures below leave out: add it.")
+
+
+def test_an_accumulating_functions_step_is_measured_through_an_update(kernel):
+    import json
+
+    assert kernel.call(_source_optimizer_state, "tests.plan_builders:accumulating") == (4, False)
+    assert kernel.call(_source_optimizer_state, "tests.plan_builders:averaging") == (1, True)
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:accumulating", "--strategy", "single",
+                                           "--batch", "16", "--xla", "off", "--json"])
+    assert code == 0, out
+    plan = json.loads(out[out.index("{"):])
+    assert plan["plan"]["step"]["optimizer"] == "adam" and plan["plan"]["step"]["accumulation"] == 4
+    assert "gradient_accumulation_steps=4" in plan["setup"]["notes"][0]
+
+
+def _source_optimizer_state(target: str) -> tuple[int, bool]:
+    """Kernel side: ``(accumulation, ema)`` that :func:`snippets.lib.model_source.read_builder` reads."""
+    facts = model_source.read_builder(decide.import_callable(target))
+    return facts.accumulation, facts.ema
+
+
+def test_a_model_json_file_takes_no_model_kwargs(kernel):
+    code, out = kernel.call(run_plan_cli, ["--model-json", "any.json", "--model-kwargs", '{"size": 3}'])
+    assert code == 2 and [line for line in out.splitlines() if line.strip()] == [
+        "python -m snippets.decide: error: --model-kwargs passes keyword arguments to --model's function; a "
+        "--model-json file takes none: drop --model-kwargs, or plan the function with --model"]
 
 
 def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):

@@ -11,8 +11,11 @@ is allocated, so a model too large for this host is still read, and planned by r
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from snippets.lib import optimizers, planner, units
@@ -48,6 +51,41 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     return weights
 
 
+#: The one line for a tf_keras (Keras 2) model (docs/tf-keras.md plans those).
+TF_KERAS_REFUSAL = ("the function builds a tf_keras (Keras 2) model; the planner reads Keras 3 models "
+                    "(import keras, not tf_keras or tf.keras with TF_USE_LEGACY_KERAS): see docs/tf-keras.md for tf_keras")
+
+
+class _RefuseTfKeras(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "tf_keras" or name.startswith("tf_keras."):
+            raise ModelError(TF_KERAS_REFUSAL)
+        return None
+
+
+@contextlib.contextmanager
+def refusing_tf_keras() -> Iterator[None]:
+    """Refuse, with :data:`TF_KERAS_REFUSAL`, a function that imports tf_keras while it runs.
+
+    Keras 3's ``StatelessScope`` does not reach tf_keras, whose layers create real ``tf.Variable``
+    values: a tf_keras builder would allocate every weight here, uncapped (a 1 GiB kernel took 3.9 GB
+    resident before this). A module that imported tf_keras before the call is refused by
+    :func:`snippets.decide.import_callable`; one that imports it inside the function stops here, at the
+    import, before a weight exists.
+
+    Raises:
+        ModelError: from the ``import`` statement inside the block.
+    """
+    if "tf_keras" in sys.modules:
+        raise ModelError(TF_KERAS_REFUSAL)
+    finder = _RefuseTfKeras()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 class SourceFacts(NamedTuple):
     """What :func:`read_builder` reads from the reader's model and the function that builds it.
 
@@ -61,6 +99,8 @@ class SourceFacts(NamedTuple):
         jit_compile: the ``jit_compile`` it compiled with, True or False; None for ``"auto"`` (Keras
             decides) or no compile. A ``model.to_json()`` file holds what the saving host resolved
             ``"auto"`` to (keras/src/trainers/trainer.py stores the resolved value in its compile config).
+        accumulation: the compiled optimizer's ``gradient_accumulation_steps`` (1: none, or not compiled).
+        ema: whether the compiled optimizer keeps ``use_ema`` averages (a copy of each trainable variable).
     """
 
     weights: list
@@ -70,6 +110,8 @@ class SourceFacts(NamedTuple):
     own_step: bool
     no_xla: dict
     jit_compile: bool | None
+    accumulation: int = 1
+    ema: bool = False
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -102,10 +144,15 @@ def read_builder(build_model: Callable) -> SourceFacts:
         # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
         # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
         seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
+        # Settings of keras.optimizers.Optimizer (Keras 3.15) that add state beyond the slots.
+        seen["accumulation"] = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
+        seen["ema"] = bool(getattr(optimizer, "use_ema", False))
 
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
-        with mock.patch.object(keras.Model, "compile", record):
+        # What the function prints (model.summary()) goes to stderr: stdout is the plan (--json).
+        with mock.patch.object(keras.Model, "compile", record), refusing_tf_keras(), \
+                contextlib.redirect_stdout(sys.stderr):
             model = build_model(*args, **kwargs)
         if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
             seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
@@ -122,7 +169,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
         keras.config.set_dtype_policy(before)
     return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
-                       seen.get("jit_compile"))
+                       seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False))
 
 
 def read_json(text: str) -> SourceFacts:
