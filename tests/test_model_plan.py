@@ -120,6 +120,17 @@ def test_runs_that_peak_in_the_update_still_grow_by_the_rules_activations():
     assert model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off"), run=fake).per_sample == 8 * units.KiB
 
 
+def test_a_step_run_under_a_16_bit_policy_says_its_figure_may_be_high():
+    # TensorFlow's CPU MatMul computes half precision through float32 copies (tests/test_scale_models.py).
+    step = ModelStep("m:f", "adam", 64, "off", policy="mixed_float16")
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (100 * units.MiB, 160 * units.MiB))
+    assert plan.caveats == f"{model_plan.CAVEATS} {model_plan.HALF_CAVEAT}"
+    assert model_plan.ModelPlan(replace(step, policy=None), "extrapolated", (16, 32), plan.peaks).caveats == (
+        model_plan.CAVEATS)
+    # A figure XLA compiled without running it (Keras on JAX) has its own caveats.
+    assert model_plan.HALF_CAVEAT not in model_plan.ModelPlan(step, "compiled", (32, 64), plan.peaks).caveats
+
+
 def test_a_compiled_step_runs_at_one_thread_count():
     # XLA compiles the step into one program: the thread count moved its peak by 1% at most.
     threads = []

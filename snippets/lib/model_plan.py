@@ -177,6 +177,12 @@ COMPILED_CAVEATS = (
 #: Added to :data:`COMPILED_CAVEATS` for ``keras.distribution.DataParallel`` over several devices.
 ALL_REDUCE_CAVEAT = "Over several GPUs, NCCL's buffers for the gradients' all-reduce live outside XLA's buffers."
 
+#: Added to :attr:`ModelPlan.caveats` for a step run here under a 16-bit dtype policy: TensorFlow's CPU
+#: MatMul computes half precision through float32 copies of its operands, which a GPU never makes
+#: (measured on the seed's layer: tests/test_scale_models.py, ``CPU_HALF_MATMUL``), so the figure errs high.
+HALF_CAVEAT = ("Run here under a 16-bit policy: TensorFlow's CPU kernels compute half precision through float32 "
+               "copies a GPU does not make, so this figure may be high; check it with a step on the GPU.")
+
 
 @dataclass(frozen=True)
 class ModelPlan:
@@ -408,10 +414,13 @@ class ModelPlan:
     def caveats(self) -> str:
         """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
         compiled plan (Keras on JAX; with :data:`ALL_REDUCE_CAVEAT` over several devices), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
-        :data:`CAVEATS` otherwise."""
+        :data:`CAVEATS` otherwise; with :data:`HALF_CAVEAT` for a step run here under a 16-bit policy."""
         if self.method == "compiled":
             return f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
-        return GPU_CAVEATS if self.step.jit else CAVEATS
+        found = GPU_CAVEATS if self.step.jit else CAVEATS
+        half = self.method in ("measured", "extrapolated") and (
+            self.step.policy in units.POLICIES or self.step.policy in ("float16", "bfloat16"))
+        return f"{found} {HALF_CAVEAT}" if half else found
 
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
