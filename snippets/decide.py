@@ -209,6 +209,13 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, **context) -
     return {"devices": rows, "fits": all(row["fits"] for row in rows), **context}
 
 
+def remedy_json(remedy: Remedy, devices: int, capacity: int) -> dict:
+    """A :class:`Remedy` as the CLI's ``--json`` lists it, in bytes: ``{"label", "strategy", "precision",
+    "changes", "peak", "spare", "host"}`` (``peak`` per device; ``host``: host or coordinator RAM)."""
+    return {"label": remedy.label(devices), "strategy": remedy.strategy, "precision": remedy.precision,
+            "changes": remedy.changes, "peak": remedy.peak, "spare": capacity - remedy.peak, "host": remedy.host}
+
+
 def report(
     weights: Sequence[planner.Weight],
     optimizer: str | None = None,
@@ -581,9 +588,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, rule_policy, reserve,
                                   batch=args.batch, xla=args.xla)
+            # The text's remedies, in bytes: a script reading --json gets what a reader reads.
+            found = [] if max(b.total for b in budgets) <= capacity else remedies(
+                weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy, reserve,
+                batch=args.batch, xla=args.xla)[:args.top]
             text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(args.xla, args.strategy),
-                                      card=None if args.device_memory else card.name, method="rule", how=how),
+                                      card=None if args.device_memory else card.name, method="rule", how=how,
+                                      remedies=[remedy_json(r, args.devices, capacity) for r in found]),
                               indent=1)
         else:
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,

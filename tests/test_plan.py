@@ -89,7 +89,24 @@ def test_a_plan_that_fits_lists_no_remedies_and_json_has_every_field(kernel):
     row = planned["devices"][0]
     assert row["capacity"] == 30976 * 2**20 and row["reserve"] == 1050 * 2**20 and row["fits"] is True
     assert row["weights"] == row["gradients"] == row["slots"] == 8 * GiB
-    assert planned["xla"] is True and planned["fits"] is True
+    assert planned["xla"] is True and planned["fits"] is True and planned["remedies"] == []
+
+
+def test_a_plan_that_does_not_fit_lists_the_texts_remedies_in_its_json(kernel):
+    import json
+
+    code, text = kernel.call(run_plan_cli, SEED_ARGS)
+    code_json, out = kernel.call(run_plan_cli, [*SEED_ARGS, "--json"])
+    assert code == code_json == 0
+    planned = json.loads(out)
+    assert planned["fits"] is False and planned["remedies"]
+    # The same remedies as the text, in its order, each in bytes.
+    listed = [line.strip() for line in text.splitlines() if line.strip()[:2] in {"1.", "2.", "3.", "4.", "5."}]
+    assert [line[3:].split(":")[0] for line in listed] == [r["label"] for r in planned["remedies"]]
+    column = next(r for r in planned["remedies"] if r["label"] == "4-way column shard")
+    assert (column["strategy"], column["precision"], column["changes"]) == ("column", "as given", 1)
+    # "4-way column shard: peak 24.08 GiB per device, 6.17 GiB to spare" in the text.
+    assert column["spare"] == 30976 * 2**20 - column["peak"] and abs(column["peak"] / GiB - 24.08) < 0.005
 
 
 def test_xla_off_turns_the_column_shard_into_a_miss(kernel):
