@@ -600,7 +600,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,
                           reserve, args.top, batch=args.batch, xla=args.xla)
-            text += "\n" + textwrap.fill(how, max(72, len(text.splitlines()[0])))
+            said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
+            inference = bool(args.model or args.model_json) and args.optimizer is None
+            if inference and args.loss:
+                said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
+            # An inference plan answers another question than the reader may have asked: said first.
+            text = f"{said}\n\n{text}" if inference else f"{text}\n{said}"
     except (ValueError, MemoryError, RuntimeError) as error:
         # A model's failure is not about the options: its line alone, without argparse's usage block.
         line = str(error).splitlines()[0]

@@ -478,6 +478,14 @@ def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_
     assert how.startswith("Planned for INFERENCE: no --optimizer was given") and "LOWER BOUND" in how
 
 
+def test_an_inference_plan_says_so_first_and_names_an_unused_loss(kernel):
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--loss", "mse"])
+    assert code == 0, out
+    assert out.startswith("Planned for INFERENCE: no --optimizer was given")
+    assert "--loss mse is not used: an inference plan has no loss (pass --optimizer to plan training)." in out
+    assert out.index("--loss mse is not used") < out.index("capacity")  # before the table
+
+
 def test_a_tf_keras_model_is_refused_before_it_is_built():
     # A kernel of its own, so tf_keras is imported there alone (a fork: no TensorFlow import to pay).
     with Kernel() as fresh:
