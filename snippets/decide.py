@@ -33,26 +33,15 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
                           planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
 from snippets.lib.model_step import ModelError, ModelStep
-
-#: Precision changes the remedies try: (label, variable dtype or None, policy).
-PRECISIONS = (
-    ("as given", None, None),
-    ("float16", "float16", None),
-    ("bfloat16", "bfloat16", None),
-    ("mixed_float16", "float32", "mixed_float16"),
-)
-
-#: Placements the remedies try (``single`` never holds less than ``mirrored``). TensorFlow's
-#: only: a remedy changes a script's placement or precision, not its backend; Keras 3 on JAX
-#: (``model_parallel``, ``data_parallel``) is a row of docs/decide.md's seed table instead.
-REMEDY_STRATEGIES = ("mirrored", "column", "row", "parameter_server", "offload")
+# The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
+from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 
 
 def import_callable(target: str) -> Callable:
@@ -77,90 +66,6 @@ def import_callable(target: str) -> Callable:
         raise ValueError(f"{module_name} imports tf_keras (Keras 2): the planner reads Keras 3 models; "
                          "plan tf_keras with docs/tf-keras.md")
     return function
-
-
-def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list[planner.Weight]:
-    """``weights`` with every floating-point weight stored as ``dtype`` (None: unchanged)."""
-    if dtype is None:
-        return list(weights)
-    units.dtype_bytes(dtype)
-    return [
-        planner.Weight(w.shape, dtype if w.dtype.startswith(("float", "bfloat")) else w.dtype,
-                      w.initializer, w.trainable, w.path)
-        for w in weights
-    ]
-
-
-@dataclass(frozen=True)
-class Remedy:
-    """A configuration that fits: what changes, and each device's peak.
-
-    Attributes:
-        strategy: placement name (:data:`snippets.lib.placements.STRATEGIES`).
-        precision: label from :data:`PRECISIONS`.
-        budgets: per-device budgets under this configuration.
-        changes: how many things differ from the reader's configuration.
-        host: bytes moved to host or coordinator RAM (:func:`snippets.lib.planner.host_bytes`).
-    """
-
-    strategy: str
-    precision: str
-    budgets: tuple[planner.DeviceBudget, ...]
-    changes: int
-    host: int = 0
-
-    @property
-    def peak(self) -> int:
-        return max(b.total for b in self.budgets)
-
-    def label(self, devices: int) -> str:
-        where = {"mirrored": f"mirrored over {devices}" if devices > 1 else "one device",
-                 "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
-                 "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host"}[self.strategy]
-        return where if self.precision == "as given" else f"{where} + {self.precision}"
-
-
-def remedies(
-    weights: Sequence[planner.Weight],
-    optimizer: str | None,
-    strategy: str,
-    devices: int,
-    capacity: int,
-    policy: str | None = None,
-    reserve: int = 0,
-    *,
-    batch: int = 64,
-    xla: str = "auto",
-) -> list[Remedy]:
-    """Configurations whose step peak fits ``capacity`` bytes per device, ranked.
-
-    Fewest changes first; among those, the ones that need no host or
-    coordinator RAM; then the smallest peak.
-
-    Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
-    in :data:`PRECISIONS`, with the same optimizer, device count, batch and
-    XLA setting; splits that do not divide a dimension are skipped, and so
-    is a "shard" over one device (it is no remedy).
-    """
-    found = []
-    for candidate in REMEDY_STRATEGIES:
-        if devices == 1 and candidate in ("column", "row", "parameter_server"):
-            continue
-        for label, dtype, new_policy in PRECISIONS:
-            chosen_policy = policy if label == "as given" else new_policy
-            if candidate == strategy and label == "as given":
-                continue
-            changed = with_precision(weights, dtype)
-            try:
-                budgets = planner.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
-                                      batch=batch, xla=xla)
-            except ValueError:
-                continue
-            if max(b.total for b in budgets) <= capacity:
-                changes = (candidate != strategy) + (label != "as given")
-                host = planner.host_bytes(changed, optimizer, candidate, devices, chosen_policy)
-                found.append(Remedy(candidate, label, tuple(budgets), changes, host))
-    return sorted(found, key=lambda r: (r.changes, r.host > 0, r.peak, r.strategy))
 
 
 def budget_table(budgets: Sequence[planner.DeviceBudget], capacity: int) -> str:
@@ -207,13 +112,6 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, **context) -
              "peak_phase": b.peak_phase, "capacity": capacity, "fits": b.total <= capacity}
             for b in budgets]
     return {"devices": rows, "fits": all(row["fits"] for row in rows), **context}
-
-
-def remedy_json(remedy: Remedy, devices: int, capacity: int) -> dict:
-    """A :class:`Remedy` as the CLI's ``--json`` lists it, in bytes: ``{"label", "strategy", "precision",
-    "changes", "peak", "spare", "host"}`` (``peak`` per device; ``host``: host or coordinator RAM)."""
-    return {"label": remedy.label(devices), "strategy": remedy.strategy, "precision": remedy.precision,
-            "changes": remedy.changes, "peak": remedy.peak, "spare": capacity - remedy.peak, "host": remedy.host}
 
 
 def report(
@@ -304,7 +202,8 @@ def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None =
                          "(without --backend jax)")
 
 
-def source_optimizer(facts: SourceFacts, source: str = "function") -> tuple[str | None, str | None]:
+def source_optimizer(facts: SourceFacts, source: str = "function",
+                     done: str = "measured") -> tuple[str | None, str | None]:
     """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
     note saying so: the one its source compiled with; compile's own default, ``"rmsprop"``, if it
     compiled with a loss and no optimizer; ``(None, None)`` (inference) if it did not compile.
@@ -312,6 +211,7 @@ def source_optimizer(facts: SourceFacts, source: str = "function") -> tuple[str 
     Args:
         facts: :class:`snippets.lib.model_source.SourceFacts`.
         source: a key of :data:`snippets.lib.model_report.SOURCES`.
+        done: what the planner does with the step: ``"measured"`` (TensorFlow), ``"compiled by XLA, not run"`` (``--backend jax``).
 
     Raises:
         ValueError: the source compiled with an optimizer the planner does not know (one line).
@@ -322,7 +222,7 @@ def source_optimizer(facts: SourceFacts, source: str = "function") -> tuple[str 
         if name not in optimizers.OPTIMIZERS:
             raise ValueError(f"{compiles} with {facts.optimizer}, which the planner does not know: pass --optimizer "
                              f"(one of {', '.join(optimizers.OPTIMIZERS)})")
-        note = f"No --optimizer: {compiles} with {name}, which is measured"
+        note = f"No --optimizer: {compiles} with {name}, which is {done}"
         if facts.accumulation > 1:
             note += f" with its gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable variable)"
         if facts.ema:
@@ -332,7 +232,7 @@ def source_optimizer(facts: SourceFacts, source: str = "function") -> tuple[str 
         return name, note + "."
     if facts.loss is not None:
         return "rmsprop", (f"No --optimizer: {compiles} without naming one, so fit trains with compile's default, "
-                           "rmsprop, which is measured.")
+                           f"rmsprop, which is {done}.")
     return None, None
 
 
@@ -555,7 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         weights = _weights(args)
         optimizer_note = None
         if (args.model or args.model_json) and args.optimizer is None:
-            args.optimizer, optimizer_note = source_optimizer(args.source, "file" if args.model_json else "function")
+            args.optimizer, optimizer_note = source_optimizer(args.source, "file" if args.model_json else "function",
+                                                              "compiled by XLA, not run" if args.backend == "jax" else "measured")
             # The function's own optimizer runs, with its accumulation (--optimizer replaces both).
             args.accumulation = args.source.accumulation
         how = model_plan.rule_how(weights, inference=bool(args.model or args.model_json) and args.optimizer is None)

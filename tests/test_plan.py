@@ -470,6 +470,9 @@ def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_
         "rmsprop", "No --optimizer: the file's compile_config compiles without naming one, so fit trains with "
         "compile's default, rmsprop, which is measured.")
     assert decide.source_optimizer(facts(None, None)) == (None, None)
+    # Keras on JAX (--backend jax) compiles the step, it does not run it.
+    assert decide.source_optimizer(facts("adam", "mse"), done="compiled by XLA, not run")[1] == (
+        "No --optimizer: the function compiles with adam, which is compiled by XLA, not run.")
     assert decide.source_optimizer(facts("Lion", "mse"))[0] == "lion"  # a string as the function wrote it
     with pytest.raises(ValueError, match="compiles with Muon, which the planner does not know: pass --optimizer"):
         decide.source_optimizer(facts("Muon", "mse"))

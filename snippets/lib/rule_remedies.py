@@ -1,0 +1,118 @@
+"""The remedies the rule tries for a model that does not fit: other placements and precisions, ranked.
+
+Every placement of :data:`REMEDY_STRATEGIES` with every precision of :data:`PRECISIONS`, planned by
+:func:`snippets.lib.planner.plan` with the reader's optimizer, device count, batch and XLA setting, kept
+when each device's peak fits, fewest changes first. ``python -m snippets.decide`` lists them
+(docs/decide.md); the batch remedies of a measured model are :mod:`snippets.lib.model_remedies`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from snippets.lib import planner, units
+
+#: Precision changes the remedies try: (label, variable dtype or None, policy).
+PRECISIONS = (
+    ("as given", None, None),
+    ("float16", "float16", None),
+    ("bfloat16", "bfloat16", None),
+    ("mixed_float16", "float32", "mixed_float16"),
+)
+
+#: Placements the remedies try (``single`` never holds less than ``mirrored``). TensorFlow's
+#: only: a remedy changes a script's placement or precision, not its backend; Keras 3 on JAX
+#: (``model_parallel``, ``data_parallel``) is a row of docs/decide.md's seed table instead.
+REMEDY_STRATEGIES = ("mirrored", "column", "row", "parameter_server", "offload")
+
+
+def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list[planner.Weight]:
+    """``weights`` with every floating-point weight stored as ``dtype`` (None: unchanged)."""
+    if dtype is None:
+        return list(weights)
+    units.dtype_bytes(dtype)
+    return [
+        planner.Weight(w.shape, dtype if w.dtype.startswith(("float", "bfloat")) else w.dtype,
+                      w.initializer, w.trainable, w.path)
+        for w in weights
+    ]
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A configuration that fits: what changes, and each device's peak.
+
+    Attributes:
+        strategy: placement name (:data:`snippets.lib.placements.STRATEGIES`).
+        precision: label from :data:`PRECISIONS`.
+        budgets: per-device budgets under this configuration.
+        changes: how many things differ from the reader's configuration.
+        host: bytes moved to host or coordinator RAM (:func:`snippets.lib.planner.host_bytes`).
+    """
+
+    strategy: str
+    precision: str
+    budgets: tuple[planner.DeviceBudget, ...]
+    changes: int
+    host: int = 0
+
+    @property
+    def peak(self) -> int:
+        return max(b.total for b in self.budgets)
+
+    def label(self, devices: int) -> str:
+        where = {"mirrored": f"mirrored over {devices}" if devices > 1 else "one device",
+                 "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
+                 "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host"}[self.strategy]
+        return where if self.precision == "as given" else f"{where} + {self.precision}"
+
+
+def remedies(
+    weights: Sequence[planner.Weight],
+    optimizer: str | None,
+    strategy: str,
+    devices: int,
+    capacity: int,
+    policy: str | None = None,
+    reserve: int = 0,
+    *,
+    batch: int = 64,
+    xla: str = "auto",
+) -> list[Remedy]:
+    """Configurations whose step peak fits ``capacity`` bytes per device, ranked.
+
+    Fewest changes first; among those, the ones that need no host or
+    coordinator RAM; then the smallest peak.
+
+    Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
+    in :data:`PRECISIONS`, with the same optimizer, device count, batch and
+    XLA setting; splits that do not divide a dimension are skipped, and so
+    is a "shard" over one device (it is no remedy).
+    """
+    found = []
+    for candidate in REMEDY_STRATEGIES:
+        if devices == 1 and candidate in ("column", "row", "parameter_server"):
+            continue
+        for label, dtype, new_policy in PRECISIONS:
+            chosen_policy = policy if label == "as given" else new_policy
+            if candidate == strategy and label == "as given":
+                continue
+            changed = with_precision(weights, dtype)
+            try:
+                budgets = planner.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
+                                      batch=batch, xla=xla)
+            except ValueError:
+                continue
+            if max(b.total for b in budgets) <= capacity:
+                changes = (candidate != strategy) + (label != "as given")
+                host = planner.host_bytes(changed, optimizer, candidate, devices, chosen_policy)
+                found.append(Remedy(candidate, label, tuple(budgets), changes, host))
+    return sorted(found, key=lambda r: (r.changes, r.host > 0, r.peak, r.strategy))
+
+
+def remedy_json(remedy: Remedy, devices: int, capacity: int) -> dict:
+    """A :class:`Remedy` as the CLI's ``--json`` lists it, in bytes: ``{"label", "strategy", "precision",
+    "changes", "peak", "spare", "host"}`` (``peak`` per device; ``host``: host or coordinator RAM)."""
+    return {"label": remedy.label(devices), "strategy": remedy.strategy, "precision": remedy.precision,
+            "changes": remedy.changes, "peak": remedy.peak, "spare": capacity - remedy.peak, "host": remedy.host}
