@@ -279,3 +279,12 @@ def averaging():
     model = tiny()
     model.compile(optimizer=keras.optimizers.Adam(use_ema=True), loss="mse")
     return model
+
+
+def any_length():
+    """Token ids of any length (``keras.Input((None,))``): the planner needs a length to run a step at."""
+    inputs = keras.Input((None,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(100, 8)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
+    model.compile(loss="mse")
+    return model

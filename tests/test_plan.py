@@ -299,6 +299,8 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile)"),
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
+    (["--model", "tests.plan_builders:any_length", "--strategy", "single"],
+     "the model's input has an unknown dimension (None, None): give keras.Input a full shape"),
     (["--model", "tests.plan_builders:augmented", "--backend", "jax"],
      "Keras on JAX runs this model's step without jit (RandomRotation: layers it does not compile)"),
     (["--model", "tests.plan_builders:tiny_jit_off", "--backend", "jax"],
@@ -322,6 +324,7 @@ def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, mess
     lines = [line for line in out.splitlines() if line.strip() and not line.startswith("measuring ")]
     assert code == 2 and "Traceback" not in out and "usage:" not in out
     assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1], out
+    assert not [line for line in lines if line.startswith("run ")], out  # refused before any measuring run
 
 
 def two_heads_batch() -> dict:

@@ -119,6 +119,36 @@ def text_of(model) -> str:
     return " ".join(["word"] * max(lengths, default=1))
 
 
+def known_dims(tensor, what: str = "input") -> tuple[int, ...]:
+    """``tensor``'s shape without its batch dimension.
+
+    Raises:
+        ModelError: a dimension other than the batch is unknown (``None``), naming the model's ``what``.
+    """
+    dims = tuple(tensor.shape)[1:]
+    if any(d is None for d in dims):
+        raise ModelError(f"the model's {what} has an unknown dimension {tuple(tensor.shape)}: give keras.Input "
+                         "a full shape (e.g. a fixed sequence length or image size)")
+    return dims
+
+
+def check_inputs(model) -> None:
+    """:func:`known_dims` of each of a functional or ``Sequential`` model's ``keras.Input`` (a subclassed
+    model's inputs are known only once it runs: :func:`batch_of` checks them there).
+
+    Raises:
+        ModelError: as :func:`known_dims`.
+    """
+    import keras
+
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        return
+    for tensor in keras.tree.flatten(inputs or []):
+        known_dims(tensor)
+
+
 def batch_of(model, batch: int, loss):
     """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
 
@@ -139,10 +169,7 @@ def batch_of(model, batch: int, loss):
     rng = np.random.default_rng(0)
 
     def make(tensor, dtype, what):
-        dims = tuple(tensor.shape)[1:]
-        if any(d is None for d in dims):
-            raise ModelError(f"the model's {what} has an unknown dimension {tuple(tensor.shape)}: give keras.Input "
-                             "a full shape (e.g. a fixed sequence length or image size)")
+        dims = known_dims(tensor, what)
         if "int" in str(dtype):
             return np.zeros((batch, *dims), dtype=str(dtype))
         if str(dtype) == "string":

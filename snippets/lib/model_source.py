@@ -132,7 +132,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import loss_name, text_of
+    from snippets.lib.model_batch import check_inputs, loss_name, text_of
     from snippets.lib.model_step import check_compile, own_train_step
 
     seen = {}
@@ -159,6 +159,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
             # What the measuring process would refuse, said now, before any run starts.
             check_compile(model, "the function")
             text_of(model)
+            check_inputs(model)
         return model
 
     before = keras.config.dtype_policy()
