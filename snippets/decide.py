@@ -269,10 +269,12 @@ def measured_plan(args, weights: Sequence[planner.Weight],
         raise ValueError(f"{args.model} returns a model with no compiled loss: compile it with one, or pass --loss "
                          "(e.g. --loss mse)" if args.model else f"{args.model_json} holds no loss (a model saved "
                          "before it was compiled): pass --loss (e.g. --loss mse)")
+    facts = getattr(args, "source", None)
+    if facts and facts.unknown_input and (args.backend == "jax" or model_plan.runs_here(weights, step)):
+        raise ValueError(facts.unknown_input)  # before any run (each would refuse it)
     if args.backend == "jax":
         from snippets.lib.jax_step import plan_on_jax
 
-        facts = getattr(args, "source", None)
         refuse_unjitted_on_jax(facts.no_xla if facts else {},
                                setup.xla_from if setup.xla == "off" and setup.xla_from != "--xla" else None)
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)

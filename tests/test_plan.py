@@ -492,6 +492,13 @@ def test_an_inference_plan_says_so_first_and_names_an_unused_loss(kernel):
     assert out.index("--loss mse is not used") < out.index("capacity")  # before the table
 
 
+def test_an_input_of_unknown_length_is_no_obstacle_to_a_rule_plan(kernel):
+    # Only a run needs a length (the refusal before any run: test_a_readers_model_that_cannot_be_planned...).
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:any_length", "--optimizer", "adam",
+                                           "--method", "rule"])
+    assert code == 0 and "Planned by rule" in out, out
+
+
 def test_a_tf_keras_model_is_refused_before_it_is_built():
     # A kernel of its own, so tf_keras is imported there alone (a fork: no TensorFlow import to pay).
     with Kernel() as fresh:

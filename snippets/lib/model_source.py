@@ -101,6 +101,8 @@ class SourceFacts(NamedTuple):
             ``"auto"`` to (keras/src/trainers/trainer.py stores the resolved value in its compile config).
         accumulation: the compiled optimizer's ``gradient_accumulation_steps`` (1: none, or not compiled).
         ema: whether the compiled optimizer keeps ``use_ema`` averages (a copy of each trainable variable).
+        unknown_input: why a step cannot be run on the model's inputs (a ``keras.Input`` of unknown length,
+            :func:`snippets.lib.model_batch.check_inputs`), or None.
     """
 
     weights: list
@@ -112,6 +114,7 @@ class SourceFacts(NamedTuple):
     jit_compile: bool | None
     accumulation: int = 1
     ema: bool = False
+    unknown_input: str | None = None
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -159,7 +162,10 @@ def read_builder(build_model: Callable) -> SourceFacts:
             # What the measuring process would refuse, said now, before any run starts.
             check_compile(model, "the function")
             text_of(model)
-            check_inputs(model)
+            try:  # refused only where a step will run (a rule plan needs no input shape): decide
+                check_inputs(model)
+            except ModelError as error:
+                seen["unknown_input"] = str(error)
         return model
 
     before = keras.config.dtype_policy()
@@ -170,7 +176,8 @@ def read_builder(build_model: Callable) -> SourceFacts:
         keras.config.set_dtype_policy(before)
     return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
-                       seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False))
+                       seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
+                       seen.get("unknown_input"))
 
 
 def read_json(text: str) -> SourceFacts:
