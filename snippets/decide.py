@@ -202,6 +202,11 @@ def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None =
                          "(without --backend jax)")
 
 
+def trainable_bytes(weights: Sequence[planner.Weight]) -> int:
+    """Bytes of the trainable ``weights``: the size of the gradients, of one slot per variable, or of the EMA copies."""
+    return sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
+
+
 def source_optimizer(facts: SourceFacts, source: str = "function",
                      done: str = "measured") -> tuple[str | None, str | None]:
     """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
@@ -226,8 +231,8 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
         if facts.accumulation > 1:
             note += f" with its gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable variable)"
         if facts.ema:
-            trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in facts.weights if w.trainable)
-            note += (f"; its use_ema=True keeps a copy of each trainable variable ({units.human_bytes(trainable)}), "
+            note += (f"; its use_ema=True keeps a copy of each trainable variable "
+                     f"({units.human_bytes(trainable_bytes(facts.weights))}), "
                      "which the figures below leave out: add it")
         return name, note + "."
     if facts.loss is not None:
@@ -478,9 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if plan.method == "compiled" and args.device_memory is None:
                 # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
                 capacity = hardware.jax_pool_bytes(card.name)
-            trainable = sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
             found = ([] if plan.total <= capacity else
-                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable))[:args.top]
+                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights)))[:args.top]
             if args.json:
                 text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,
                                                           found, setup), indent=1)
