@@ -126,27 +126,35 @@ def report(
     *,
     batch: int = 64,
     xla: str = "auto",
+    accumulation: int = 1,
 ) -> str:
     """The CLI's text: table, verdict, host bytes if any and, when it does not fit, up to ``top`` remedies.
+
+    ``accumulation`` is the optimizer's ``gradient_accumulation_steps``: its accumulators are
+    counted with the slots (:func:`snippets.lib.planner.plan`).
 
     Raises:
         ValueError: as :func:`snippets.lib.planner.plan` does.
     """
-    budgets = planner.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla)
+    budgets = planner.plan(weights, optimizer, strategy, devices, policy, reserve, batch=batch, xla=xla,
+                           accumulation=accumulation)
     jit = placements.resolve_xla(xla, strategy)
     table = budget_table(budgets, capacity)
     # The verdict wraps at the table's width: a reader's window that shows the table shows it whole.
     width = max(72, max(map(len, table.splitlines())))
     lines = [table, "", textwrap.fill(verdict(budgets, capacity), width)]
     if optimizer:
-        lines.append(f"Batch {batch}; optimizer update {'XLA-compiled' if jit else 'without XLA'}"
-                     f"{' (xla auto, as Keras decides on a GPU host)' if xla == 'auto' else ''}.")
-    host = planner.host_bytes(weights, optimizer, strategy, devices, policy)
+        accumulated = (f"; slots include the accumulators of gradient_accumulation_steps={accumulation}"
+                       if accumulation > 1 else "")
+        lines.append(textwrap.fill(f"Batch {batch}; optimizer update {'XLA-compiled' if jit else 'without XLA'}"
+                                   f"{' (xla auto, as Keras decides on a GPU host)' if xla == 'auto' else ''}"
+                                   f"{accumulated}.", width))
+    host = planner.host_bytes(weights, optimizer, strategy, devices, policy, accumulation)
     if host:
         lines.append(f"Host (or coordinator) RAM also holds {units.format_bytes(host)}.")
     fits = max(b.total for b in budgets) <= capacity
     found = [] if fits else remedies(weights, optimizer, strategy, devices, capacity, policy, reserve,
-                                     batch=batch, xla=xla)
+                                     batch=batch, xla=xla, accumulation=accumulation)
     if found:
         lines += ["", "Remedies that fit, fewest changes first:"]
         for rank, remedy in enumerate(found[:top], 1):
@@ -205,6 +213,21 @@ def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None =
 def trainable_bytes(weights: Sequence[planner.Weight]) -> int:
     """Bytes of the trainable ``weights``: the size of the gradients, of one slot per variable, or of the EMA copies."""
     return sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
+
+
+def declared_batch_note(args) -> str | None:
+    """A note when the model's ``keras.Input`` fixes a batch (``args.source.declared_batch``) other
+    than the one each device runs at ``--batch``; None otherwise. Keras's TensorFlow backend runs a
+    functional model at any batch, so the plan goes ahead at ``--batch``, and the note names the
+    ``--batch`` that plans the declared one (a stateful RNN runs at that batch only)."""
+    facts = getattr(args, "source", None)
+    declared = facts.declared_batch if facts else None
+    replicas = args.devices if args.strategy == "mirrored" else 1
+    if not declared or declared == args.batch // replicas:
+        return None
+    over = f" over {replicas} replicas" if replicas > 1 else ""
+    return (f"keras.Input fixes the batch at {declared}, but this plan is for {args.batch // replicas} per device "
+            f"(--batch {args.batch}{over}): pass --batch {declared * replicas} to plan the batch the model declares.")
 
 
 def source_optimizer(facts: SourceFacts, source: str = "function",
@@ -459,18 +482,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.model_json and args.model_kwargs:
             raise ValueError("--model-kwargs passes keyword arguments to --model's function; a --model-json file "
                              "takes none: drop --model-kwargs, or plan the function with --model")
+        if args.model or args.model_json:
+            # Keras (and TensorFlow) imported first, here, where their start-up lines are held back and
+            # INFO lines are off (cli.configure_from_args's default): stderr is the planner's progress.
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            with cli.quiet_tensorflow_start():
+                import keras  # noqa: F401
         weights = _weights(args)
-        optimizer_note = None
-        if (args.model or args.model_json) and args.optimizer is None:
-            args.optimizer, optimizer_note = source_optimizer(args.source, "file" if args.model_json else "function",
-                                                              "compiled by XLA, not run" if args.backend == "jax" else "measured")
+        from_source = bool(args.model or args.model_json) and args.optimizer is None
+        source = "file" if args.model_json else "function"
+        if from_source:
+            args.optimizer = source_optimizer(args.source, source)[0]
             # The function's own optimizer runs, with its accumulation (--optimizer replaces both).
             args.accumulation = args.source.accumulation
         how = model_plan.rule_how(weights, inference=bool(args.model or args.model_json) and args.optimizer is None)
         # A mixed policy the model's function set wins over the command line's, as it does when it runs.
         setup = setup_of(args)
-        if optimizer_note:
-            setup = replace(setup, notes=(optimizer_note, *setup.notes))
+        batch_note = declared_batch_note(args)
+        if batch_note:
+            setup = replace(setup, notes=(*setup.notes, batch_note))
+
+        def noted(done: str) -> model_report.ModelSetup:
+            """``setup`` with the note on the source's optimizer first, saying what was ``done`` with it."""
+            note = source_optimizer(args.source, source, done)[1] if from_source else None
+            return replace(setup, notes=(note, *setup.notes)) if note else setup
+
         rule_policy = setup.planned_policy if setup.planned_policy in units.POLICIES else None
         if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
@@ -485,6 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 capacity = hardware.jax_pool_bytes(card.name)
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights)))[:args.top]
+            setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
             if args.json:
                 text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,
                                                           found, setup), indent=1)
@@ -492,27 +529,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 text = model_report.model_report(plan, capacity, card_name, found, setup)
             print(text)
             return 0
+        model = bool(args.model or args.model_json)
+        setup = noted("planned by rule")
+        accumulation = getattr(args, "accumulation", 1)
+        # The XLA mode the measured step would run (the model's own jit_compile, its layers), planned by rule.
+        rule_xla = "off" if setup.no_xla else setup.xla
         if args.json:
             budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, rule_policy, reserve,
-                                  batch=args.batch, xla=args.xla)
+                                  batch=args.batch, xla=rule_xla, accumulation=accumulation)
             # The text's remedies, in bytes: a script reading --json gets what a reader reads.
             found = [] if max(b.total for b in budgets) <= capacity else remedies(
                 weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy, reserve,
-                batch=args.batch, xla=args.xla)[:args.top]
+                batch=args.batch, xla=rule_xla, accumulation=accumulation)[:args.top]
             text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
-                                      batch=args.batch, xla=placements.resolve_xla(args.xla, args.strategy),
+                                      batch=args.batch, xla=placements.resolve_xla(rule_xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how,
-                                      remedies=[remedy_json(r, args.devices, capacity) for r in found]),
+                                      remedies=[remedy_json(r, args.devices, capacity) for r in found],
+                                      **({"notes": list(setup.notes)} if model else {})),
                               indent=1)
         else:
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,
-                          reserve, args.top, batch=args.batch, xla=args.xla)
+                          reserve, args.top, batch=args.batch, xla=rule_xla, accumulation=accumulation)
             said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
-            inference = bool(args.model or args.model_json) and args.optimizer is None
+            inference = model and args.optimizer is None
             if inference and args.loss:
                 said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
+            # What the model's source chose, as a measured plan says it (an inference plan trains with nothing).
+            chosen = model_report.setup_lines(setup, training=not inference) if model else []
             # An inference plan answers another question than the reader may have asked: said first.
-            text = f"{said}\n\n{text}" if inference else f"{text}\n{said}"
+            text = "\n".join([said, "", text, *chosen] if inference else [text, *chosen, said])
     except (ValueError, MemoryError, RuntimeError) as error:
         # A model's failure is not about the options: its line alone, without argparse's usage block.
         line = str(error).splitlines()[0]

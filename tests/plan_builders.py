@@ -288,3 +288,16 @@ def any_length():
     model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
     model.compile(loss="mse")
     return model
+
+
+def fixed_batch():
+    """``keras.Input(..., batch_size=8)``: a model that declares the batch it trains at."""
+    inputs = keras.Input((32,), batch_size=8)
+    model = keras.Model(inputs, keras.layers.Dense(8)(inputs))
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def unregistered_json() -> str:
+    """``model.to_json()`` of SmallNet, a subclass Keras cannot rebuild from a file (not registered)."""
+    return subclassed().to_json()

@@ -253,6 +253,14 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     already = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", policy="mixed_float16"), "extrapolated",
                                    (16, 32), (220 * units.MiB, 380 * units.MiB))
     assert not any(r.estimate for r in model_remedies.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB))
+    # A step that accumulates already: more steps of it, its accumulators measured with it, not added again.
+    accumulating = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", accumulation=4), "extrapolated",
+                                        (16, 32), (220 * units.MiB, 380 * units.MiB))
+    more = next(r for r in model_remedies.batch_remedies(accumulating, units.GiB, 4, 10 * units.MiB)
+                if "accumulation" in r.label)
+    assert more.label.startswith("gradient_accumulation_steps=16 (batch 64 per step, same effective batch 1024)")
+    assert more.peak == accumulating.peak_at(accumulating.device_batch // 4)
+    assert "its accumulators measured with it" in more.how
 
 
 def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_an_estimate_from_an_xla_step():

@@ -533,6 +533,10 @@ def test_what_the_function_prints_goes_to_stderr_and_the_json_stays_whole():
     assert code == 0, err
     assert json.loads(out)["method"] == "rule"  # stdout is the JSON alone
     assert "built" in err.splitlines() and "Total params" in err  # model.summary() and print(), on stderr
+    # TensorFlow's start-up lines (a cuda driver it cannot find), which no TF_CPP_MIN_LOG_LEVEL silences, are not.
+    from snippets.lib.errors import startup_noise
+
+    assert not [line for line in err.splitlines() if startup_noise(line)], err
 
 
 def test_the_functions_gradient_accumulation_is_measured_and_its_ema_is_named():
@@ -633,3 +637,100 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     assert parallel["method"] == "compiled" and parallel["batches"] == [256, 512]
     assert "DataParallel over 2" in parallel["how"] and parallel["weights_bytes"] == plan["plan"]["weights_bytes"]
     assert parallel["peaks"][1] >= plan["plan"]["peaks"][1]
+
+
+def _keras_optimizer_bytes(target: str) -> tuple[int, int]:
+    """Kernel side: ``(slot bytes, trainable bytes)`` of the optimizer the function compiles, built by
+    Keras on the model's variables (the scalars, iterations and learning rate, left out)."""
+    import numpy as np
+
+    model = decide.import_callable(target)()
+    model.optimizer.build(model.trainable_variables)
+    sized = [v for v in model.optimizer.variables if len(v.shape)]
+    return (sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in sized),
+            sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.trainable_variables))
+
+
+def test_a_rule_plan_counts_the_functions_accumulators_with_the_slots():
+    import json
+
+    # Keras's own count: Adam's two slots and one accumulator per trainable variable (a kernel of its own:
+    # building the optimizer starts TensorFlow's runtime).
+    with Kernel() as fresh:
+        slots, trainable = fresh.call(_keras_optimizer_bytes, "tests.plan_builders:accumulating")
+        code, out = fresh.call(run_plan_cli, ["--model", "tests.plan_builders:accumulating", "--method", "rule",
+                                              "--strategy", "single", "--devices", "1", "--json"])
+        code_text, text = fresh.call(run_plan_cli, ["--model", "tests.plan_builders:accumulating", "--method",
+                                                    "rule", "--strategy", "single", "--devices", "1"])
+    assert slots == 3 * trainable
+    assert code == code_text == 0, out + text
+    plan = json.loads(out)
+    assert plan["devices"][0]["slots"] == slots
+    assert plan["notes"][0].startswith("No --optimizer: the function compiles with adam, which is planned by rule "
+                                       "with its gradient_accumulation_steps=4")
+    assert "slots include the accumulators of gradient_accumulation_steps=4" in " ".join(text.split())
+    assert "Trains with loss mse (the function's compile)" in text
+    # And in the arithmetic: one accumulator per trainable variable, on the device or the host that updates it.
+    from snippets.lib import planner
+
+    weights = [planner.Weight((1024, 256)), planner.Weight((256,), trainable=False)]
+    plain, accumulating = (planner.plan(weights, "adam", "single", 1, accumulation=k)[0].slots for k in (1, 4))
+    assert accumulating - plain == 1024 * 256 * 4
+    assert (planner.host_bytes(weights, "adam", "offload", 1, accumulation=4)
+            - planner.host_bytes(weights, "adam", "offload", 1)) == 1024 * 256 * 4
+    with pytest.raises(ValueError, match="gradient_accumulation_steps must be a positive integer"):
+        planner.plan(weights, "adam", "single", 1, accumulation=0)
+
+
+def test_a_remedy_never_names_a_precision_already_in_effect():
+    from snippets.lib import planner
+
+    kernel_32 = [planner.Weight((131072, 65536))]
+    for policy in ("mixed_float16", None):
+        found = decide.remedies(kernel_32, "adam", "mirrored", 8, 30 * GiB, policy)
+        assert found and all(r.precision != policy for r in found), [r.label(8) for r in found]
+    halves = decide.remedies([planner.Weight((131072, 65536), "float16")], "adam", "mirrored", 8, 30 * GiB)
+    assert halves and all(r.precision != "float16" for r in halves)
+    # A change from the reader's policy is one: mixed_float16 to float16 storage.
+    assert any(r.precision == "float16" for r in decide.remedies(kernel_32, "adam", "mirrored", 8, 30 * GiB,
+                                                                 "mixed_float16"))
+
+
+def test_a_model_that_fixes_its_batch_gets_a_note_naming_the_batch_that_plans_it(kernel):
+    argv = ["--model", "tests.plan_builders:fixed_batch", "--method", "rule"]
+    code, out = kernel.call(run_plan_cli, [*argv, "--batch", "64"])
+    assert code == 0, out
+    assert ("Note: keras.Input fixes the batch at 8, but this plan is for 16 per device (--batch 64 over 4\n"
+            "replicas): pass --batch 32 to plan the batch the model declares.") in out
+    code, out = kernel.call(run_plan_cli, [*argv, "--batch", "32"])
+    assert code == 0 and "keras.Input fixes" not in out, out
+
+
+def test_a_json_file_of_a_class_keras_cannot_find_gets_one_short_line(tmp_path):
+    path = tmp_path / "subclassed.json"
+    with Kernel() as fresh:  # its own: the subclassed model is built on a batch, which starts the runtime
+        path.write_text(fresh.call(_call, "tests.plan_builders:unregistered_json"))
+        code, out = fresh.call(run_plan_cli, ["--model-json", str(path), "--optimizer", "adam"])
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "config" not in out, out  # not Keras's kilobyte of config
+    assert lines[0].endswith("the file names class 'SmallNet', which Keras cannot rebuild from a file unless it is "
+                             "registered (keras.saving.register_keras_serializable) and imported: plan the "
+                             "function that builds the model with --model module:function")
+
+
+def _call(target: str):
+    """Kernel side: what the function ``target`` (``module:function``) returns."""
+    return decide.import_callable(target)()
+
+
+def test_tensorflows_start_up_lines_are_held_back_and_the_rest_of_stderr_kept(capfd):
+    import os
+
+    from snippets.lib import cli
+
+    with cli.quiet_tensorflow_start():
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                    b"I0000 00:00:1796362183.983710    8979 cudart_stub.cc:31] Could not find cuda drivers\n"
+                    b"E0000 00:00:1796362329.341291    9457 cuda_platform.cc:52] failed call to cuInit: (303)\n"
+                    b"the reader's own line\n")
+    assert capfd.readouterr().err == "the reader's own line\n"

@@ -8,10 +8,15 @@ show, a cluster that did not finish) exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import NoReturn
 
 from snippets.lib import devices
+from snippets.lib.errors import startup_noise
 
 
 def add_device_arguments(parser) -> None:
@@ -33,6 +38,31 @@ def configure_from_args(args, parser, **kwargs) -> devices.DeviceSetup:
         return devices.configure(args.devices, args.device_memory, args.mode, **kwargs)
     except (devices.DeviceConfigError, ValueError) as error:
         parser.error(str(error))
+
+
+@contextlib.contextmanager
+def quiet_tensorflow_start() -> Iterator[None]:
+    """Import TensorFlow inside this block, and stderr keeps every line but its start-up ones.
+
+    What TensorFlow logs before abseil is initialised ignores ``TF_CPP_MIN_LOG_LEVEL``
+    (:data:`snippets.lib.errors.STARTUP_LOG`), so a command's first lines on a machine without a
+    GPU driver would be TensorFlow's, not its own; they are held at the file descriptor (C++ writes
+    there, not to ``sys.stderr``), and everything else written in the block is written again after it.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if not startup_noise(line)))
+            sys.stderr.flush()
 
 
 def fail(parser, message: str) -> NoReturn:

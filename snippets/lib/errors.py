@@ -18,6 +18,25 @@ class ModelError(ValueError):
     """The reader's model cannot be measured as given (one line says what to change)."""
 
 
+#: TensorFlow's C++ start-up lines on a host without a CUDA driver: abseil writes everything logged
+#: before ``absl::InitializeLog()`` to stderr whatever ``TF_CPP_MIN_LOG_LEVEL`` says (abseil-cpp
+#: pull requests 1718 and 1957, "Don't log unwanted when not initialized"), so importing TensorFlow
+#: prints its ``cudart_stub`` INFO line and a ``cuInit`` error a GPU host does not print.
+STARTUP_LOG = re.compile(r"absl::InitializeLog|^[IWE]\d{4} \d\d:\d\d:.*(cudart_stub|cuInit|cuda_platform|cpu_feature_guard)"
+                         r"|^To enable the following instructions")
+
+
+def startup_noise(line: str) -> bool:
+    """Whether ``line`` is one of TensorFlow's start-up lines (:data:`STARTUP_LOG`), not the reader's.
+
+    >>> startup_noise("I0000 00:00:1796362183.983710    8979 cudart_stub.cc:31] Could not find cuda drivers")
+    True
+    >>> startup_noise("E0000 00:00:1796362183.983710    8979 bfc_allocator.cc:485] Allocator ran out of memory")
+    False
+    """
+    return bool(STARTUP_LOG.search(line))
+
+
 _TF_PREFIX = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 
 

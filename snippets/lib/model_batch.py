@@ -149,6 +149,19 @@ def check_inputs(model) -> None:
         known_dims(tensor)
 
 
+def declared_batch(model) -> int | None:
+    """The batch a functional or ``Sequential`` model's ``keras.Input(shape, batch_size=b)`` fixes, or
+    None (no input fixes one, or a subclassed model). With several, the smallest."""
+    import keras
+
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        return None
+    sizes = {tuple(tensor.shape)[0] for tensor in keras.tree.flatten(inputs or [])} - {None}
+    return min(sizes, default=None)
+
+
 def batch_of(model, batch: int, loss):
     """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
 

@@ -416,7 +416,8 @@ def rule_slope(weights: Sequence[planner.Weight], step: ModelStep) -> float:
 def _rule_state(weights: Sequence[planner.Weight], step: ModelStep) -> int:
     """The rule's per-device peak without activations (bytes): what a run here would hold at least."""
     budget = planner.plan(weights, step.optimizer, step.strategy, step.devices, step.policy if step.policy in
-                          units.POLICIES else None, batch=max(step.batch, 1), xla=step.xla)[0]
+                          units.POLICIES else None, batch=max(step.batch, 1), xla=step.xla,
+                          accumulation=step.accumulation)[0]
     return budget.total - budget.activations
 
 
@@ -452,7 +453,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     if weights is not None and not runs_here(weights, step, cap):
         policy = step.policy if step.policy in units.POLICIES else None
         budget = planner.plan(weights, step.optimizer, step.strategy, step.devices, policy,
-                              batch=step.batch, xla=step.xla)[0]
+                              batch=step.batch, xla=step.xla, accumulation=step.accumulation)[0]
         return ModelPlan(step, "rule", init_peak=budget.init_peak, rule_peak=budget.step_peak,
                          weights_bytes=sum(units.tensor_bytes(w.shape, w.dtype) for w in weights),
                          rule_note=rule_how(weights, too_large=True))

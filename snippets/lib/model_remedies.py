@@ -41,7 +41,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
     - the same effective batch through ``gradient_accumulation_steps=k``: ``B / k``
       samples per step plus one accumulator per trainable variable
       (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
-      field case F22), the smallest ``k`` that fits;
+      field case F22), the smallest ``k`` that fits; a step already accumulating over ``k0``
+      (``plan.step.accumulation``) was measured with its accumulators, so ``k0 x k`` steps add none;
     - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used):
       ``B / N`` samples per replica, the fit at that batch (plus the all-reduced gradient when the
       fit was a single device's; an estimate when the fit was an XLA step, which a strategy does not
@@ -62,15 +63,18 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         found.append(BatchRemedy(f"batch {largest}", plan.peak_at(largest // replicas),
                                  "the measured fit at that batch",
                                  "fewer samples per update: retune the learning rate"))
+    # A step that accumulates already was measured with its accumulators: k more micro-batches add none.
+    k0 = plan.step.accumulation
+    accumulators = (" + one accumulator per trainable variable (by rule)" if k0 == 1 else
+                    f" (its accumulators measured with it, for gradient_accumulation_steps={k0})")
     for k in (2, 4, 8, 16, 32, 64):
         if b % k:
             continue
-        peak = round(plan.peak_at(b // k) + trainable_bytes)
+        peak = round(plan.peak_at(b // k) + (trainable_bytes if k0 == 1 else 0))
         if peak <= capacity:
-            found.append(BatchRemedy(f"gradient_accumulation_steps={k} (batch {plan.step.batch // k} per step, "
-                                     f"same effective batch {plan.step.batch})", peak,
-                                     f"the measured fit at {b // k} per device + one accumulator per trainable "
-                                     "variable (by rule)",
+            found.append(BatchRemedy(f"gradient_accumulation_steps={k0 * k} (batch {plan.step.batch // k} per step, "
+                                     f"same effective batch {plan.step.batch * k0})", peak,
+                                     f"the measured fit at {b // k} per device{accumulators}",
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "

@@ -164,12 +164,16 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                       compiled if planned_xla != xla else "--xla")
 
 
-def _setup_lines(setup: ModelSetup | None) -> list[str]:
+def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
+    """What ``setup`` trains with, in one sentence, then each of its notes wrapped at 100 columns; an
+    inference plan (``training`` False), or a rule plan of a step with no loss, gets its dtype policy
+    and notes only."""
     if setup is None:
         return []
     loss = (f"loss {setup.loss} ({setup.loss_from})" if setup.loss else
-            f"the loss {setup.loss_from} computes" if setup.loss_from else "no loss")
-    lines = [f"Trains with {loss}, dtype policy {setup.policy} ({setup.policy_from})."]
+            f"the loss {setup.loss_from} computes" if setup.loss_from else None)
+    policy = f"dtype policy {setup.policy} ({setup.policy_from})."
+    lines = [f"Trains with {loss}, {policy}" if training and loss else f"D{policy[1:]}"]
     return lines + [textwrap.fill(f"Note: {note}", 100, break_on_hyphens=False) for note in setup.notes]
 
 
@@ -205,7 +209,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
            f"{' (xla auto, as Keras decides on a GPU host)' if step.xla == 'auto' else ''}")
     init = "initialisation not compiled" if compiled else f"initialisation {h(plan.init_peak)}"
     lines = [f"{step.source}: {h(plan.weights_bytes)} of weights, {step.optimizer}, {where}, batch {step.batch}, "
-             f"{xla}.", *_setup_lines(setup),
+             f"{xla}.", *setup_lines(setup),
              f"Step peak per device: {h(plan.step_peak)} ({init}).",
              textwrap.fill(plan.how(), 100, break_on_hyphens=False)]
     if plan.method in ("measured", "extrapolated"):

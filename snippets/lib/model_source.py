@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.abc
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -103,6 +104,8 @@ class SourceFacts(NamedTuple):
         ema: whether the compiled optimizer keeps ``use_ema`` averages (a copy of each trainable variable).
         unknown_input: why a step cannot be run on the model's inputs (a ``keras.Input`` of unknown length,
             :func:`snippets.lib.model_batch.check_inputs`), or None.
+        declared_batch: the batch its ``keras.Input(..., batch_size=b)`` fixes
+            (:func:`snippets.lib.model_batch.declared_batch`), or None.
     """
 
     weights: list
@@ -115,6 +118,7 @@ class SourceFacts(NamedTuple):
     accumulation: int = 1
     ema: bool = False
     unknown_input: str | None = None
+    declared_batch: int | None = None
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -135,7 +139,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import check_inputs, loss_name, text_of
+    from snippets.lib.model_batch import check_inputs, declared_batch, loss_name, text_of
     from snippets.lib.model_step import check_compile, own_train_step
 
     seen = {}
@@ -166,6 +170,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
                 check_inputs(model)
             except ModelError as error:
                 seen["unknown_input"] = str(error)
+            seen["declared_batch"] = declared_batch(model)
         return model
 
     before = keras.config.dtype_policy()
@@ -177,7 +182,12 @@ def read_builder(build_model: Callable) -> SourceFacts:
     return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
-                       seen.get("unknown_input"))
+                       seen.get("unknown_input"), seen.get("declared_batch"))
+
+
+#: Keras's error for a class or function a saved config names and the loading process does not know
+#: (keras/src/saving/serialization_lib.py, ``_retrieve_class_or_fn``, Keras 3.15).
+UNREGISTERED = re.compile(r"Could not (?:locate|deserialize) (\w+) '([^']+)'")
 
 
 def read_json(text: str) -> SourceFacts:
@@ -194,7 +204,17 @@ def read_json(text: str) -> SourceFacts:
         with warnings.catch_warnings():
             # read_builder's stand-in for compile makes Keras skip compile_config, and say so: it is done here.
             warnings.filterwarnings("ignore", message=".*compile.*custom")
-            model = keras.models.model_from_json(text)
+            try:
+                model = keras.models.model_from_json(text)
+            except TypeError as error:
+                # Keras's message ends with the whole object's config, a kilobyte or more: the name is enough.
+                unknown = UNREGISTERED.search(str(error))
+                if unknown is None:
+                    raise
+                raise ModelError(f"the file names {unknown[1]} {unknown[2]!r}, which Keras cannot rebuild from a "
+                                 "file unless it is registered (keras.saving.register_keras_serializable) and "
+                                 "imported: plan the function that builds the model with --model "
+                                 "module:function") from None
         if compile_config:
             # As Trainer.compile_from_config does (keras/src/trainers/trainer.py), into the stand-in.
             model.compile(**keras.saving.deserialize_keras_object(compile_config))

@@ -293,6 +293,7 @@ def plan(
     *,
     batch: int = 64,
     xla: str | bool = "auto",
+    accumulation: int = 1,
 ) -> list[DeviceBudget]:
     """Per-device budgets of one training step for a whole model: one :class:`DeviceBudget` per device.
 
@@ -316,12 +317,18 @@ def plan(
             (not added: capacities are the allocator's, see snippets.lib.hardware).
         batch: global batch size (activations).
         xla: ``"auto"``, ``"on"``, ``"off"`` or a bool (:func:`resolve_xla`).
+        accumulation: the optimizer's ``gradient_accumulation_steps`` (1: none). Above 1, each
+            trainable variable gets an accumulator of its own shape and dtype, counted with the
+            slots (Keras 3.15 ``BaseOptimizer.build``: ``add_variable_from_reference(variable,
+            name="gradient_accumulator")``); the update's temporaries stay those probed without
+            accumulation.
 
     Raises:
         ValueError: for a bad shape, dtype, optimizer, strategy, policy,
-            batch, xla or device count, or a split that does not divide a dimension.
+            batch, xla, accumulation or device count, or a split that does not divide a dimension.
     """
     check_optimizer(optimizer)
+    check_count(accumulation, "gradient_accumulation_steps")
     placement = placements.get(strategy)
     check_count(devices)
     check_count(batch, "batch size")
@@ -355,7 +362,8 @@ def plan(
             if trains:
                 grads += nbytes
             if trains and placement.updates_on_device:
-                slot_total += optimizers.slot_bytes(optimizer, shape, var_dtype)
+                slot_total += (optimizers.slot_bytes(optimizer, shape, var_dtype)
+                               + accumulator_bytes(shape, var_dtype, accumulation))
                 precision = policy if policy is not None and compute != var_dtype else var_dtype
                 if precision in probe_cache.PRECISIONS:
                     units = probe_cache.transient_units(optimizer, precision, xla_mode(jit, strategy))
@@ -386,16 +394,25 @@ def plan(
     return budgets
 
 
+def accumulator_bytes(shape: Sequence[int], dtype: str, accumulation: int = 1) -> int:
+    """Bytes of the gradient accumulator Keras keeps for one trainable variable of ``shape`` and
+    ``dtype`` when ``gradient_accumulation_steps`` is ``accumulation`` (0 for 1: none); :func:`plan`
+    gives the source."""
+    return tensor_bytes(shape, dtype) if accumulation > 1 else 0
+
+
 def host_bytes(
     weights,
     optimizer: str | None = None,
     strategy: str = "mirrored",
     devices: int = 4,
     policy: str | None = None,
+    accumulation: int = 1,
 ) -> int:
     """Bytes that live in host RAM (or on the coordinator) rather than on the devices.
 
-    ``offload``: all variables and their optimizer slots. ``parameter_server``:
+    ``offload``: all variables and their optimizer slots (and gradient accumulators, with
+    ``accumulation`` above 1, which the optimizer makes beside its slots). ``parameter_server``:
     the optimizer slots, full-size, which Keras 3.15 creates on the
     coordinator (measured by :mod:`snippets.lib.ledger`). Other strategies: 0.
     Accepts ``weights`` as :func:`plan` does.
@@ -410,6 +427,7 @@ def host_bytes(
             total += tensor_bytes(w.shape, var_dtype)
         if optimizer is not None and w.trainable:
             total += optimizers.slot_bytes(optimizer, w.shape, var_dtype)
+            total += accumulator_bytes(w.shape, var_dtype, accumulation)
     return total
 
 

@@ -39,6 +39,25 @@ def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list
     ]
 
 
+def in_effect(weights: Sequence[planner.Weight], policy: str | None, dtype: str | None,
+              new_policy: str | None) -> bool:
+    """Whether a precision of :data:`PRECISIONS` (``dtype``, ``new_policy``; both None: "as given")
+    leaves the reader's (``policy``; ``weights``' dtypes) as it is: no remedy then, and none to name.
+
+    >>> w = [planner.Weight((4, 4), "float16")]
+    >>> in_effect(w, None, None, None), in_effect(w, None, "float16", None), in_effect(w, None, "bfloat16", None)
+    (True, True, False)
+    >>> in_effect(w, "mixed_float16", "float32", "mixed_float16"), in_effect(w, "mixed_float16", "float16", None)
+    (True, False)
+    """
+    if dtype is None and new_policy is None:
+        return True
+    if new_policy is not None:
+        return new_policy == policy
+    floats = [w.dtype for w in weights if w.dtype.startswith(("float", "bfloat"))]
+    return policy is None and bool(floats) and all(d == dtype for d in floats)
+
+
 @dataclass(frozen=True)
 class Remedy:
     """A configuration that fits: what changes, and each device's peak.
@@ -79,6 +98,7 @@ def remedies(
     *,
     batch: int = 64,
     xla: str = "auto",
+    accumulation: int = 1,
 ) -> list[Remedy]:
     """Configurations whose step peak fits ``capacity`` bytes per device, ranked.
 
@@ -86,9 +106,10 @@ def remedies(
     coordinator RAM; then the smallest peak.
 
     Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
-    in :data:`PRECISIONS`, with the same optimizer, device count, batch and
+    in :data:`PRECISIONS`, with the same optimizer, gradient accumulation, device count, batch and
     XLA setting; splits that do not divide a dimension are skipped, and so
-    is a "shard" over one device (it is no remedy).
+    is a "shard" over one device (it is no remedy), and so is a precision already in effect
+    (:func:`in_effect`: the reader's own policy, or every float weight already of that dtype).
     """
     found = []
     for candidate in REMEDY_STRATEGIES:
@@ -96,17 +117,17 @@ def remedies(
             continue
         for label, dtype, new_policy in PRECISIONS:
             chosen_policy = policy if label == "as given" else new_policy
-            if candidate == strategy and label == "as given":
+            if (candidate == strategy or label != "as given") and in_effect(weights, policy, dtype, new_policy):
                 continue
             changed = with_precision(weights, dtype)
             try:
                 budgets = planner.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
-                                      batch=batch, xla=xla)
+                                      batch=batch, xla=xla, accumulation=accumulation)
             except ValueError:
                 continue
             if max(b.total for b in budgets) <= capacity:
                 changes = (candidate != strategy) + (label != "as given")
-                host = planner.host_bytes(changed, optimizer, candidate, devices, chosen_policy)
+                host = planner.host_bytes(changed, optimizer, candidate, devices, chosen_policy, accumulation)
                 found.append(Remedy(candidate, label, tuple(budgets), changes, host))
     return sorted(found, key=lambda r: (r.changes, r.host > 0, r.peak, r.strategy))
 
