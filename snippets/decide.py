@@ -55,7 +55,9 @@ def import_callable(target: str) -> Callable:
     if not colon or not module_name or not name:
         raise ValueError(f"--model wants package.module:function, not {target!r}")
     try:
-        module = importlib.import_module(module_name)
+        # The reader's module imports Keras, and TensorFlow with it: its start-up lines held back.
+        with cli.quiet_tensorflow_start():
+            module = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import {module_name!r} for --model: {error}") from None
     function = getattr(module, name, None)
@@ -436,9 +438,17 @@ def _user_model(read: Callable, source, name: str) -> SourceFacts:
                          f"{error_line(error)}{hint}") from None
 
 
+def _quiet_keras() -> None:
+    """Import Keras, with TensorFlow's start-up lines held back (:func:`snippets.lib.cli.quiet_tensorflow_start`):
+    once the reader's input is found, so that bad input is refused without TensorFlow's import."""
+    with cli.quiet_tensorflow_start():
+        import keras  # noqa: F401
+
+
 def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
+        _quiet_keras()  # a module that imports Keras only inside its function
         build = functools.partial(build, **_model_kwargs(args))
         args.source = _user_model(read_builder, build, args.model)
         return with_precision(args.source.weights, args.dtype)
@@ -448,6 +458,7 @@ def _weights(args) -> list[planner.Weight]:
                 text = handle.read()
         except OSError as error:
             raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
+        _quiet_keras()
         args.source = _user_model(read_json, text, args.model_json)
         return with_precision(args.source.weights, args.dtype)
     shapes = args.shape or [[131072, 65536]]
@@ -482,12 +493,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.model_json and args.model_kwargs:
             raise ValueError("--model-kwargs passes keyword arguments to --model's function; a --model-json file "
                              "takes none: drop --model-kwargs, or plan the function with --model")
-        if args.model or args.model_json:
-            # Keras (and TensorFlow) imported first, here, where their start-up lines are held back and
-            # INFO lines are off (cli.configure_from_args's default): stderr is the planner's progress.
-            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            with cli.quiet_tensorflow_start():
-                import keras  # noqa: F401
         weights = _weights(args)
         from_source = bool(args.model or args.model_json) and args.optimizer is None
         source = "file" if args.model_json else "function"

@@ -48,7 +48,10 @@ def quiet_tensorflow_start() -> Iterator[None]:
     (:data:`snippets.lib.errors.STARTUP_LOG`), so a command's first lines on a machine without a
     GPU driver would be TensorFlow's, not its own; they are held at the file descriptor (C++ writes
     there, not to ``sys.stderr``), and everything else written in the block is written again after it.
+    Its INFO lines are turned off too, unless ``TF_CPP_MIN_LOG_LEVEL`` is set (as
+    :func:`configure_from_args` does).
     """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:
