@@ -372,9 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
         "update temporaries; init and step peaks) for a model or plain shapes under a placement, with a "
         "verdict and, when it does not fit, ranked remedies. Plain shapes and a model too large to run here "
         "are planned by rule (weights, gradients, slots, the update's temporaries, Dense layers' activations), "
-        "allocating nothing; a --model (or --model-json) that runs here is measured: its real fit step at "
-        "two small batches (and a third when they hardly differ) in fresh capped processes, extrapolated in "
-        "the batch.",
+        "allocating nothing; a --model (or --model-json) that runs here, trained under single or mirrored, is "
+        "measured: its real fit step at two small batches (and a third when they hardly differ) in fresh capped "
+        "processes, extrapolated in the batch (with --backend jax: XLA's compiled analysis of the step).",
         epilog=model_plan.accuracy_line() + " Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, "
         "XLA:GPU's buffer assignment (docs/performance.md).",
     )
@@ -388,9 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"variable dtype ({', '.join(units.DTYPE_BYTES)}); default float32 for "
                         "--shape, the model's own dtypes otherwise")
     parser.add_argument("--policy", default=None, choices=sorted(units.POLICIES),
-                        help="mixed-precision policy: float32 variables + float16 compute copies")
+                        help="mixed-precision policy: float32 variables + 16-bit compute copies (float16 or bfloat16)")
     parser.add_argument("--optimizer", default=None, metavar="NAME",
-                        help=f"training optimizer ({', '.join(optimizers.OPTIMIZERS)}); omit for inference")
+                        help=f"training optimizer ({', '.join(optimizers.OPTIMIZERS)}); omitted: inference for "
+                        "--shape, and for --model the optimizer its compile set (inference if it never compiled)")
     parser.add_argument("--strategy", default="mirrored", metavar="NAME",
                         help=f"placement: {', '.join(placements.STRATEGIES)} (default mirrored)")
     parser.add_argument("--initializer", default="glorot_uniform", choices=sorted(planner.INIT_PEAK),
@@ -400,8 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", type=int, default=4, metavar="N", help="number of devices (default 4)")
     parser.add_argument("--batch", type=int, default=64, metavar="N", help="global batch size (default 64)")
     parser.add_argument("--xla", default="auto", choices=placements.XLA_CHOICES,
-                        help="XLA for the optimizer update: auto (what Keras chooses on a GPU host for the "
-                        "placement; for --model, the jit_compile its compile set, if it set one), on, off")
+                        help="XLA for the optimizer update (for --model, for its whole fit step): auto (what Keras "
+                        "chooses on a GPU host for the placement; for --model, the jit_compile its compile set, if "
+                        "it set one), on, off")
     parser.add_argument("--card", default=hardware.DEFAULT_CARD, metavar="NAME",
                         help=f"GPU model, for capacity and reserve: {', '.join(hardware.CARDS)} "
                         f"(default {hardware.DEFAULT_CARD})")
@@ -416,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--method", default="auto", choices=("auto", "rule"),
                         help="--model: auto runs the model's real fit step at two small batches (a third when they "
                         "hardly differ) in fresh capped processes and extrapolates (single or mirrored; the rule "
-                        "where it cannot run here); rule counts weights, gradients, slots and Dense activations only")
+                        "where it cannot run here); rule counts weights, gradients, slots, the update's temporaries "
+                        "and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
                         help="--model: the Keras backend you train on. tensorflow (default): measured; jax: "
                         "XLA's compiled memory analysis of the train step (XLA:CPU's figures) on one device, or with "

@@ -172,6 +172,9 @@ def test_runs_that_hardly_differ_get_a_third_at_the_wide_batch():
     assert "The run at 256 was added: 16 and 32 differed by under 10%" in plan.how()
     two = model_plan.plan_model(step, run=lambda *a, **k: fake(*a, **k, fails=True))
     assert two.batches == (16, 32) and two.step_peak < 0.7 * peak_mib(512) * units.MiB  # what it replaced
+    # ... and says so: a line that may be too shallow is not passed off as the usual one.
+    assert two.wide_ran_out and not plan.wide_ran_out
+    assert "A run at 256 was tried (16 and 32 differed by under 10%) and ran out of this host's cap" in two.how()
     # Between 32 and 256, no lower than the chord between those runs (the peak is convex in the batch),
     # even where the rule's floor makes the line steeper than the runs (third audit: a 4-layer MLP at
     # 1.10 / 2.48 MiB at 32 / 256 was planned at 0.91 of its 1.38 MiB at 96).

@@ -143,7 +143,8 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                 weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
     """Plan ``step`` for Keras on JAX (a :class:`~snippets.lib.model_plan.ModelPlan`, method
     ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the reader's batch and
-    at half of it (for the line that gives the largest batch), nothing run.
+    at half of it (for the line that gives the largest batch); no step at those batches runs (one
+    ``train_on_batch`` of a sample per replica creates the optimizer's slots, :func:`compile_on_jax`).
 
     The line's slope is at least :func:`~snippets.lib.model_plan.rule_slope` of ``weights`` (None: no
     floor): at small batches XLA can place the activations in buffers the update's temporaries need anyway, so two

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from snippets.lib import planner, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
-from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
+from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
 
@@ -177,6 +177,8 @@ class ModelPlan:
         by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
             batch of ``batches``, bytes: one line each (:meth:`lines`). Empty: one line, the
             slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
+        wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`needs_wide_run`) and ran out of
+            this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
     """
 
     step: ModelStep
@@ -193,6 +195,7 @@ class ModelPlan:
     by_threads: tuple[tuple[int, ...], ...] = ()
     threads: tuple[int | None, ...] = ()
     rule_slope: float = 0.0
+    wide_ran_out: bool = False
 
     @property
     def replicas(self) -> int:
@@ -359,11 +362,15 @@ class ModelPlan:
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
         wide = (f" The run at {self.batches[-1]} was added: {self.batches[0]} and {self.batches[1]} differed by "
-                f"under {FLAT_GROWTH:.0%} (fixed buffers hid the activations)." if len(self.batches) > 2 else "")
+                f"under {FLAT_GROWTH:.0%} (fixed buffers hid the activations)." if len(self.batches) > 2 else
+                f" A run at {WIDE_BATCH} was tried ({self.batches[0]} and {self.batches[1]} differed by under "
+                f"{FLAT_GROWTH:.0%}) and ran out of this host's cap: the line is the two small runs', and may be "
+                "too shallow." if self.wide_ran_out else "")
         order = f"+{MARGIN:.0%}"
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
-        worse = f"the worse of {threads} and of 2 steps" if len(counts) > 1 else f"{threads}, the worse of 2 steps"
+        steps = f"{steps_measured(self.step)} steps"
+        worse = f"the worse of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worse of {steps}"
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
         floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
         if self.method == "measured":
@@ -371,7 +378,7 @@ class ModelPlan:
                     f"allocator, a fresh process per run, {worse}; "
                     f"{order} for other orders of the step's ops.{wide}")
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} "
-                f"(capped CPU allocator, a fresh process each, {threads}, the worse of 2 steps), "
+                f"(capped CPU allocator, a fresh process each, {threads}, the worse of {steps}), "
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
                 f"between the runs' lowest peaks{floor})"
@@ -488,6 +495,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     # the default count's run times the step.
     per = len(counts)
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
+    wide_ran_out = False
     if needs_wide_run([min(min(r["step_peaks"]) for r in group) for group in groups], target):
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
         say(f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the "
@@ -496,8 +504,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
         else:
             more = [run(s, cap, inter_op_threads=threads) for s, threads in wide]
-        # One that ran out of this host's cap leaves the plan to the two runs (and says nothing more).
-        if all(r["completed"] for r in more):
+        # One that ran out of this host's cap leaves the plan to the two runs, and the plan says so.
+        wide_ran_out = not all(r["completed"] for r in more)
+        if not wide_ran_out:
             batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
             groups.append(more)
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
@@ -509,7 +518,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
                      floors=floors, by_threads=by_threads, threads=counts,
-                     rule_slope=rule_slope(weights, step) if weights is not None else 0.0)
+                     rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
+                     wide_ran_out=wide_ran_out)
 
 
 def rule_how(weights: Sequence[planner.Weight], too_large: bool = False, inference: bool = False) -> str:

@@ -269,6 +269,13 @@ def compiled_loss(model):
     return getattr(model, "loss", None)
 
 
+def steps_measured(step: ModelStep, steps: int = 2) -> int:
+    """How many fit steps :func:`measure` runs for ``step`` when asked for ``steps``: with
+    ``gradient_accumulation_steps=k`` the optimizer updates on every k-th step only, so at least k,
+    to measure through one update."""
+    return max(steps, step.accumulation)
+
+
 def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()) -> dict:
     """Build, then run ``steps`` training steps of ``step``, each peak read from the allocator.
 
@@ -289,8 +296,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     from snippets.lib.errors import is_oom
 
     device = "CPU:0"
-    # With accumulation the optimizer updates on every k-th step only: measure through one update.
-    steps = max(steps, step.accumulation)
+    steps = steps_measured(step, steps)
     result = {"step": asdict(step), "completed": False, "failed_phase": None, "init_peak": None,
               "step_peaks": [], "step_peak": None, "weights_bytes": None, "seconds_per_step": None,
               "jit": step.jit, "real_strategy": bool(replica_devices)}
