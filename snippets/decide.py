@@ -43,7 +43,7 @@ from snippets.lib.model_step import ModelError, ModelStep
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 # The rule plan's text likewise; the pages print it as decide's (decide.report, decide.budget_table).
-from snippets.lib.rule_report import as_json, budget_table, report, verdict
+from snippets.lib.rule_report import as_json, budget_table, report, rule_how, uncounted, verdict
 
 
 def import_callable(target: str) -> Callable:
@@ -404,7 +404,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.optimizer = source_optimizer(args.source, source)[0]
             # The function's own optimizer runs, with its accumulation (--optimizer replaces both).
             args.accumulation = args.source.accumulation
-        how = model_plan.rule_how(weights, inference=bool(args.model or args.model_json) and args.optimizer is None)
+        per_position = getattr(getattr(args, "source", None), "per_position", 0)
+        bound = uncounted(weights, per_position) > 0
+        # What would measure the step instead, among the options this command did not give.
+        measure = [option for option, absent in (("an --optimizer", args.optimizer is None),
+                                                 ("--method auto", args.method != "auto"),
+                                                 ("--strategy single or mirrored", args.strategy not in ("single", "mirrored")))
+                   if absent]
+        how = rule_how(weights, inference=bool(args.model or args.model_json) and args.optimizer is None,
+                       per_position=per_position, measure=measure)
         # A mixed policy the model's function set wins over the command line's, as it does when it runs.
         setup = setup_of(args)
         batch_note = declared_batch_note(args)
@@ -420,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
             plan = measured_plan(args, weights, setup)
-            how = plan.how()
+            how = plan.how() if plan.method != "rule" else rule_how(weights, too_large=True, per_position=per_position)
         else:
             plan = None
         if plan is not None and plan.method != "rule":
@@ -450,23 +458,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = [] if max(b.total for b in budgets) <= capacity else remedies(
                 weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy, reserve,
                 batch=args.batch, xla=rule_xla, accumulation=accumulation)[:args.top]
-            text = json.dumps(as_json(budgets, capacity, strategy=args.strategy, optimizer=args.optimizer,
+            text = json.dumps(as_json(budgets, capacity, bound, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(rule_xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how,
                                       remedies=[remedy_json(r, args.devices, capacity) for r in found],
                                       **({"notes": list(setup.notes)} if model else {})),
                               indent=1)
         else:
-            text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,
-                          reserve, args.top, batch=args.batch, xla=rule_xla, accumulation=accumulation)
-            said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
             inference = model and args.optimizer is None
-            if inference and args.loss:
-                said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
             # What the model's source chose, as a measured plan says it (an inference plan trains with nothing).
             chosen = model_report.setup_lines(setup, training=not inference) if model else []
+            text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,
+                          reserve, args.top, batch=args.batch, xla=rule_xla, accumulation=accumulation,
+                          bound=bound, chosen=chosen)
+            said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
+            if inference and args.loss:
+                said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
             # An inference plan answers another question than the reader may have asked: said first.
-            text = "\n".join([said, "", text, *chosen] if inference else [text, *chosen, said])
+            text = "\n".join([said, "", text] if inference else [text, said])
     except (ValueError, MemoryError, RuntimeError) as error:
         # A model's failure is not about the options: its line alone, without argparse's usage block.
         line = str(error).splitlines()[0]

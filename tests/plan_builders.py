@@ -301,3 +301,11 @@ def fixed_batch():
 def unregistered_json() -> str:
     """``model.to_json()`` of SmallNet, a subclass Keras cannot rebuild from a file (not registered)."""
     return subclassed().to_json()
+
+
+def per_position():
+    """Dense layers on every position of a sequence: the rule counts their activations once per sample."""
+    inputs = keras.Input((16, 32))
+    hidden = keras.layers.Dense(64, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(hidden)))
+

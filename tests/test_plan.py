@@ -13,7 +13,7 @@ import pytest
 
 from harness import ROOT, Kernel
 from snippets import decide
-from snippets.lib import model_source, private
+from snippets.lib import model_source, private, rule_report
 
 SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", "rmsprop",
              "--devices", "4", "--card", "V100-SXM2-32GB", "--strategy", "mirrored", "--batch", "64"]
@@ -460,7 +460,7 @@ def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it
 
 
 def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_planned_for_inference():
-    from snippets.lib import model_plan, planner
+    from snippets.lib import planner
     from snippets.lib.model_source import SourceFacts
 
     def facts(optimizer, loss):
@@ -480,7 +480,7 @@ def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_
     with pytest.raises(ValueError, match="compiles with Muon, which the planner does not know: pass --optimizer"):
         decide.source_optimizer(facts("Muon", "mse"))
     # Not compiled and no --optimizer: an inference plan, which says so before anything else.
-    how = model_plan.rule_how([planner.Weight((3, 3, 8, 8), path="conv/kernel")], inference=True)
+    how = rule_report.rule_how([planner.Weight((3, 3, 8, 8), path="conv/kernel")], inference=True)
     assert how.startswith("Planned for INFERENCE: no --optimizer was given") and "LOWER BOUND" in how
 
 
@@ -490,6 +490,26 @@ def test_an_inference_plan_says_so_first_and_names_an_unused_loss(kernel):
     assert out.startswith("Planned for INFERENCE: no --optimizer was given")
     assert "--loss mse is not used: an inference plan has no loss (pass --optimizer to plan training)." in out
     assert out.index("--loss mse is not used") < out.index("capacity")  # before the table
+
+
+def test_a_rule_plan_of_a_model_it_cannot_fully_count_never_says_fits(kernel):
+    # An Embedding's activations are not in the rule: under 32 GiB the plan is not known to fit, and it
+    # names the one option this command lacks to measure the step.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:text_classifier", "--optimizer", "adam",
+                                           "--method", "rule", "--strategy", "single", "--devices", "1"])
+    assert code == 0, out
+    assert "Not known to fit: the fullest device (device 0) peaks at at least" in out and "Fits" not in out
+    assert out.splitlines()[2].split()[-1] == "unknown"
+    assert " ".join(out.split()).endswith("are not counted; measure its training step with --method auto.")
+    # Dense layers on every position of a sequence, sharded by column (never measured): the same, by --json.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:per_position", "--optimizer", "adam",
+                                           "--strategy", "column", "--devices", "2", "--json"])
+    import json
+
+    planned = json.loads(out[out.index("{"):])
+    assert planned["fits"] is None and planned["lower_bound"] is True, out
+    assert "1 Dense layer(s) that run on every position of a sequence or image" in planned["how"]
+    assert planned["how"].endswith("measure its training step with --strategy single or mirrored.")
 
 
 def test_an_input_of_unknown_length_is_no_obstacle_to_a_rule_plan(kernel):

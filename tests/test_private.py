@@ -36,10 +36,13 @@ def private_accesses() -> dict:
     b, a = keras.Input((2,), name="b"), keras.Input((3,), name="a")
     joined = keras.layers.Concatenate()([b, a])
     structures = private.functional_structures(keras.Model({"b": b, "a": a}, joined))
+    positions = keras.Input((6, 4))
+    per_position = keras.Model(positions, keras.layers.Dense(2)(keras.layers.Flatten()(keras.layers.Dense(3)(positions))))
     return {
         "structures": (sorted(structures[0]), structures[1] is joined, private.functional_structures(optimizer)),
         "layers": [type(layer).__name__ for layer in private.model_layers(tagger)],
         "gpu_xla_blockers": private.gpu_xla_blockers(tagger),
+        "per_position": (private.per_position_dense(per_position), private.per_position_dense(tagger)),
         "shapes_only": (left, layer.kernel._value is None),
         "started": (started_before, private.runtime_started()),
         "onednn": onednn,
@@ -60,6 +63,7 @@ def test_every_private_access_still_works():
     assert result["learning_rate"] == 0.5
     # cuDNN's LSTM (default arguments), not a GRU without reset_after (no cuDNN kernel), and a layer Keras marks.
     assert result["gpu_xla_blockers"] == {"LSTM": private.CUDNN, "RandomRotation": private.NO_JIT}
+    assert result["per_position"] == (1, 0)  # Dense(3) on [6, 4] per sample; Dense(2) after Flatten is not
     assert result["structures"] == (["a", "b"], True, (None, None))  # a dict's keys; nothing for a non-model
     assert result["layers"][0] == "InputLayer" and "LSTM" in result["layers"] and "Reshape" in result["layers"]
     assert result["shapes_only"] == (0, True)  # never on Keras's list to initialise, never given a value

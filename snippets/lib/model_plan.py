@@ -53,6 +53,7 @@ from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
+from snippets.lib.rule_report import rule_how
 
 #: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
 #: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
@@ -165,7 +166,7 @@ class ModelPlan:
         weights_bytes: the model's variables, bytes.
         seconds_per_step: wall time of one step at the largest batch run (on this CPU; not a GPU's).
         rule_peak: for ``rule``, the planner's per-device step peak, bytes.
-        rule_note: for ``rule``, :func:`rule_how`'s sentence.
+        rule_note: for ``rule``, :func:`snippets.lib.rule_report.rule_how`'s sentence.
         largest_variable: the largest trainable variable, bytes (for the record).
         floors: each batch's lowest per-device step peak (over its steps and thread counts), bytes:
             the slope between these bounds each thread count's (:data:`SLOPE_CAP`): racing threads
@@ -520,32 +521,6 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                      floors=floors, by_threads=by_threads, threads=counts,
                      rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
                      wide_ran_out=wide_ran_out)
-
-
-def rule_how(weights: Sequence[planner.Weight], too_large: bool = False, inference: bool = False) -> str:
-    """How a rule figure was obtained, and whether it is a lower bound, for ``weights``.
-
-    The rule counts activations only for Dense kernels (:attr:`snippets.lib.planner.Weight.dense_kernel`);
-    a model with other weights of rank 2 or more gets a figure that leaves theirs out. ``inference``:
-    no optimizer was given or compiled, so no training state is counted, and the text says so first.
-    """
-    why = "the model's weights are too large to run its step on this host; " if too_large else ""
-    other = [w for w in weights if len(w.shape) >= 2 and not w.dense_kernel]
-    counted = ("weights, gradients, optimizer slots and the update's temporaries (probed on the installed "
-               "Keras), and the activations of each Dense layer")
-    if inference:
-        return ("Planned for INFERENCE: no --optimizer was given and the model's source compiles none, so no "
-                "gradients, optimizer slots or update are counted; pass --optimizer to plan a training step. "
-                f"By rule: the weights and the activations of each Dense layer"
-                + (f", a LOWER BOUND (the activations of {len(other)} other weight(s) of rank 2 or more are not "
-                   "counted)." if other else "."))
-    if not other:
-        return (f"Planned by rule ({why}{counted}); held to each device's measured step peak on Dense layers "
-                "(benchmarks, planner_vs_step_peak).")
-    return (f"Planned by rule ({why}{counted}): a LOWER BOUND, since the activations of the model's "
-            f"{len(other)} other weight(s) of rank 2 or more (convolution, attention, recurrent, embedding) "
-            "are not counted; measure its training step where it runs (an --optimizer, --method auto, --strategy "
-            "single or mirrored).")
 
 
 #: Where ``python -m benchmarks.model_planner`` publishes the planner against the allocator (committed).

@@ -106,6 +106,8 @@ class SourceFacts(NamedTuple):
             :func:`snippets.lib.model_batch.check_inputs`), or None.
         declared_batch: the batch its ``keras.Input(..., batch_size=b)`` fixes
             (:func:`snippets.lib.model_batch.declared_batch`), or None.
+        per_position: how many Dense layers run on every position of a sequence or image
+            (:func:`snippets.lib.private.per_position_dense`): the rule counts their activations once per sample.
     """
 
     weights: list
@@ -119,6 +121,7 @@ class SourceFacts(NamedTuple):
     ema: bool = False
     unknown_input: str | None = None
     declared_batch: int | None = None
+    per_position: int = 0
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -171,6 +174,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
             except ModelError as error:
                 seen["unknown_input"] = str(error)
             seen["declared_batch"] = declared_batch(model)
+            seen["per_position"] = private.per_position_dense(model)
         return model
 
     before = keras.config.dtype_policy()
@@ -182,7 +186,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
     return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
-                       seen.get("unknown_input"), seen.get("declared_batch"))
+                       seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0))
 
 
 #: Keras's error for a class or function a saved config names and the loading process does not know

@@ -143,6 +143,23 @@ def model_layers(model) -> list:
     return list(model._flatten_layers(include_self=False))
 
 
+def per_position_dense(model) -> int:
+    """How many ``keras.layers.Dense`` layers inside ``model`` were built on an input of rank 3 or more
+    (a sequence's positions, an image's pixels): each holds activations per position, and the rule
+    (:attr:`snippets.lib.planner.Weight.dense_kernel`) counts them once per sample.
+
+    Private: ``Layer._build_shapes_dict``, the shapes ``build`` was called with (keras/src/layers/layer.py,
+    Keras 3.15.1); a kernel's shape does not tell the input's rank. A layer never built counts as rank 2.
+    """
+    import keras
+
+    def rank(layer) -> int:
+        shape = (getattr(layer, "_build_shapes_dict", None) or {}).get("input_shape")
+        return len(shape) if isinstance(shape, (tuple, list)) else 2
+
+    return sum(1 for layer in model_layers(model) if isinstance(layer, keras.layers.Dense) and rank(layer) > 2)
+
+
 def functional_structures(model) -> tuple:
     """A functional model's inputs and outputs as it takes and returns them (one tensor, a list or a
     dict: a dict's keys kept), or ``(None, None)`` for another model.

@@ -21,9 +21,11 @@ PRECISIONS = (
     ("mixed_float16", "float32", "mixed_float16"),
 )
 
-#: Placements the remedies try (``single`` never holds less than ``mirrored``). TensorFlow's
-#: only: a remedy changes a script's placement or precision, not its backend; Keras 3 on JAX
-#: (``model_parallel``, ``data_parallel``) is a row of docs/decide.md's seed table instead.
+#: Placements the remedies try, and ``single`` too on one device: there it is not ``mirrored`` over
+#: one, since Keras compiles a strategy-free step with XLA on a GPU host (``xla="auto"``) and a
+#: strategy's without (:func:`snippets.lib.placements.resolve_xla`), so their update temporaries
+#: differ. TensorFlow's only: a remedy changes a script's placement or precision, not its backend;
+#: Keras 3 on JAX (``model_parallel``, ``data_parallel``) is a row of docs/decide.md's seed table instead.
 REMEDY_STRATEGIES = ("mirrored", "column", "row", "parameter_server", "offload")
 
 
@@ -81,7 +83,8 @@ class Remedy:
         return max(b.total for b in self.budgets)
 
     def label(self, devices: int) -> str:
-        where = {"mirrored": f"mirrored over {devices}" if devices > 1 else "one device",
+        where = {"single": "one device, no strategy", "mirrored": f"mirrored over {devices}" if devices > 1
+                 else "MirroredStrategy over one device",
                  "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
                  "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host"}[self.strategy]
         return where if self.precision == "as given" else f"{where} + {self.precision}"
@@ -105,14 +108,14 @@ def remedies(
     Fewest changes first; among those, the ones that need no host or
     coordinator RAM; then the smallest peak.
 
-    Tries every placement in :data:`REMEDY_STRATEGIES` with every precision
+    Tries every placement in :data:`REMEDY_STRATEGIES` (and ``single`` on one device) with every precision
     in :data:`PRECISIONS`, with the same optimizer, gradient accumulation, device count, batch and
     XLA setting; splits that do not divide a dimension are skipped, and so
     is a "shard" over one device (it is no remedy), and so is a precision already in effect
     (:func:`in_effect`: the reader's own policy, or every float weight already of that dtype).
     """
     found = []
-    for candidate in REMEDY_STRATEGIES:
+    for candidate in (("single",) if devices == 1 else ()) + REMEDY_STRATEGIES:
         if devices == 1 and candidate in ("column", "row", "parameter_server"):
             continue
         for label, dtype, new_policy in PRECISIONS:

@@ -1,0 +1,79 @@
+"""The rule plan's words (snippets/lib/rule_report.py): a lower bound never reads "fits".
+
+A rule figure leaves out the activations of convolutions, attention, recurrence and embeddings, so for
+such a model "does not fit" stands and "fits" is not known; the table, the verdict, the JSON and the
+remedies say so. No Keras here: the weights are plain shapes with Keras's paths.
+"""
+
+from snippets.lib import planner, rule_remedies, units
+from snippets.lib.rule_report import as_json, budget_table, fits_word, report, rule_how, uncounted, verdict
+
+MiB = units.MiB
+CONV = [planner.Weight((3, 3, 64, 64), path="model/conv2d/kernel"), planner.Weight((64,), path="model/conv2d/bias"),
+        planner.Weight((64, 10), path="model/dense/kernel")]
+
+
+def test_uncounted_names_every_weight_whose_activations_the_rule_leaves_out():
+    assert uncounted(CONV) == 1  # the convolution; the Dense kernel is counted, the bias has rank 1
+    assert uncounted(CONV[1:]) == 0 and uncounted(CONV[1:], per_position=2) == 2
+    recurrent = planner.Weight((8, 32), path="model/lstm/lstm_cell/kernel")
+    assert uncounted([recurrent, planner.Weight((100, 8), path="model/embedding/embeddings")]) == 2
+
+
+def test_a_lower_bound_under_capacity_is_not_known_to_fit():
+    budgets = planner.plan(CONV, "adam", "single", 1, batch=32)
+    peak = max(b.total for b in budgets)
+    roomy = peak + 100 * MiB
+    said = verdict(budgets, roomy, bound=True)
+    assert said.startswith("Not known to fit: the fullest device (device 0) peaks at at least ")
+    assert "must fit in the 100 MiB left" in said and "Fits" not in said
+    assert verdict(budgets, roomy).startswith("Fits: ")  # the same figures, not a bound: a plain yes
+    assert budget_table(budgets, roomy, bound=True).splitlines()[-1].split()[-1] == "unknown"
+    assert [fits_word(1, 2), fits_word(1, 2, True), fits_word(3, 2, True)] == ["yes", "unknown", "NO"]
+    planned = as_json(budgets, roomy, bound=True)
+    assert planned["fits"] is None and planned["lower_bound"] is True and planned["devices"][0]["fits"] is None
+    text = report(CONV, "adam", "single", 1, roomy, batch=32, bound=True)
+    assert "Not known to fit" in text and "Remedies" not in text  # nothing to remedy that is not known to be short
+
+
+def test_a_lower_bound_over_capacity_does_not_fit_and_its_remedies_say_they_are_bounds_too():
+    budgets = planner.plan(CONV, "adam", "single", 1, batch=32)
+    tight = max(b.total for b in budgets) - 1
+    said = verdict(budgets, tight, bound=True)
+    assert said.startswith("Does not fit: device 0 peaks at at least ") and "short by at least 1 B" in said
+    planned = as_json(budgets, tight, bound=True)
+    assert planned["fits"] is False and planned["devices"][0]["fits"] is False
+    text = report(CONV, "adam", "single", 1, tight, batch=32, bound=True, chosen=["Trains with loss mse."])
+    assert "Remedies whose lower bound fits, fewest changes first (measure the one you pick):" in text
+    # What the source chose comes with the verdict, before the remedies.
+    assert text.index("Trains with loss mse.") < text.index("Remedies")
+
+
+def test_one_device_remedies_include_the_step_without_a_strategy():
+    # Keras compiles a strategy-free step with XLA on a GPU host and a MirroredStrategy step without
+    # (placements.resolve_xla): on one device they are two placements with different update temporaries.
+    seed = [planner.Weight((4096, 4096), path="sequential/dense/kernel")]
+    single = max(b.total for b in planner.plan(seed, "rmsprop", "single", 1, xla="auto"))
+    mirrored = max(b.total for b in planner.plan(seed, "rmsprop", "mirrored", 1, xla="auto"))
+    assert single < mirrored
+    found = rule_remedies.remedies(seed, "rmsprop", "mirrored", 1, single, xla="auto")
+    assert found and found[0].strategy == "single" and found[0].label(1) == "one device, no strategy"
+    assert rule_remedies.Remedy("mirrored", "as given", (), 1).label(1) == "MirroredStrategy over one device"
+    # Over several devices "single" would leave all but one idle: never a remedy.
+    assert all(r.strategy != "single" for r in rule_remedies.remedies(seed, "rmsprop", "mirrored", 2, single))
+
+
+def test_rule_how_names_what_would_measure_the_step():
+    how = rule_how(CONV, measure=["--method auto"])
+    assert "a LOWER BOUND, since the activations of the model's 1 other weight(s)" in how
+    assert how.endswith("measure its training step with --method auto.")
+    assert rule_how(CONV, too_large=True).endswith("measure its training step on a host with the memory for it "
+                                                   "(this command, run there).")
+    dense = CONV[1:]
+    assert "LOWER BOUND" not in rule_how(dense) and "held to each device's measured step peak" in rule_how(dense)
+    sequence = rule_how(dense, per_position=2, measure=["--strategy single or mirrored"])
+    assert ("since the activations of its 2 Dense layer(s) that run on every position of a sequence or image are "
+            "counted once per sample, not per position; measure its training step with --strategy single or "
+            "mirrored.") in sequence
+    both = rule_how(CONV, per_position=1)
+    assert "are not counted and those of its 1 Dense layer(s) that run on every position" in both
