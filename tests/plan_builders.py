@@ -309,3 +309,10 @@ def per_position():
     hidden = keras.layers.Dense(64, activation="relu")(inputs)
     return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(hidden)))
 
+
+def stateful_rnn():
+    """An RNN that keeps its states between batches: Keras makes them from values, not initializers."""
+    inputs = keras.Input((10, 4), batch_size=8)
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.LSTM(16, stateful=True)(inputs)))
+    model.compile(optimizer="adam", loss="mse")
+    return model

@@ -309,6 +309,9 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "the function's compile sets jit_compile=True, and an XLA step under --strategy mirrored cannot"),
     (["--model", "tests.plan_builders:failing"],
      "building the model from tests.plan_builders:failing failed: ValueError: the reader's bug"),
+    (["--model", "tests.plan_builders:stateful_rnn"],
+     "tests.plan_builders:stateful_rnn: a layer creates a variable from a value while the model is built (a "
+     "stateful=True RNN's states"),
     (["--model", "tests.plan_builders:not_a_model"],
      "tests.plan_builders:not_a_model: the function returns dict, not a keras.Model: return the model it builds"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),

@@ -24,6 +24,18 @@ from snippets.lib.errors import ModelError
 from snippets.lib.model_step import BUILD_HINT
 
 
+#: Keras's refusal of a variable made from a value, not an initializer, under a StatelessScope
+#: (keras/src/backend/common/variables.py, ``Variable.__init__``, Keras 3.15): a ``stateful=True``
+#: RNN makes its states so (keras/src/layers/rnn/rnn.py, ``RNN.build``, ``ops.zeros``).
+STATELESS_VALUE = "create a variable while in a stateless scope"
+
+#: The line for such a model: the planner records shapes without values, and a value cannot wait.
+VALUE_REFUSAL = ("a layer creates a variable from a value while the model is built (a stateful=True RNN's "
+                 "states, or keras.Variable(array)), which the planner's build without values cannot do: plan "
+                 "the model with stateful=False (the same weights and step; the states are [batch, units] "
+                 "each), or give the variable an initializer")
+
+
 def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:
     """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
 
@@ -31,8 +43,9 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     ``keras.StatelessScope(initialize_variables=False)``).
 
     Raises:
-        ModelError: the function returns something that is not a model (its type named), or a
-            model with no weights yet (unbuilt).
+        ModelError: the function returns something that is not a model (its type named), a
+            model with no weights yet (unbuilt), or one that creates a variable from a value
+            (:data:`VALUE_REFUSAL`).
     """
     from snippets.lib.seed import variable_specs
 
@@ -43,10 +56,13 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
                              "model it builds")
         return model
 
-    weights = [
-        planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path)
-        for spec in variable_specs(checked, *args, **kwargs)
-    ]
+    try:
+        specs = variable_specs(checked, *args, **kwargs)
+    except ValueError as error:
+        if STATELESS_VALUE not in str(error):
+            raise
+        raise ModelError(VALUE_REFUSAL) from None
+    weights = [planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path) for spec in specs]
     if not weights:
         raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
     return weights
