@@ -32,6 +32,11 @@ def test_a_plan_is_the_line_through_its_two_runs_plus_the_margin():
     largest = plan.largest_batch(units.GiB)
     assert plan.peak_at(largest) <= units.GiB < plan.peak_at(largest + 1)
     assert "Extrapolated" in plan.how() and "16 and 32" in plan.how()
+    assert "+10% on the part beyond batch 32" in plan.how()
+    # A batch between the runs (128 per device, runs to 256) gets no allowance, and none is said.
+    between = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", "mirrored", 2), "extrapolated",
+                                   (16, 32, 256), (100 * units.MiB, 260 * units.MiB, 2500 * units.MiB))
+    assert between.device_batch == 128 and "beyond batch" not in between.how()
     mirrored = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off", "mirrored", 4), "extrapolated", (16, 32),
                                     plan.peaks)
     assert mirrored.device_batch == 16 and mirrored.largest_batch(units.GiB) % 4 == 0

@@ -359,7 +359,7 @@ class ModelPlan:
                      if self.rule_slope and len(self.batches) > 1 else "")
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
                     f"whole step jit-compiled as fit does, its state donated) at batch "
-                    f"{' and '.join(map(str, self.batches))} per device, for the batch given as shapes only; "
+                    f"{' and '.join(map(str, self.batches))} per device, its inputs given as shapes (no data); "
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
         wide = (f" The run at {self.batches[-1]} was added: {self.batches[0]} and {self.batches[1]} differed by "
@@ -374,6 +374,9 @@ class ModelPlan:
         worse = f"the worse of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worse of {steps}"
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
         floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
+        # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
+        beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
+                  if not self.step.jit and self.device_batch > self.batches[-1] else "")
         if self.method == "measured":
             return (f"Measured: real fit steps ({xla}) {where}, run at {runs}, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
@@ -383,7 +386,7 @@ class ModelPlan:
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
                 f"between the runs' lowest peaks{floor})"
-                f"{'' if self.step.jit else f', +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}'}; "
+                f"{beyond}; "
                 f"{order} for other orders of the step's ops.{wide}")
 
     @property
