@@ -5,6 +5,8 @@ such a model "does not fit" stands and "fits" is not known; the table, the verdi
 remedies say so. No Keras here: the weights are plain shapes with Keras's paths.
 """
 
+import pytest
+
 from snippets.lib import planner, rule_remedies, units
 from snippets.lib.rule_report import as_json, budget_table, fits_word, report, rule_how, uncounted, verdict
 
@@ -77,3 +79,12 @@ def test_rule_how_names_what_would_measure_the_step():
             "mirrored.") in sequence
     both = rule_how(CONV, per_position=1)
     assert "are not counted and those of its 1 Dense layer(s) that run on every position" in both
+
+
+def test_a_weight_a_shard_cannot_split_is_named_by_its_path():
+    # A reader's output head of one unit under a 2-way column plan: the line names the layer, not just a shape.
+    head = [planner.Weight((4096, 4096), path="mlp/dense/kernel"), planner.Weight((4096, 1), path="mlp/head/kernel")]
+    with pytest.raises(ValueError, match=r"^mlp/head/kernel: cannot split dimension 1 of shape \[4096, 1\] \(size 1\) "
+                       r"into 2 equal shards: .*\(a column plan splits every weight of the model; "
+                       r"docs/tensor-parallel.md splits one layer at a time\)$"):
+        planner.plan(head, "adam", "column", 2)

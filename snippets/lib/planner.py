@@ -325,7 +325,8 @@ def plan(
 
     Raises:
         ValueError: for a bad shape, dtype, optimizer, strategy, policy,
-            batch, xla, accumulation or device count, or a split that does not divide a dimension.
+            batch, xla, accumulation or device count, or a split that does not divide a dimension
+            (a model's weight named by its path).
     """
     check_optimizer(optimizer)
     check_count(accumulation, "gradient_accumulation_steps")
@@ -350,7 +351,14 @@ def plan(
                 var_dtype, compute = POLICIES[policy]
             if placement.only_device_0 and device:
                 continue
-            shape = local_shape(w.shape, strategy, devices)
+            try:
+                shape = local_shape(w.shape, strategy, devices)
+            except ValueError as error:
+                if w.path is None:
+                    raise
+                # A model's weight by its Keras path: a reader's output head, not "dimension 1 of [4096, 1]".
+                raise ValueError(f"{w.path}: {error} (a {strategy} plan splits every weight of the model; "
+                                 "docs/tensor-parallel.md splits one layer at a time)") from None
             if placement.reads_whole:
                 # The device that runs the layer reads the whole variable.
                 shape = tuple(w.shape)
