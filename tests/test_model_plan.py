@@ -422,6 +422,18 @@ def test_a_largest_batch_past_the_checked_line_is_said_to_be_further_out():
     assert "Past " not in model_report.model_report(heavy, 16 * units.GiB, "a card")
 
 
+def test_a_verdict_held_by_the_initialisation_says_so():
+    from snippets.lib import model_report
+
+    step = ModelStep("m:f", "adam", 32, "off", "single", 1)
+    plan = model_plan.ModelPlan(step, "measured", (16, 32), (50 * units.MiB, 60 * units.MiB), init_peak=400 * units.MiB)
+    assert plan.total == 400 * units.MiB > plan.step_peak
+    assert "Does not fit: 400 MiB (initialisation, above the step) against 300 MiB" in model_report.model_report(
+        plan, 300 * units.MiB, None)
+    held_by_step = model_plan.ModelPlan(step, "measured", (16, 32), plan.peaks, init_peak=10 * units.MiB)
+    assert "initialisation, above" not in model_report.model_report(held_by_step, 300 * units.MiB, None)
+
+
 def test_the_checked_line_is_the_one_the_benchmark_published():
     import json
 

@@ -219,10 +219,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     spare = capacity - plan.total
     against = ("each device" if not card_name else f"JAX's default 75% pool of a {card_name}" if compiled
                else f"{card_name}'s allocator")
+    # The verdict holds the larger peak (ModelPlan.total); the initialisation's is said to be the one.
+    peak = h(plan.total) + (" (initialisation, above the step)" if plan.init_peak > plan.step_peak else "")
     if spare >= 0:
-        lines.append(f"Fits: {h(plan.total)} of {h(capacity)} ({against}), {h(spare)} to spare.")
+        lines.append(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.")
     else:
-        lines.append(f"Does not fit: {h(plan.total)} against {h(capacity)} ({against}); short by {h(-spare)}.")
+        lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
         largest = largest_batches(plan)
         fits = ", ".join(f"{name} {batch}" for name, batch in largest.items())
