@@ -342,19 +342,20 @@ def _user_model(read: Callable, source, name: str) -> SourceFacts:
                          f"{error_line(error)}{hint}") from None
 
 
-def _quiet_keras() -> None:
-    """Import Keras, with TensorFlow's start-up lines held back (:func:`snippets.lib.cli.quiet_tensorflow_start`):
-    once the reader's input is found, so that bad input is refused without TensorFlow's import."""
+def _read_quietly(read: Callable, source, name: str) -> SourceFacts:
+    """:func:`_user_model`, with TensorFlow's start-up lines held back (:func:`snippets.lib.cli.quiet_tensorflow_start`)
+    while Keras is imported and the model built: called once the reader's input is found, so that bad input
+    is refused without TensorFlow's import. The build is inside too: TensorFlow tries the GPU driver at its
+    first device listing (an LSTM or GRU asking whether cuDNN can run it, an op a layer runs), not at import."""
     with cli.quiet_tensorflow_start():
-        import keras  # noqa: F401
+        return _user_model(read, source, name)
 
 
 def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
-        _quiet_keras()  # a module that imports Keras only inside its function
         build = functools.partial(build, **_model_kwargs(args))
-        args.source = _user_model(read_builder, build, args.model)
+        args.source = _read_quietly(read_builder, build, args.model)
         return with_precision(args.source.weights, args.dtype)
     if args.model_json:
         try:
@@ -362,8 +363,7 @@ def _weights(args) -> list[planner.Weight]:
                 text = handle.read()
         except OSError as error:
             raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
-        _quiet_keras()
-        args.source = _user_model(read_json, text, args.model_json)
+        args.source = _read_quietly(read_json, text, args.model_json)
         return with_precision(args.source.weights, args.dtype)
     shapes = args.shape or [[131072, 65536]]
     return [planner.Weight(units.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]
