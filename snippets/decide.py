@@ -33,7 +33,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
                           planner, private, splits, units)
@@ -184,7 +184,7 @@ def measured_plan(args, weights: Sequence[planner.Weight],
     target = args.model or f"json:{os.path.abspath(args.model_json)}"
     # A loss the function compiled is the one fit uses: the step records --loss only when it is used.
     loss = args.loss if setup.loss_from == "--loss" else None
-    if (setup.xla_from != "--xla" and setup.xla == "on" and not setup.no_xla and args.strategy == "mirrored"
+    if (setup.source_chose_xla and setup.xla == "on" and not setup.no_xla and args.strategy == "mirrored"
             and args.backend != "jax"):
         # Compiled with jit_compile=True, Keras keeps XLA under a strategy too: that step cannot run here.
         raise ValueError(f"{setup.xla_from} sets jit_compile=True, and an XLA step under --strategy "
@@ -207,7 +207,7 @@ def measured_plan(args, weights: Sequence[planner.Weight],
         from snippets.lib.jax_step import plan_on_jax
 
         refuse_unjitted_on_jax(facts.no_xla if facts else {},
-                               setup.xla_from if setup.xla == "off" and setup.xla_from != "--xla" else None)
+                               setup.xla_from if setup.xla == "off" and setup.source_chose_xla else None)
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
     return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
 
@@ -462,7 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       batch=args.batch, xla=placements.resolve_xla(rule_xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how,
                                       remedies=[remedy_json(r, args.devices, capacity) for r in found],
-                                      **({"notes": list(setup.notes)} if model else {})),
+                                      **({"model": args.model or args.model_json, "setup": asdict(setup),
+                                          "notes": list(setup.notes)} if model else {})),
                               indent=1)
         else:
             inference = model and args.optimizer is None

@@ -511,6 +511,8 @@ def test_a_rule_plan_of_a_model_it_cannot_fully_count_never_says_fits(kernel):
 
     planned = json.loads(out[out.index("{"):])
     assert planned["fits"] is None and planned["lower_bound"] is True, out
+    # The keys a measured plan's JSON has too: the model and what it trains with.
+    assert planned["model"] == "tests.plan_builders:per_position" and planned["setup"]["xla_from"] == "Keras's default"
     assert "1 Dense layer(s) that run on every position of a sequence or image" in planned["how"]
     assert planned["how"].endswith("measure its training step with --strategy single or mirrored.")
 
@@ -625,9 +627,11 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     assert plan["plan"]["step"]["policy"] == "mixed_float16" and plan["plan"]["step"]["loss"] is None
     # And --xla auto on one device is what a GPU host resolves it to: an XLA step.
     assert plan["plan"]["step"]["optimizer"] == "rmsprop" and plan["plan"]["jit"] is True
+    # Where a rule plan's JSON has them: how the figure was obtained, at the top.
+    assert (plan["method"], plan["how"]) == (plan["plan"]["method"], plan["plan"]["how"])
     assert plan["setup"] == {
         "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
-        "policy_from": "the function", "no_xla": {}, "xla": "auto", "xla_from": "--xla",
+        "policy_from": "the function", "no_xla": {}, "xla": "auto", "xla_from": "Keras's default",
         "notes": ["No --optimizer: the function compiles without naming one, so fit trains with compile's default, "
                   "rmsprop, which is measured.",
                   "--loss huber is not used: the function compiles the model with mse, which fit trains with.",

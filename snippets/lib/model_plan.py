@@ -403,7 +403,9 @@ class ModelPlan:
 
     def as_json(self) -> dict:
         return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
-                "peaks": list(self.peaks), "per_sample": round(self.per_sample), "state": round(self.state),
+                # The line's bytes at batch 0 at the reader's batch (ModelPlan.state): a fit's intercept, not
+                # the weights, gradients and slots it can sit below.
+                "peaks": list(self.peaks), "per_sample": round(self.per_sample), "intercept": round(self.state),
                 # The lowest single step at each batch: how() caps the slope by the one between them.
                 "floors": list(self.floors),
                 # Whether the planned step is XLA-compiled, as a GPU host resolves --xla auto.

@@ -22,6 +22,10 @@ from snippets.lib.private import CUDNN
 BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
 
 
+#: :attr:`ModelSetup.xla_from` when neither ``--xla`` nor the model's compile chose: ``jit_compile="auto"``.
+XLA_DEFAULT = "Keras's default"
+
+
 @dataclass(frozen=True)
 class ModelSetup:
     """What the planned step trains with, and where each came from.
@@ -39,7 +43,8 @@ class ModelSetup:
             was asked for, each with its reason (:func:`snippets.lib.private.gpu_xla_blockers`): the
             step is planned without XLA.
         xla: the ``--xla`` mode planned (:func:`source_xla`): ``"auto"``, ``"on"`` or ``"off"``.
-        xla_from: ``"--xla"``, or the model's own compile when it chose ``jit_compile``.
+        xla_from: ``"--xla"`` when the option chose (``"on"`` or ``"off"``), the model's own compile when
+            it chose ``jit_compile``, else ``"Keras's default"`` (``"auto"``: Keras decides, as on a GPU host).
     """
 
     loss: str | None
@@ -49,7 +54,12 @@ class ModelSetup:
     notes: tuple[str, ...] = ()
     no_xla: Mapping[str, str] = field(default_factory=dict)
     xla: str = "auto"
-    xla_from: str = "--xla"
+    xla_from: str = XLA_DEFAULT
+
+    @property
+    def source_chose_xla(self) -> bool:
+        """Whether the model's own compile chose the XLA mode planned (its ``jit_compile``), not an option."""
+        return self.xla_from not in ("--xla", XLA_DEFAULT)
 
     @property
     def planned_policy(self) -> str | None:
@@ -161,7 +171,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     else:
         used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else "")
     return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla, planned_xla,
-                      compiled if planned_xla != xla else "--xla")
+                      compiled if planned_xla != xla else "--xla" if xla != "auto" else XLA_DEFAULT)
 
 
 def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
@@ -264,9 +274,13 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     share of it ``capacity`` is. ``largest_global_batch``: per card, samples per step over all
     replicas; ``line_checked_per_device``: the per-device batch up to which the benchmarks held the
     fitted line (:data:`snippets.lib.model_plan.LINE_CHECKED`). ``setup``: :class:`ModelSetup`'s fields, or None.
+    ``method``, ``how``, ``fits``, ``capacity``, ``card``, ``model``, ``setup`` and ``remedies`` are the keys a
+    rule plan's JSON has too (``python -m snippets.decide --json``).
     """
     pool = "JAX's default 75% pool" if plan.method == "compiled" else "TensorFlow's allocator"
-    return {"model": model, "plan": plan.as_json(), "setup": asdict(setup) if setup else None,
+    # method and how at the top, where a rule plan's JSON has them (snippets.lib.rule_report.as_json).
+    return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan.as_json(),
+            "setup": asdict(setup) if setup else None,
             "capacity": capacity, "fits": plan.total <= capacity, "card": card,
             "pool": pool if card else None, "largest_global_batch": largest_batches(plan),
             # Per device, how far the benchmarks held the fitted line: a largest batch past it is further out.
