@@ -78,6 +78,8 @@ def setup_of(args) -> model_report.ModelSetup:
     (:class:`snippets.lib.model_source.SourceFacts`, set by :func:`_weights`; absent: nothing chosen)."""
     facts = getattr(args, "source", None)
     jit_choice = facts.jit_compile if facts else None
+    if args.backend == "jax" and jit_choice:
+        jit_choice = None  # Keras on JAX jits every step it can: jit_compile=True chooses nothing there
     # Layers that keep a GPU host's Keras from compiling the step matter only where it would compile it.
     jit = args.backend != "jax" and placements.resolve_xla(model_report.source_xla(args.xla, jit_choice),
                                                            args.strategy)
@@ -85,7 +87,8 @@ def setup_of(args) -> model_report.ModelSetup:
                                     args.loss, args.policy, args.dtype, facts.optimizer if facts else None,
                                     args.optimizer, facts.own_step if facts else False,
                                     facts.no_xla if facts and jit else {},
-                                    "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice)
+                                    "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
+                                    facts.unmeasured if facts else ())
 
 
 def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None = None) -> None:

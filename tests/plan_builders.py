@@ -281,6 +281,13 @@ def averaging():
     return model
 
 
+def with_metrics():
+    """Compiles with metrics, positional loss_weights and run_eagerly, as scripts do: options the plan leaves out."""
+    model = tiny()
+    model.compile("adam", "mse", None, ["mae"], run_eagerly=True, steps_per_execution=1)
+    return model
+
+
 def any_length():
     """Token ids of any length (``keras.Input((None,))``): the planner needs a length to run a step at."""
     inputs = keras.Input((None,), dtype="int32")

@@ -193,8 +193,14 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
     setup = decide.setup_of(args)
     assert (setup.loss, setup.loss_from) == ("huber_loss", "the file's compile_config")
     assert (setup.xla, setup.xla_from) == ("off", "the file's compile_config")
+    # Keras on JAX jits the step whatever jit_compile=True says: nothing chosen, nothing to note.
+    args.source, args.backend = args.source._replace(jit_compile=True), "jax"
+    assert decide.setup_of(args).xla_from == "Keras's default" and not [
+        note for note in decide.setup_of(args).notes if "XLA" in note]
+    args.source, args.backend = args.source._replace(jit_compile=False), "tensorflow"
     assert setup.notes == (
-        "The step is planned without XLA: the file's compile_config compiles with jit_compile=False, which Keras "
+        "The step is planned without XLA: the file's compile_config compiles with jit_compile=False (a saved file "
+        "holds what \"auto\" resolved to where it was saved: False without a GPU or under a strategy), which Keras "
         "keeps on a GPU host (pass --xla on if you compile it again otherwise).",
         "--optimizer adam is measured: the file's compile_config compiles with sgd; of its compile, only the loss "
         "is kept.",
@@ -605,6 +611,18 @@ def _source_optimizer_state(target: str) -> tuple[int, bool]:
     """Kernel side: ``(accumulation, ema)`` that :func:`snippets.lib.model_source.read_builder` reads."""
     facts = model_source.read_builder(decide.import_callable(target))
     return facts.accumulation, facts.ema
+
+
+def test_compile_options_the_plan_leaves_out_are_named(kernel):
+    # metrics (positional, after loss_weights=None) and run_eagerly; steps_per_execution=1 is the default.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:with_metrics", "--method", "rule"])
+    assert code == 0, out
+    assert ("Note: Not planned: the metrics, run_eagerly of the function's compile (the plan is of a step with its "
+            "loss and optimizer only; run_eagerly=True runs fit without tf.function, a step not planned here).") in " ".join(
+                out.split()), out
+    from snippets.lib.model_report import model_setup
+
+    assert model_setup("mse", None).notes == ()  # nothing left out, nothing said
 
 
 def test_a_model_json_file_takes_no_model_kwargs(kernel):

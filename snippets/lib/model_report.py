@@ -95,7 +95,8 @@ OWN_STEP = "its own train_step"
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
                 optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
-                source: str = "function", xla: str = "auto", function_jit: bool | None = None) -> ModelSetup:
+                source: str = "function", xla: str = "auto", function_jit: bool | None = None,
+                unmeasured: Sequence[str] = ()) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -120,6 +121,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             (``--model``) or ``"file"`` (``--model-json``, whose ``compile_config`` is its compile).
         xla: ``--xla`` as given; function_jit: the ``jit_compile`` the source compiled with
             (:attr:`snippets.lib.model_source.SourceFacts.jit_compile`): see :func:`source_xla`.
+        unmeasured: options of the source's compile the planner leaves out
+            (:attr:`snippets.lib.model_source.SourceFacts.unmeasured`), named in a note.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -142,8 +145,12 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     planned_xla = source_xla(xla, function_jit)
     # jit_compile=True on a model with such layers: Keras warns and compiles no XLA (the note above says why).
     if function_jit is not None and xla == "auto" and not (function_jit and no_xla):
+        # A file holds what the saving host resolved "auto" to (keras/src/trainers/trainer.py stores the
+        # resolved value): False on a host without a GPU, or for a model made under a strategy.
+        saved = (' (a saved file holds what "auto" resolved to where it was saved: False without a GPU or '
+                 'under a strategy)' if source == "the file" and not function_jit else "")
         notes.append(f"The step is planned {'with' if function_jit else 'without'} XLA: {compiles} with "
-                     f"jit_compile={function_jit}, which Keras keeps on a GPU host (pass --xla "
+                     f"jit_compile={function_jit}{saved}, which Keras keeps on a GPU host (pass --xla "
                      f"{'off' if function_jit else 'on'} if you compile it again otherwise).")
     elif function_jit is not None and xla != "auto" and (xla == "on") != function_jit:
         notes.append(f"--xla {xla} is measured: {compiles} with jit_compile={function_jit}, which fit keeps "
@@ -151,6 +158,11 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
         notes.append(f"--optimizer {optimizer} is measured: {compiles} with {function_optimizer}; of its "
                      "compile, only the loss is kept.")
+    if unmeasured:
+        eager = ("; run_eagerly=True runs fit without tf.function, a step not planned here"
+                 if "run_eagerly" in unmeasured else "")
+        notes.append(f"Not planned: the {', '.join(unmeasured)} of {compiled} (the plan is of a step with its "
+                     f"loss and optimizer only{eager}).")
     if function_loss is not None and loss is not None and loss != function_loss:
         notes.append(f"--loss {loss} is not used: {compiles} the model with {function_loss}, "
                      "which fit trains with.")

@@ -124,6 +124,8 @@ class SourceFacts(NamedTuple):
             (:func:`snippets.lib.model_batch.declared_batch`), or None.
         per_position: how many Dense layers run on every position of a sequence or image
             (:func:`snippets.lib.private.per_position_dense`): the rule counts their activations once per sample.
+        unmeasured: the options of its compile, other than the loss, optimizer and ``jit_compile``, that
+            it set (``"metrics"``, ``"loss_weights"``, ``"run_eagerly"``, ...): the plan leaves them out.
     """
 
     weights: list
@@ -138,11 +140,14 @@ class SourceFacts(NamedTuple):
     unknown_input: str | None = None
     declared_batch: int | None = None
     per_position: int = 0
+    unmeasured: tuple = ()
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
 #: positional ``jit_compile`` is read too.
 _BEFORE_JIT = ("loss_weights", "metrics", "weighted_metrics", "run_eagerly", "steps_per_execution")
+#: Their defaults other than None (keras/src/trainers/trainer.py, ``Trainer.compile``, Keras 3.15).
+_COMPILE_DEFAULTS = {"run_eagerly": False, "steps_per_execution": 1}
 
 
 def read_builder(build_model: Callable) -> SourceFacts:
@@ -173,6 +178,9 @@ def read_builder(build_model: Callable) -> SourceFacts:
         # Settings of keras.optimizers.Optimizer (Keras 3.15) that add state beyond the slots.
         seen["accumulation"] = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
         seen["ema"] = bool(getattr(optimizer, "use_ema", False))
+        given = {**dict(zip(_BEFORE_JIT, args)), **{k: v for k, v in kwargs.items() if k in _BEFORE_JIT}}
+        seen["unmeasured"] = tuple(name for name, value in given.items()
+                                   if value is not None and value != _COMPILE_DEFAULTS.get(name) and value not in ([], {}, ()))
 
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
@@ -202,7 +210,8 @@ def read_builder(build_model: Callable) -> SourceFacts:
     return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
-                       seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0))
+                       seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
+                       seen.get("unmeasured", ()))
 
 
 #: Keras's error for a class or function a saved config names and the loading process does not know
