@@ -16,7 +16,7 @@ from snippets.lib.rule_remedies import remedies
 
 
 def uncounted(weights: Sequence[planner.Weight], per_position: int = 0) -> int:
-    """How many of ``weights``' layers hold activations the rule does not count: weights of rank 2 or more
+    """How many weights and layers hold activations the rule does not count: ``weights`` of rank 2 or more
     that are not Dense kernels (:attr:`snippets.lib.planner.Weight.dense_kernel`: convolution, attention,
     recurrent, embedding), plus ``per_position`` Dense layers that run on every position of a sequence or
     image (:func:`snippets.lib.private.per_position_dense`), counted once per sample. Not 0: every rule
