@@ -39,7 +39,7 @@ from snippets.lib import (cli, hardware, model_plan, model_remedies, model_repor
                           planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
-from snippets.lib.model_step import ModelError, ModelStep
+from snippets.lib.model_step import ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 # The rule plan's text likewise; the pages print it as decide's (decide.report, decide.budget_table).
@@ -393,6 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Same refusal as planner.per_device: a policy fixes the variable dtype.
             raise ValueError(f"--policy {args.policy} stores {units.POLICIES[args.policy][0]} variables, "
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
+        if (args.model or args.model_json) and args.optimizer and args.method == "auto" and args.strategy == "mirrored":
+            # A step to measure splits the batch evenly: said before TensorFlow's import, not after it.
+            check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
     except (ValueError, MemoryError, RuntimeError) as error:
         parser.error(str(error).splitlines()[0])
     try:

@@ -33,6 +33,13 @@ def kernel():
         yield k
 
 
+def test_a_batch_a_measured_step_cannot_split_is_refused_before_the_model_is_read():
+    # The module does not exist: the batch's line comes first, so nothing (no TensorFlow) was imported for it.
+    code, _, err = run("--model", "no_such_module:build", "--optimizer", "adam", "--devices", "3", "--batch", "100")
+    assert code == 2 and err.splitlines()[-1].endswith(
+        "error: batch 100 does not split over 3 replicas; use a multiple of 3"), err
+
+
 def test_help_names_the_inputs():
     code, out, _ = run("--help")
     assert code == 0
