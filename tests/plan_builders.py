@@ -259,8 +259,9 @@ def tf_keras_inside():
 
 
 def printing():
-    """Prints its summary and a word while it builds, as many scripts do."""
-    model = tiny()
+    """Prints its summary and a word while it builds, as many scripts do; an LSTM in it asks, while it
+    is built, whether cuDNN can run it (TensorFlow's first device listing)."""
+    model = lstm_tagger()
     model.summary()
     print("built")
     model.compile(loss="mse")
