@@ -526,6 +526,7 @@ def test_a_rule_plan_of_a_model_it_cannot_fully_count_never_says_fits(kernel):
     assert planned["fits"] is None and planned["lower_bound"] is True, out
     # The keys a measured plan's JSON has too: the model and what it trains with.
     assert planned["model"] == "tests.plan_builders:per_position" and planned["setup"]["xla_from"] == "Keras's default"
+    assert planned["capacity"] == planned["devices"][0]["capacity"] == 30976 * 2**20
     assert "1 Dense layer(s) that run on every position of a sequence or image" in planned["how"]
     assert planned["how"].endswith("measure its training step with --strategy single or mirrored.")
 

@@ -112,7 +112,7 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, bound: bool 
         ``{"devices": [{"device", "weights", "gradients", "slots",
         "activations", "update_temporaries", "reserve", "init_peak",
         "step_peak", "peak_phase", "capacity", "fits"}, ...], "fits", "lower_bound",
-        **context}``; ``update_temporaries`` includes the aggregation buffer
+        "capacity", **context}``; ``update_temporaries`` includes the aggregation buffer
         where that is larger. ``bound`` (:func:`uncounted`): every peak is a lower bound, so a device under
         ``capacity`` has ``"fits": null`` (not known), and the plan's ``"fits"`` is false if any device's is,
         else null; ``"lower_bound"`` says which.
@@ -125,7 +125,7 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, bound: bool 
             for b in budgets]
     fits = [row["fits"] for row in rows]
     return {"devices": rows, "fits": False if False in fits else None if bound else True, "lower_bound": bound,
-            **context}
+            "capacity": capacity, **context}
 
 
 def report(
