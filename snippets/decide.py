@@ -61,7 +61,8 @@ def import_callable(target: str) -> Callable:
         with cli.quiet_tensorflow_start():
             module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"cannot import {module_name!r} for --model: {error}") from None
+        raise ValueError(f"cannot import {module_name!r} for --model: {error} (run from the directory that holds "
+                         "it, or add that directory to PYTHONPATH)") from None
     function = getattr(module, name, None)
     if not callable(function):
         raise ValueError(f"{module_name} has no function {name!r} for --model")
@@ -393,6 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Same refusal as planner.per_device: a policy fixes the variable dtype.
             raise ValueError(f"--policy {args.policy} stores {units.POLICIES[args.policy][0]} variables, "
                              f"not --dtype {args.dtype}; drop --dtype or --policy")
+        if args.backend == "jax" and (args.method == "rule" or args.strategy not in ("single", "mirrored")):
+            # The rule plans TensorFlow's placements against TensorFlow's allocator: not Keras on JAX.
+            raise ValueError("--backend jax is planned by XLA's compiled analysis of a training step, with --method "
+                             "auto and --strategy single or mirrored; the rule and the other placements are "
+                             "TensorFlow's: drop --backend jax for them")
         if (args.model or args.model_json) and args.optimizer and args.method == "auto" and args.strategy == "mirrored":
             # A step to measure splits the batch evenly: said before TensorFlow's import, not after it.
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
@@ -453,6 +459,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(text)
             return 0
         model = bool(args.model or args.model_json)
+        if args.backend == "jax":
+            raise ValueError("--backend jax plans a training step compiled by XLA, and this model has no optimizer "
+                             "to train with: pass --optimizer (and --loss if it compiles none)" if model else
+                             "--backend jax plans a --model's training step: give --model, or drop --backend jax")
         setup = noted("planned by rule")
         accumulation = getattr(args, "accumulation", 1)
         # The XLA mode the measured step would run (the model's own jit_compile, its layers), planned by rule.

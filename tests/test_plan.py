@@ -40,6 +40,17 @@ def test_a_batch_a_measured_step_cannot_split_is_refused_before_the_model_is_rea
         "error: batch 100 does not split over 3 replicas; use a multiple of 3"), err
 
 
+def test_keras_on_jax_is_never_planned_by_the_rule():
+    # The rule plans TensorFlow's placements against TensorFlow's allocator, not JAX's pool: refused
+    # before anything is imported (the module does not exist).
+    for extra in (["--method", "rule"], ["--strategy", "column", "--devices", "2"]):
+        code, _, err = run("--model", "no_such_module:build", "--optimizer", "adam", "--backend", "jax", *extra)
+        assert code == 2 and "error: --backend jax is planned by XLA's compiled analysis of a training step" in err
+    code, _, err = run("--shape", "64", "64", "--backend", "jax")
+    assert code == 2 and err.splitlines()[-1].endswith("--backend jax plans a --model's training step: give "
+                                                        "--model, or drop --backend jax"), err
+
+
 def test_help_names_the_inputs():
     code, out, _ = run("--help")
     assert code == 0
@@ -209,7 +220,7 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
         "The step is planned without XLA: the file's compile_config compiles with jit_compile=False (a saved file "
         "holds what \"auto\" resolved to where it was saved: False without a GPU or under a strategy), which Keras "
         "keeps on a GPU host (pass --xla on if you compile it again otherwise).",
-        "--optimizer adam is measured: the file's compile_config compiles with sgd; of its compile, only the loss "
+        "--optimizer adam is planned: the file's compile_config compiles with sgd; of its compile, only the loss "
         "is kept.",
         "--loss mse is not used: the file's compile_config compiles the model with huber_loss, which fit trains with.")
     # jit_compile=True on a model Keras compiles no XLA step for (cuDNN's LSTM): one note, and no refusal
@@ -226,7 +237,7 @@ def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
     # --xla given wins, and says what the file would have done.
     args.xla = "on"
     assert decide.setup_of(args).xla == "on" and decide.setup_of(args).notes[0] == (
-        "--xla on is measured: the file's compile_config compiles with jit_compile=False, which fit keeps unless "
+        "--xla on is planned: the file's compile_config compiles with jit_compile=False, which fit keeps unless "
         "you compile the model again.")
 
 
@@ -325,6 +336,7 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:stateful_rnn"],
      "tests.plan_builders:stateful_rnn: a layer creates a variable from a value while the model is built (a "
      "stateful=True RNN's states"),
+    (["--model", "no_such_module:build"], "(run from the directory that holds it, or add that directory to PYTHONPATH)"),
     (["--model", "tests.plan_builders:not_a_model"],
      "tests.plan_builders:not_a_model: the function returns dict, not a keras.Model: return the model it builds"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),

@@ -47,6 +47,7 @@ def test_a_lower_bound_over_capacity_does_not_fit_and_its_remedies_say_they_are_
     assert planned["fits"] is False and planned["devices"][0]["fits"] is False
     text = report(CONV, "adam", "single", 1, tight, batch=32, bound=True, chosen=["Trains with loss mse."])
     assert "Remedies whose lower bound fits, fewest changes first (measure the one you pick):" in text
+    assert " to spare" in text and all("at most" in line for line in text.splitlines() if line.endswith(" to spare"))
     # What the source chose comes with the verdict, before the remedies.
     assert text.index("Trains with loss mse.") < text.index("Remedies")
 

@@ -131,7 +131,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     --loss huber is not used: the function compiles the model with mse, which fit trains with.
     --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it.
     >>> model_setup(None, None, loss="mse", function_optimizer="sgd", optimizer="adam").notes
-    ('--optimizer adam is measured: the function compiles with sgd; of its compile, only the loss is kept.',)
+    ('--optimizer adam is planned: the function compiles with sgd; of its compile, only the loss is kept.',)
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
@@ -153,10 +153,10 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                      f"jit_compile={function_jit}{saved}, which Keras keeps on a GPU host (pass --xla "
                      f"{'off' if function_jit else 'on'} if you compile it again otherwise).")
     elif function_jit is not None and xla != "auto" and (xla == "on") != function_jit:
-        notes.append(f"--xla {xla} is measured: {compiles} with jit_compile={function_jit}, which fit keeps "
+        notes.append(f"--xla {xla} is planned: {compiles} with jit_compile={function_jit}, which fit keeps "
                      "unless you compile the model again.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
-        notes.append(f"--optimizer {optimizer} is measured: {compiles} with {function_optimizer}; of its "
+        notes.append(f"--optimizer {optimizer} is planned: {compiles} with {function_optimizer}; of its "
                      "compile, only the loss is kept.")
     if unmeasured:
         eager = ("; run_eagerly=True runs fit without tf.function, a step not planned here"

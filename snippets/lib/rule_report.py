@@ -48,7 +48,8 @@ def rule_how(weights: Sequence[planner.Weight], too_large: bool = False, inferen
                "Keras), and the activations of each Dense layer")
     if inference:
         return ("Planned for INFERENCE: no --optimizer was given and the model's source compiles none, so no "
-                "gradients, optimizer slots or update are counted; pass --optimizer to plan a training step. "
+                "gradients, optimizer slots or update are counted; pass --optimizer (and --loss, for a model "
+                "compiled with none) to plan a training step. "
                 f"By rule: the weights and the activations of each Dense layer"
                 + (f", a LOWER BOUND ({left})." if left else "."))
     if not left:
@@ -183,7 +184,8 @@ def report(
             if remedy.host:
                 host_note = f"; host or coordinator RAM holds {units.human_bytes(remedy.host)}"
             lines.append(f"  {rank}. {remedy.label(devices)}: peak {units.human_bytes(remedy.peak)} "
-                         f"per device, {units.human_bytes(capacity - remedy.peak)} to spare{host_note}")
+                         f"per device, {'at most ' if bound else ''}{units.human_bytes(capacity - remedy.peak)} "
+                         f"to spare{host_note}")
     elif not fits:
         lines += ["", f"No placement or precision tried fits {devices} device{'s' if devices != 1 else ''} of "
                       f"{units.human_bytes(capacity)}: add devices, or factorise the largest weight."]
