@@ -89,3 +89,10 @@ def test_a_weight_a_shard_cannot_split_is_named_by_its_path():
                        r"into 2 equal shards: .*\(a column plan splits every weight of the model; "
                        r"docs/tensor-parallel.md splits one layer at a time\)$"):
         planner.plan(head, "adam", "column", 2)
+
+
+def test_an_uneven_batch_is_planned_for_its_fullest_replica():
+    # 100 samples over 3 replicas: 34, 33 and 33; the device that peaks holds 34.
+    kernel = (256, 128)
+    uneven = planner.dense_activations(kernel, "mirrored", 3, 100)
+    assert uneven == planner.dense_activations(kernel, "mirrored", 3, 102) > planner.dense_activations(kernel, "mirrored", 3, 99)

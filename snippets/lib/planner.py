@@ -266,7 +266,8 @@ def dense_activations(shape: Sequence[int], strategy: str, devices: int, batch: 
     The layer's input ``x[b, D_in]`` plus three ``[b, F]`` tensors when
     ``training`` (output, target, output gradient), one otherwise (the
     output), float32, where ``b`` is the device's part of
-    the batch (``batch / N`` for ``mirrored``, the whole batch otherwise:
+    the batch (``ceil(batch / N)`` for ``mirrored``: the fullest replica's share of a batch that does not
+    divide evenly, as ``tf.distribute`` splits it; the whole batch otherwise:
     a ``column`` layout broadcasts the whole ``x[B, D]`` to every device)
     and ``D_in`` is ``D / N`` for ``row`` (each device reads its slice of x).
     An estimate for one Dense layer feeding the loss; 0 for weights of
@@ -276,7 +277,7 @@ def dense_activations(shape: Sequence[int], strategy: str, devices: int, batch: 
         return 0
     d, f = shape
     placement = placements.get(strategy)
-    local_batch = batch // devices if placement.batch_split else batch
+    local_batch = -(-batch // devices) if placement.batch_split else batch
     d_in = d // devices if placement.reads_input_slice else d
     outputs = 3 if training else 1
     return (tensor_bytes((max(local_batch, 1), d_in), "float32")
