@@ -150,6 +150,16 @@ _BEFORE_JIT = ("loss_weights", "metrics", "weighted_metrics", "run_eagerly", "st
 _COMPILE_DEFAULTS = {"run_eagerly": False, "steps_per_execution": 1}
 
 
+def _chosen(name: str, value) -> bool:
+    """Whether a compile option ``name`` of :data:`_BEFORE_JIT` was set to something other than its default
+    (None, an empty list or dict, :data:`_COMPILE_DEFAULTS`). Compared by type first: ``loss_weights`` may be
+    an array, whose ``==`` is elementwise."""
+    if value is None or (isinstance(value, (list, tuple, dict)) and not value):
+        return False
+    default = _COMPILE_DEFAULTS.get(name)
+    return not (type(value) is type(default) and value == default)
+
+
 def read_builder(build_model: Callable) -> SourceFacts:
     """:class:`SourceFacts` of the model ``build_model()`` returns, leaving the global policy as it was.
 
@@ -179,8 +189,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
         seen["accumulation"] = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
         seen["ema"] = bool(getattr(optimizer, "use_ema", False))
         given = {**dict(zip(_BEFORE_JIT, args)), **{k: v for k, v in kwargs.items() if k in _BEFORE_JIT}}
-        seen["unmeasured"] = tuple(name for name, value in given.items()
-                                   if value is not None and value != _COMPILE_DEFAULTS.get(name) and value not in ([], {}, ()))
+        seen["unmeasured"] = tuple(name for name, value in given.items() if _chosen(name, value))
 
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
