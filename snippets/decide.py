@@ -43,7 +43,7 @@ from snippets.lib.model_step import ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 # The rule plan's text likewise; the pages print it as decide's (decide.report, decide.budget_table).
-from snippets.lib.rule_report import as_json, budget_table, report, rule_how, uncounted, verdict
+from snippets.lib.rule_report import as_json, budget_table, report, rule_how, uncounted, verdict, whole_json
 
 
 def import_callable(target: str) -> Callable:
@@ -479,7 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       card=None if args.device_memory else card.name, method="rule", how=how,
                                       remedies=[remedy_json(r, args.devices, capacity) for r in found],
                                       **({"model": args.model or args.model_json, "setup": asdict(setup),
-                                          "notes": list(setup.notes)} if model else {})),
+                                          "notes": list(setup.notes),
+                                          "held_whole": whole_json(weights, args.strategy, args.devices)}
+                                         if model else {})),
                               indent=1)
         else:
             inference = model and args.optimizer is None

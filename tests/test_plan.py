@@ -543,6 +543,29 @@ def test_a_rule_plan_of_a_model_it_cannot_fully_count_never_says_fits(kernel):
     assert planned["how"].endswith("measure its training step with --strategy single or mirrored.")
 
 
+def test_a_split_of_a_readers_model_holds_what_it_cannot_divide_whole(kernel):
+    # tiny: Dense(64) -> Dense(8). Over 3 devices no column divides (64, 8): every weight stays on device 0.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--optimizer", "adam", "--loss",
+                                           "mse", "--strategy", "column", "--devices", "3"])
+    assert code == 0, out
+    assert ("Every weight is held whole on device 0, since 3 divides none of their split axes (the site's "
+            "tensor-parallel layers leave a layer they do not split on the default device): this column plan "
+            "splits nothing.") in " ".join(out.split())
+    # Over 2 devices of a LayoutMap, the 64 and 8 units divide: nothing is held whole, and the JSON says so.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--optimizer", "adam", "--loss",
+                                           "mse", "--strategy", "model_parallel", "--devices", "2", "--json"])
+    import json
+
+    assert code == 0 and json.loads(out[out.index("{"):])["held_whole"] is None, out
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:two_heads", "--optimizer", "adam",
+                                           "--strategy", "model_parallel", "--devices", "2", "--json"])
+    whole = json.loads(out[out.index("{"):])["held_whole"]
+    assert code == 0 and whole["on"] == "every device", out
+    # The regression head Dense(1) and the 3-class head Dense(3) do not halve; the hidden Dense(32) does.
+    assert [w["shape"] for w in whole["weights"]] == [[32, 3], [3], [32, 1], [1]], whole
+    assert [w["path"].split("/")[-1] for w in whole["weights"]] == ["kernel", "bias"] * 2, whole
+
+
 def test_an_input_of_unknown_length_is_no_obstacle_to_a_rule_plan(kernel):
     # Only a run needs a length (the refusal before any run: test_a_readers_model_that_cannot_be_planned...).
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:any_length", "--optimizer", "adam",

@@ -2,13 +2,15 @@
 
 A rule figure leaves out the activations of convolutions, attention, recurrence and embeddings, so for
 such a model "does not fit" stands and "fits" is not known; the table, the verdict, the JSON and the
-remedies say so. No Keras here: the weights are plain shapes with Keras's paths.
+remedies say so. A split placement keeps whole the model's weights it cannot divide, and says which.
+No Keras here: the weights are plain shapes with Keras's paths.
 """
 
 import pytest
 
 from snippets.lib import planner, rule_remedies, units
-from snippets.lib.rule_report import as_json, budget_table, fits_word, report, rule_how, uncounted, verdict
+from snippets.lib.rule_report import (as_json, budget_table, fits_word, report, rule_how, uncounted, verdict,
+                                      whole_json, whole_line)
 
 MiB = units.MiB
 CONV = [planner.Weight((3, 3, 64, 64), path="model/conv2d/kernel"), planner.Weight((64,), path="model/conv2d/bias"),
@@ -82,13 +84,72 @@ def test_rule_how_names_what_would_measure_the_step():
     assert "are not counted and those of its 1 Dense layer(s) that run on every position" in both
 
 
-def test_a_weight_a_shard_cannot_split_is_named_by_its_path():
-    # A reader's output head of one unit under a 2-way column plan: the line names the layer, not just a shape.
-    head = [planner.Weight((4096, 4096), path="mlp/dense/kernel"), planner.Weight((4096, 1), path="mlp/head/kernel")]
-    with pytest.raises(ValueError, match=r"^mlp/head/kernel: cannot split dimension 1 of shape \[4096, 1\] \(size 1\) "
-                       r"into 2 equal shards: .*\(a column plan splits every weight of the model; "
-                       r"docs/tensor-parallel.md splits one layer at a time\)$"):
-        planner.plan(head, "adam", "column", 2)
+# A reader's MLP whose one-unit head no 2-way split divides: Dense(4096) -> Dense(1).
+HEAD = [planner.Weight((1024, 4096), path="mlp/dense/kernel"), planner.Weight((4096,), path="mlp/dense/bias"),
+        planner.Weight((4096, 1), path="mlp/head/kernel"), planner.Weight((1,), path="mlp/head/bias")]
+
+
+@pytest.mark.parametrize("strategy, kept", [
+    ("column", ["mlp/head/kernel", "mlp/head/bias"]),  # split on the last axis: 1 unit does not halve
+    ("row", []),  # split on the first axis: 1024 and 4096 rows halve, vectors are replicated
+    ("model_parallel", ["mlp/head/kernel", "mlp/head/bias"]),
+    ("tf_keras_dtensor", ["mlp/head/kernel", "mlp/head/bias"]),
+    ("parameter_server", []),  # FixedShardsPartitioner splits unevenly; the worker reads it whole anyway
+    ("mirrored", []),
+])
+def test_a_split_keeps_whole_only_the_model_weights_it_cannot_divide(strategy, kept):
+    assert [w.path for w in planner.held_whole(HEAD, strategy, 2)] == kept
+
+
+def test_a_column_plan_holds_an_undivided_head_whole_on_device_0_only():
+    budgets = planner.plan(HEAD, "adam", "column", 2, batch=8)
+    split = (1024 * 4096 + 4096) * 4 // 2
+    head = (4096 + 1) * 4
+    assert [b.weights for b in budgets] == [split + head, split]
+    assert [b.gradients for b in budgets] == [split + head, split]
+    assert [b.slots for b in budgets] == [2 * (split + head), 2 * split]  # Adam's two slots
+    # The head runs whole on device 0: its input [8, 4096] and three [8, 1] tensors join device 0's activations.
+    assert budgets[0].activations - budgets[1].activations == (8 * 4096 + 3 * 8) * 4
+
+
+def test_a_layout_map_plan_replicates_an_undivided_head_on_every_device():
+    budgets = planner.plan(HEAD, "adam", "model_parallel", 2, batch=8)
+    split, head = (1024 * 4096 + 4096) * 4 // 2, (4096 + 1) * 4
+    assert [b.weights for b in budgets] == [split + head] * 2
+
+
+def test_a_parameter_server_worker_reads_uneven_shards_whole():
+    worker = planner.plan(HEAD, "adam", "parameter_server", 3, batch=8)[0]
+    assert worker.weights == sum(units.tensor_bytes(w.shape, w.dtype) for w in HEAD)
+
+
+def test_a_bare_shape_a_split_cannot_divide_is_still_refused():
+    # No path: the one weight the reader asked to split (the seed's --shape); holding it whole would answer another question.
+    with pytest.raises(ValueError, match=r"^cannot split dimension 1 of shape \[4096, 1\] \(size 1\) into 2 equal shards"):
+        planner.plan([(4096, 1)], "adam", "column", 2)
+
+
+def test_the_report_names_what_a_split_keeps_whole_and_the_json_lists_it():
+    text = report(HEAD, "adam", "column", 2, capacity=1024 * MiB, batch=8)
+    assert ("Held whole on device 0, since 2 does not divide their split axis (the site's tensor-parallel layers "
+            "leave a layer they do not split on the default device): mlp/head/kernel [4096, 1], mlp/head/bias [1]; "
+            "16 KiB in all.") in " ".join(text.split())
+    assert whole_json(HEAD, "column", 2)["weights"][1] == {"path": "mlp/head/bias", "shape": [1], "bytes": 4}
+    assert whole_json(HEAD, "row", 2) is None and whole_line(HEAD, "row", 2) is None
+    everything = whole_line(HEAD[2:], "model_parallel", 2)
+    assert everything.startswith("Every weight is held whole on every device") and "splits nothing" in everything
+
+
+def test_remedies_name_the_weights_a_split_keeps_whole_and_skip_a_split_of_nothing():
+    budgets = planner.plan(HEAD, "adam", "mirrored", 2, batch=8)
+    tight = max(b.total for b in budgets) - 1
+    found = rule_remedies.remedies(HEAD, "adam", "mirrored", 2, tight, batch=8)
+    labels = [r.label(2) for r in found]
+    assert "2-way column shard (2 weights held whole)" in labels and "2-way row shard" in labels
+    # Nothing of the head alone splits 2 ways on its last axis: no column remedy at all, though row's fits.
+    roomy = rule_remedies.remedies(HEAD[2:], "adam", "mirrored", 2, 1024 * MiB, batch=8)
+    strategies = {r.strategy for r in roomy}
+    assert "row" in strategies and "column" not in strategies
 
 
 def test_an_uneven_batch_is_planned_for_its_fullest_replica():

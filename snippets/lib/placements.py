@@ -45,6 +45,16 @@ class Placement:
         init_compiled: initializers are compiled by XLA (Keras 3 on JAX draws a
             large variable with ``jax.jit``), so the planner takes XLA's init
             peaks (:data:`snippets.lib.planner.XLA_INIT_PEAK`).
+        uneven: what the placement does with a *model's* weight whose split axis N does not divide
+            (:func:`split_divides`; a bare shape is refused instead, since the reader asked to split
+            that one weight): ``"first"``, held whole on device 0, where the site's ``tf.device``
+            layers leave every layer they do not replace; ``"each"``, held whole on every device, as
+            Keras's ``ModelParallel`` replicates a variable its ``LayoutMap`` does not match
+            (``get_variable_layout`` in keras/src/distribution/distribution_lib.py, Keras 3.15)
+            and tf_keras's DTensor ``LayoutMap`` gives it a replicated layout; ``"shards"``, split
+            unevenly, as ``FixedShardsPartitioner(N)`` makes ``min(N, rows)`` shards whose sizes
+            differ by one row (tensorflow/python/distribute/sharded_variable.py, TF 2.21); None for a
+            placement that splits nothing.
     """
 
     name: str
@@ -61,6 +71,7 @@ class Placement:
     xla_auto: bool = False
     xla_compiles: str = "xla"
     init_compiled: bool = False
+    uneven: str | None = None
 
     @property
     def hosted(self) -> bool:
@@ -133,17 +144,18 @@ def tf_keras_optimizer_jit(requested: bool = True, gpu_listed: bool = True, can_
 PLACEMENTS = {p.name: p for p in (
     Placement("single", None, "placement.md", only_device_0=True, initialises="first", xla_auto=True),
     Placement("mirrored", None, "placement.md", all_reduce=True, batch_split=True, initialises="first"),
-    Placement("column", "last", "tensor-parallel.md", xla_auto=True, xla_compiles="xla-update"),
+    Placement("column", "last", "tensor-parallel.md", xla_auto=True, xla_compiles="xla-update", uneven="first"),
     Placement("row", "first", "tensor-parallel.md", reads_input_slice=True, xla_auto=True,
-              xla_compiles="xla-update"),
+              xla_compiles="xla-update", uneven="first"),
     Placement("parameter_server", "first-any", "parameter-server.md", reads_whole=True,
-              updates_on_device=False, initialises=None),
+              updates_on_device=False, initialises=None, uneven="shards"),
     Placement("offload", None, "offload.md", reads_whole=True, holds_variables_on_host=True, initialises=None),
-    Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla", init_compiled=True),
+    Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla", init_compiled=True,
+              uneven="each"),
     Placement("data_parallel", None, "keep-fit.md", all_reduce=True, batch_split=True, xla_auto=True,
               xla_compiles="xla", init_compiled=True),
     Placement("tf_keras_dtensor", "last", "tf-keras.md", xla_auto=tf_keras_optimizer_jit(True, gpu_listed=True),
-              xla_compiles="xla-update"),
+              xla_compiles="xla-update", uneven="each"),
 )}
 
 #: Placement names, in the order tables list them.
@@ -192,6 +204,17 @@ def local_shape(shape: Sequence[int], strategy: str = "mirrored", devices: int =
         return dims
     check_split(f"dimension {axis} of shape {list(dims)}", dims[axis], devices)
     return dims[:axis] + (dims[axis] // devices,) + dims[axis + 1 :]
+
+
+def split_divides(shape: Sequence[int], strategy: str, devices: int) -> bool:
+    """Whether ``strategy`` can split ``shape`` into ``devices`` equal shards (True when it splits nothing of it).
+
+    >>> split_divides([64, 1], "column", 2), split_divides([64, 1], "row", 2), split_divides([1], "row", 2)
+    (False, True, True)
+    """
+    dims = check_shape(shape)
+    axis = shard_axis(dims, strategy)
+    return axis is None or dims[axis] % check_count(devices) == 0
 
 
 def check_strategy(strategy: str) -> str:

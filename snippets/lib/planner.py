@@ -310,7 +310,9 @@ def plan(
         strategy: one of :data:`STRATEGIES`. ``parameter_server`` plans the
             worker's device: it reads the whole of each variable (the shards
             concatenated) and computes the whole gradient; the update runs on
-            the parameter servers.
+            the parameter servers. A model's weight (one with a ``path``) that a split placement
+            cannot divide is held whole where the placement keeps it (:func:`held_whole`); a bare
+            shape is refused.
         devices: number of devices N.
         policy: None or a name in :data:`POLICIES`; float variables are then
             stored in float32 and each device also holds compute copies.
@@ -326,8 +328,8 @@ def plan(
 
     Raises:
         ValueError: for a bad shape, dtype, optimizer, strategy, policy,
-            batch, xla, accumulation or device count, or a split that does not divide a dimension
-            (a model's weight named by its path).
+            batch, xla, accumulation or device count, or a split that does not divide a
+            dimension of a bare shape.
     """
     check_optimizer(optimizer)
     check_count(accumulation, "gradient_accumulation_steps")
@@ -340,6 +342,7 @@ def plan(
     items = [_as_weight(w) for w in weights]
     if not items:
         raise ValueError("the model has no weights to plan")
+    kept_whole = set(held_whole(items, strategy, devices))
 
     budgets = []
     for device in range(devices):
@@ -352,21 +355,20 @@ def plan(
                 var_dtype, compute = POLICIES[policy]
             if placement.only_device_0 and device:
                 continue
-            try:
-                shape = local_shape(w.shape, strategy, devices)
-            except ValueError as error:
-                if w.path is None:
-                    raise
-                # A model's weight by its Keras path: a reader's output head, not "dimension 1 of [4096, 1]".
-                raise ValueError(f"{w.path}: {error} (a {strategy} plan splits every weight of the model; "
-                                 "docs/tensor-parallel.md splits one layer at a time)") from None
+            whole = w in kept_whole
+            if whole and placement.uneven == "first" and device:
+                continue
+            # A bare shape is checked even where the device reads it whole: the reader asked for even shards.
+            split_unevenly = placement.uneven == "shards" and w.path is not None
+            shape = tuple(w.shape) if whole or split_unevenly else local_shape(w.shape, strategy, devices)
             if placement.reads_whole:
                 # The device that runs the layer reads the whole variable.
                 shape = tuple(w.shape)
             nbytes = tensor_bytes(shape, var_dtype)
             trains = optimizer is not None and w.trainable
             if w.dense_kernel:
-                activations += dense_activations(w.shape, strategy, devices, batch, trains)
+                # A kernel held whole runs its layer whole, on the whole batch (no split placement splits it).
+                activations += dense_activations(w.shape, strategy, 1 if whole else devices, batch, trains)
             resident += nbytes
             if trains:
                 grads += nbytes
@@ -401,6 +403,38 @@ def plan(
                                     step_tmp, activations, update_tmp, aggregation, placement.hosted,
                                     margin if update_tmp >= aggregation else 0))
     return budgets
+
+
+def held_whole(weights, strategy: str, devices: int) -> list[Weight]:
+    """A model's weights that ``strategy`` keeps whole because N does not divide their split axis.
+
+    Tensor parallelism splits what divides and replicates the rest (Megatron-LM keeps its
+    LayerNorms and its row-parallel biases whole; Keras's ``ModelParallel`` replicates any variable
+    its ``LayoutMap`` does not match). So a model's one-unit output head under a 2-way column plan is
+    held whole, on device 0 with the site's ``tf.device`` layers and on every device with a
+    ``LayoutMap`` (:attr:`snippets.lib.placements.Placement.uneven`). Only a model's weights (with a
+    ``path``) are kept whole: a bare shape is the one weight the reader asked to split, so
+    :func:`plan` refuses it. ``parameter_server`` keeps none whole: its partitioner splits unevenly
+    and its worker reads every variable whole anyway.
+
+    >>> head = [Weight((64, 32), path="m/dense/kernel"), Weight((32, 1), path="m/head/kernel"), Weight((1,), path="m/head/bias")]
+    >>> [w.path for w in held_whole(head, "column", 2)], held_whole(head, "row", 2), held_whole(head, "mirrored", 2)
+    (['m/head/kernel', 'm/head/bias'], [], [])
+
+    Args:
+        weights: as :func:`plan` accepts them.
+        strategy: a name in :data:`STRATEGIES`.
+        devices: N, a positive int.
+
+    Returns:
+        The :class:`Weight` objects kept whole, in the model's order.
+    """
+    placement = placements.get(strategy)
+    check_count(devices)
+    if placement.uneven not in ("first", "each"):
+        return []
+    return [w for w in map(_as_weight, weights)
+            if w.path is not None and not placements.split_divides(w.shape, strategy, devices)]
 
 
 def accumulator_bytes(shape: Sequence[int], dtype: str, accumulation: int = 1) -> int:

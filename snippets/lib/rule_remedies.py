@@ -70,6 +70,7 @@ class Remedy:
         budgets: per-device budgets under this configuration.
         changes: how many things differ from the reader's configuration.
         host: bytes moved to host or coordinator RAM (:func:`snippets.lib.planner.host_bytes`).
+        whole: how many of a model's weights the split keeps whole (:func:`snippets.lib.planner.held_whole`).
     """
 
     strategy: str
@@ -77,6 +78,7 @@ class Remedy:
     budgets: tuple[planner.DeviceBudget, ...]
     changes: int
     host: int = 0
+    whole: int = 0
 
     @property
     def peak(self) -> int:
@@ -87,6 +89,8 @@ class Remedy:
                  else "MirroredStrategy over one device",
                  "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
                  "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host"}[self.strategy]
+        if self.whole:
+            where += f" ({self.whole} weight{'s' if self.whole != 1 else ''} held whole)"
         return where if self.precision == "as given" else f"{where} + {self.precision}"
 
 
@@ -110,7 +114,8 @@ def remedies(
 
     Tries every placement in :data:`REMEDY_STRATEGIES` (and ``single`` on one device) with every precision
     in :data:`PRECISIONS`, with the same optimizer, gradient accumulation, device count, batch and
-    XLA setting; splits that do not divide a dimension are skipped, and so
+    XLA setting; splits that do not divide a bare shape's dimension are skipped, as is one that keeps
+    every weight of a model whole (:func:`snippets.lib.planner.held_whole`), and so
     is a "shard" over one device (it is no remedy), and so is a precision already in effect
     (:func:`in_effect`: the reader's own policy, or every float weight already of that dtype).
     """
@@ -123,6 +128,9 @@ def remedies(
             if (candidate == strategy or label != "as given") and in_effect(weights, policy, dtype, new_policy):
                 continue
             changed = with_precision(weights, dtype)
+            whole = len(planner.held_whole(changed, candidate, devices))
+            if whole == len(changed):
+                continue  # a split that keeps every weight whole is no split
             try:
                 budgets = planner.plan(changed, optimizer, candidate, devices, chosen_policy, reserve,
                                       batch=batch, xla=xla, accumulation=accumulation)
@@ -131,7 +139,7 @@ def remedies(
             if max(b.total for b in budgets) <= capacity:
                 changes = (candidate != strategy) + (label != "as given")
                 host = planner.host_bytes(changed, optimizer, candidate, devices, chosen_policy, accumulation)
-                found.append(Remedy(candidate, label, tuple(budgets), changes, host))
+                found.append(Remedy(candidate, label, tuple(budgets), changes, host, whole))
     return sorted(found, key=lambda r: (r.changes, r.host > 0, r.peak, r.strategy))
 
 

@@ -129,6 +129,50 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, bound: bool 
             "capacity": capacity, **context}
 
 
+#: Where each placement keeps a weight it cannot split (:attr:`snippets.lib.placements.Placement.uneven`).
+WHOLE_ON = {"first": ("device 0", "the site's tensor-parallel layers leave a layer they do not split on the "
+                      "default device"),
+            "each": ("every device", "a LayoutMap replicates a variable it does not split")}
+
+
+def whole_json(weights: Sequence[planner.Weight], strategy: str, devices: int) -> dict | None:
+    """The weights ``strategy`` keeps whole (:func:`snippets.lib.planner.held_whole`), as ``--json`` gives them.
+
+    Returns:
+        None if every weight splits, else ``{"on": "device 0" | "every device", "why": str,
+        "weights": [{"path", "shape", "bytes"}, ...]}`` (bytes in each weight's own dtype).
+    """
+    kept = planner.held_whole(weights, strategy, devices)
+    if not kept:
+        return None
+    on, why = WHOLE_ON[placements.get(strategy).uneven]
+    return {"on": on, "why": why, "weights": [{"path": w.path, "shape": list(w.shape),
+                                                "bytes": units.tensor_bytes(w.shape, w.dtype)} for w in kept]}
+
+
+def whole_line(weights: Sequence[planner.Weight], strategy: str, devices: int, shown: int = 3) -> str | None:
+    """One sentence naming the weights ``strategy`` keeps whole over ``devices`` (the first ``shown``), or None.
+
+    >>> head = [planner.Weight((64, 32), path="m/dense/kernel"), planner.Weight((32, 1), path="m/head/kernel"),
+    ...         planner.Weight((1,), path="m/head/bias")]
+    >>> print(whole_line(head, "column", 2))
+    Held whole on device 0, since 2 does not divide their split axis (the site's tensor-parallel layers leave a layer they do not split on the default device): m/head/kernel [32, 1], m/head/bias [1]; 132 B in all.
+    >>> print(whole_line(head[1:], "column", 2))
+    Every weight is held whole on device 0, since 2 divides none of their split axes (the site's tensor-parallel layers leave a layer they do not split on the default device): this column plan splits nothing.
+    """
+    kept = whole_json(weights, strategy, devices)
+    if kept is None:
+        return None
+    names = [f"{w['path']} {w['shape']}" for w in kept["weights"]]
+    total = sum(w["bytes"] for w in kept["weights"])
+    if len(names) == len(weights):
+        return (f"Every weight is held whole on {kept['on']}, since {devices} divides none of their split axes "
+                f"({kept['why']}): this {strategy} plan splits nothing.")
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return (f"Held whole on {kept['on']}, since {devices} does not divide their split axis ({kept['why']}): "
+            f"{', '.join(names[:shown])}{more}; {units.human_bytes(total)} in all.")
+
+
 def report(
     weights: Sequence[planner.Weight],
     optimizer: str | None = None,
@@ -172,6 +216,9 @@ def report(
     host = planner.host_bytes(weights, optimizer, strategy, devices, policy, accumulation)
     if host:
         lines.append(f"Host (or coordinator) RAM also holds {units.format_bytes(host)}.")
+    whole = whole_line(weights, strategy, devices)
+    if whole:
+        lines.append(textwrap.fill(whole, width, break_on_hyphens=False))
     lines += chosen
     fits = max(b.total for b in budgets) <= capacity
     found = [] if fits else remedies(weights, optimizer, strategy, devices, capacity, policy, reserve,
