@@ -298,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"training optimizer ({', '.join(optimizers.OPTIMIZERS)}); omitted: inference for "
                         "--shape, and for --model the optimizer its compile set (inference if it never compiled)")
     parser.add_argument("--strategy", default="mirrored", metavar="NAME",
-                        help=f"placement: {', '.join(placements.STRATEGIES)} (default mirrored)")
+                        help=f"placement: {', '.join(placements.STRATEGIES)} (default mirrored); "
+                             "model_parallel and data_parallel are Keras on JAX, planned against JAX's pool")
     parser.add_argument("--initializer", default="glorot_uniform", choices=sorted(planner.INIT_PEAK),
                         metavar="NAME",
                         help=f"one of {', '.join(sorted(planner.INIT_PEAK))}: initializer of --shape weights "
@@ -388,6 +389,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         splits.check_count(args.batch, "--batch")
         optimizers.check_optimizer(args.optimizer)
         placements.check_strategy(args.strategy)
+        pool_line = None
+        if placements.get(args.strategy).backend == "jax" and args.device_memory is None:
+            # Keras on JAX holds JAX's pool, not TensorFlow's allocator (docs/keep-fit.md).
+            capacity = hardware.jax_pool_bytes(card.name)
+            pool_line = (f"Capacity: JAX's pool, {hardware.JAX_DEFAULT_MEM_FRACTION:.0%} of the {card.name}'s "
+                         f"{card.total_mib} MiB, since {args.strategy} is Keras on JAX (XLA_CLIENT_MEM_FRACTION "
+                         "sets the fraction; --device-memory gives your pool).")
         if args.dtype is not None:
             units.dtype_bytes(args.dtype)
         if args.policy is not None and args.dtype not in (None, units.POLICIES[args.policy][0]):
@@ -397,8 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.backend == "jax" and (args.method == "rule" or args.strategy not in ("single", "mirrored")):
             # The rule plans TensorFlow's placements against TensorFlow's allocator: not Keras on JAX.
             raise ValueError("--backend jax is planned by XLA's compiled analysis of a training step, with --method "
-                             "auto and --strategy single or mirrored; the rule and the other placements are "
-                             "TensorFlow's: drop --backend jax for them")
+                             "auto and --strategy single or mirrored; the rule plans the other placements "
+                             "(model_parallel and data_parallel against JAX's pool): drop --backend jax for them")
         if (args.model or args.model_json) and args.optimizer and args.method == "auto" and args.strategy == "mirrored":
             # A step to measure splits the batch evenly: said before TensorFlow's import, not after it.
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
@@ -477,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = json.dumps(as_json(budgets, capacity, bound, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(rule_xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how,
+                                      **({"capacity_from": pool_line} if pool_line else {}),
                                       remedies=[remedy_json(r, args.devices, capacity) for r in found],
                                       **({"model": args.model or args.model_json, "setup": asdict(setup),
                                           "notes": list(setup.notes),
@@ -487,6 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             inference = model and args.optimizer is None
             # What the model's source chose, as a measured plan says it (an inference plan trains with nothing).
             chosen = model_report.setup_lines(setup, training=not inference) if model else []
+            if pool_line:
+                chosen = [textwrap.fill(pool_line, 104), *chosen]
             text = report(weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy,
                           reserve, args.top, batch=args.batch, xla=rule_xla, accumulation=accumulation,
                           bound=bound, chosen=chosen)

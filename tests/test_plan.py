@@ -566,6 +566,26 @@ def test_a_split_of_a_readers_model_holds_what_it_cannot_divide_whole(kernel):
     assert [w["path"].split("/")[-1] for w in whole["weights"]] == ["kernel", "bias"] * 2, whole
 
 
+def test_a_keras_on_jax_placement_is_planned_against_jax_pool(kernel):
+    # A 6.5 GiB kernel under DataParallel peaks at 26.01 GiB: under TensorFlow's 30.25 GiB, over JAX's
+    # default pool of 75% of 32510 MiB (23.81 GiB). The card's JAX pool is what Keras on JAX gets.
+    import json
+
+    argv = ["--shape", "65536", "26624", "--optimizer", "rmsprop", "--strategy", "data_parallel", "--json"]
+    code, out = kernel.call(run_plan_cli, argv)
+    pool = json.loads(out[out.index("{"):])
+    assert code == 0 and pool["capacity"] == int(32510 * 2**20 * 0.75) and pool["fits"] is False, out
+    assert pool["capacity_from"].startswith("Capacity: JAX's pool, 75% of the V100-SXM2-32GB's 32510 MiB")
+    # Its remedies stay on JAX: a Keras-on-JAX reader is not sent to a tf.distribute strategy.
+    assert {r["strategy"] for r in pool["remedies"]} <= {"data_parallel", "model_parallel"} and pool["remedies"]
+    code, out = kernel.call(run_plan_cli, argv + ["--device-memory", "30976MiB"])
+    given = json.loads(out[out.index("{"):])
+    assert code == 0 and given["fits"] is True and "capacity_from" not in given, out
+    # A TensorFlow placement keeps TensorFlow's allocator.
+    code, out = kernel.call(run_plan_cli, [*argv[:-2], "mirrored", "--json"])
+    assert json.loads(out[out.index("{"):])["capacity"] == 30976 * 2**20, out
+
+
 def test_an_input_of_unknown_length_is_no_obstacle_to_a_rule_plan(kernel):
     # Only a run needs a length (the refusal before any run: test_a_readers_model_that_cannot_be_planned...).
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:any_length", "--optimizer", "adam",

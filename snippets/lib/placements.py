@@ -55,6 +55,8 @@ class Placement:
             unevenly, as ``FixedShardsPartitioner(N)`` makes ``min(N, rows)`` shards whose sizes
             differ by one row (tensorflow/python/distribute/sharded_variable.py, TF 2.21); None for a
             placement that splits nothing.
+        backend: the Keras backend it runs on, ``"tensorflow"`` or ``"jax"``: a JAX placement's device
+            memory is JAX's pool (:func:`snippets.lib.hardware.jax_pool_bytes`), not TensorFlow's allocator.
     """
 
     name: str
@@ -72,6 +74,7 @@ class Placement:
     xla_compiles: str = "xla"
     init_compiled: bool = False
     uneven: str | None = None
+    backend: str = "tensorflow"
 
     @property
     def hosted(self) -> bool:
@@ -151,9 +154,9 @@ PLACEMENTS = {p.name: p for p in (
               updates_on_device=False, initialises=None, uneven="shards"),
     Placement("offload", None, "offload.md", reads_whole=True, holds_variables_on_host=True, initialises=None),
     Placement("model_parallel", "last", "keep-fit.md", xla_auto=True, xla_compiles="xla", init_compiled=True,
-              uneven="each"),
+              uneven="each", backend="jax"),
     Placement("data_parallel", None, "keep-fit.md", all_reduce=True, batch_split=True, xla_auto=True,
-              xla_compiles="xla", init_compiled=True),
+              xla_compiles="xla", init_compiled=True, backend="jax"),
     Placement("tf_keras_dtensor", "last", "tf-keras.md", xla_auto=tf_keras_optimizer_jit(True, gpu_listed=True),
               xla_compiles="xla-update", uneven="each"),
 )}

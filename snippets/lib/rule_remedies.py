@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from snippets.lib import planner, units
+from snippets.lib import placements, planner, units
 
 #: Precision changes the remedies try: (label, variable dtype or None, policy).
 PRECISIONS = (
@@ -27,6 +27,8 @@ PRECISIONS = (
 #: differ. TensorFlow's only: a remedy changes a script's placement or precision, not its backend;
 #: Keras 3 on JAX (``model_parallel``, ``data_parallel``) is a row of docs/decide.md's seed table instead.
 REMEDY_STRATEGIES = ("mirrored", "column", "row", "parameter_server", "offload")
+#: The placements tried for a reader on Keras on JAX (docs/keep-fit.md), whose device memory is JAX's pool.
+JAX_REMEDY_STRATEGIES = ("data_parallel", "model_parallel")
 
 
 def with_precision(weights: Sequence[planner.Weight], dtype: str | None) -> list[planner.Weight]:
@@ -88,7 +90,9 @@ class Remedy:
         where = {"single": "one device, no strategy", "mirrored": f"mirrored over {devices}" if devices > 1
                  else "MirroredStrategy over one device",
                  "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
-                 "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host"}[self.strategy]
+                 "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host",
+                 "model_parallel": f"{devices}-way ModelParallel (JAX)",
+                 "data_parallel": f"DataParallel over {devices} (JAX)"}[self.strategy]
         if self.whole:
             where += f" ({self.whole} weight{'s' if self.whole != 1 else ''} held whole)"
         return where if self.precision == "as given" else f"{where} + {self.precision}"
@@ -112,7 +116,9 @@ def remedies(
     Fewest changes first; among those, the ones that need no host or
     coordinator RAM; then the smallest peak.
 
-    Tries every placement in :data:`REMEDY_STRATEGIES` (and ``single`` on one device) with every precision
+    Tries every placement in :data:`REMEDY_STRATEGIES` (and ``single`` on one device), or in
+    :data:`JAX_REMEDY_STRATEGIES` when ``strategy`` runs on JAX (a Keras-on-JAX reader is offered Keras
+    on JAX, against the same pool), with every precision
     in :data:`PRECISIONS`, with the same optimizer, gradient accumulation, device count, batch and
     XLA setting; splits that do not divide a bare shape's dimension are skipped, as is one that keeps
     every weight of a model whole (:func:`snippets.lib.planner.held_whole`), and so
@@ -120,8 +126,10 @@ def remedies(
     (:func:`in_effect`: the reader's own policy, or every float weight already of that dtype).
     """
     found = []
-    for candidate in (("single",) if devices == 1 else ()) + REMEDY_STRATEGIES:
-        if devices == 1 and candidate in ("column", "row", "parameter_server"):
+    on_jax = placements.get(strategy).backend == "jax"
+    tried = JAX_REMEDY_STRATEGIES if on_jax else (("single",) if devices == 1 else ()) + REMEDY_STRATEGIES
+    for candidate in tried:
+        if devices == 1 and candidate in ("column", "row", "parameter_server", "model_parallel"):
             continue
         for label, dtype, new_policy in PRECISIONS:
             chosen_policy = policy if label == "as given" else new_policy
