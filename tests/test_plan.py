@@ -548,8 +548,8 @@ def test_a_split_of_a_readers_model_holds_what_it_cannot_divide_whole(kernel):
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--optimizer", "adam", "--loss",
                                            "mse", "--strategy", "column", "--devices", "3"])
     assert code == 0, out
-    assert ("Every weight is held whole on device 0, since 3 divides none of their split axes (the site's "
-            "tensor-parallel layers leave a layer they do not split on the default device): this column plan "
+    assert ("Every weight is held whole on device 0 (the site's tensor-parallel layers split Dense layers only, "
+            "each where 3 divides its split axis, and leave the rest on the default device): this column plan "
             "splits nothing.") in " ".join(out.split())
     # Over 2 devices of a LayoutMap, the 64 and 8 units divide: nothing is held whole, and the JSON says so.
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--optimizer", "adam", "--loss",

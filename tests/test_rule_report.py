@@ -91,7 +91,7 @@ HEAD = [planner.Weight((1024, 4096), path="mlp/dense/kernel"), planner.Weight((4
 
 @pytest.mark.parametrize("strategy, kept", [
     ("column", ["mlp/head/kernel", "mlp/head/bias"]),  # split on the last axis: 1 unit does not halve
-    ("row", []),  # split on the first axis: 1024 and 4096 rows halve, vectors are replicated
+    ("row", ["mlp/dense/bias", "mlp/head/bias"]),  # rows halve; RowParallelDense keeps its bias on device 0
     ("model_parallel", ["mlp/head/kernel", "mlp/head/bias"]),
     ("tf_keras_dtensor", ["mlp/head/kernel", "mlp/head/bias"]),
     ("parameter_server", []),  # FixedShardsPartitioner splits unevenly; the worker reads it whole anyway
@@ -99,6 +99,17 @@ HEAD = [planner.Weight((1024, 4096), path="mlp/dense/kernel"), planner.Weight((4
 ])
 def test_a_split_keeps_whole_only_the_model_weights_it_cannot_divide(strategy, kept):
     assert [w.path for w in planner.held_whole(HEAD, strategy, 2)] == kept
+
+
+def test_the_sites_layers_split_dense_layers_only():
+    # A conv's kernel divides 2 ways, but the site's tf.device layers replace Dense layers alone:
+    # under column or row it stays whole on device 0; a LayoutMap splits it.
+    cnn = [planner.Weight((3, 3, 8, 16), path="cnn/conv2d/kernel"), planner.Weight((16,), path="cnn/conv2d/bias"),
+           planner.Weight((1024, 10), path="cnn/dense/kernel"), planner.Weight((10,), path="cnn/dense/bias")]
+    assert [w.path for w in planner.held_whole(cnn, "column", 2)] == ["cnn/conv2d/kernel", "cnn/conv2d/bias"]
+    assert planner.held_whole(cnn, "model_parallel", 2) == [] and planner.held_whole(cnn, "column", 1) == []
+    conv = (3 * 3 * 8 * 16 + 16) * 4
+    assert [b.weights for b in planner.plan(cnn, None, "column", 2)] == [conv + 1024 * 10 * 4 // 2 + 20, 1024 * 10 * 4 // 2 + 20]
 
 
 def test_a_column_plan_holds_an_undivided_head_whole_on_device_0_only():
@@ -131,11 +142,11 @@ def test_a_bare_shape_a_split_cannot_divide_is_still_refused():
 
 def test_the_report_names_what_a_split_keeps_whole_and_the_json_lists_it():
     text = report(HEAD, "adam", "column", 2, capacity=1024 * MiB, batch=8)
-    assert ("Held whole on device 0, since 2 does not divide their split axis (the site's tensor-parallel layers "
-            "leave a layer they do not split on the default device): mlp/head/kernel [4096, 1], mlp/head/bias [1]; "
-            "16 KiB in all.") in " ".join(text.split())
+    assert ("Held whole on device 0 (the site's tensor-parallel layers split Dense layers only, each where 2 "
+            "divides its split axis, and leave the rest on the default device): mlp/head/kernel [4096, 1], "
+            "mlp/head/bias [1]; 16 KiB in all.") in " ".join(text.split())
     assert whole_json(HEAD, "column", 2)["weights"][1] == {"path": "mlp/head/bias", "shape": [1], "bytes": 4}
-    assert whole_json(HEAD, "row", 2) is None and whole_line(HEAD, "row", 2) is None
+    assert whole_json(HEAD, "parameter_server", 2) is None and whole_line(HEAD, "mirrored", 2) is None
     everything = whole_line(HEAD[2:], "model_parallel", 2)
     assert everything.startswith("Every weight is held whole on every device") and "splits nothing" in everything
 
@@ -145,7 +156,7 @@ def test_remedies_name_the_weights_a_split_keeps_whole_and_skip_a_split_of_nothi
     tight = max(b.total for b in budgets) - 1
     found = rule_remedies.remedies(HEAD, "adam", "mirrored", 2, tight, batch=8)
     labels = [r.label(2) for r in found]
-    assert "2-way column shard (2 weights held whole)" in labels and "2-way row shard" in labels
+    assert "2-way column shard (2 weights held whole)" in labels and "2-way row shard (2 weights held whole)" in labels
     # Nothing of the head alone splits 2 ways on its last axis: no column remedy at all, though row's fits.
     roomy = rule_remedies.remedies(HEAD[2:], "adam", "mirrored", 2, 1024 * MiB, batch=8)
     strategies = {r.strategy for r in roomy}

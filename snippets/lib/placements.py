@@ -45,10 +45,11 @@ class Placement:
         init_compiled: initializers are compiled by XLA (Keras 3 on JAX draws a
             large variable with ``jax.jit``), so the planner takes XLA's init
             peaks (:data:`snippets.lib.planner.XLA_INIT_PEAK`).
-        uneven: what the placement does with a *model's* weight whose split axis N does not divide
-            (:func:`split_divides`; a bare shape is refused instead, since the reader asked to split
-            that one weight): ``"first"``, held whole on device 0, where the site's ``tf.device``
-            layers leave every layer they do not replace; ``"each"``, held whole on every device, as
+        uneven: what the placement does with a *model's* weight it cannot split, one whose split
+            axis N does not divide (:func:`split_divides`; a bare shape is refused instead, since the
+            reader asked to split that one weight) (:func:`snippets.lib.planner.held_whole`):
+            ``"first"``, held whole on device 0, where the site's ``tf.device`` layers, which
+            replace Dense layers only, leave every layer they do not replace; ``"each"``, held whole on every device, as
             Keras's ``ModelParallel`` replicates a variable its ``LayoutMap`` does not match
             (``get_variable_layout`` in keras/src/distribution/distribution_lib.py, Keras 3.15)
             and tf_keras's DTensor ``LayoutMap`` gives it a replicated layout; ``"shards"``, split

@@ -406,20 +406,30 @@ def plan(
 
 
 def held_whole(weights, strategy: str, devices: int) -> list[Weight]:
-    """A model's weights that ``strategy`` keeps whole because N does not divide their split axis.
+    """A model's weights that ``strategy`` keeps whole over ``devices``, as a reader could build it.
 
-    Tensor parallelism splits what divides and replicates the rest (Megatron-LM keeps its
+    Tensor parallelism splits what it can and keeps the rest whole (Megatron-LM keeps its
     LayerNorms and its row-parallel biases whole; Keras's ``ModelParallel`` replicates any variable
-    its ``LayoutMap`` does not match). So a model's one-unit output head under a 2-way column plan is
-    held whole, on device 0 with the site's ``tf.device`` layers and on every device with a
-    ``LayoutMap`` (:attr:`snippets.lib.placements.Placement.uneven`). Only a model's weights (with a
-    ``path``) are kept whole: a bare shape is the one weight the reader asked to split, so
-    :func:`plan` refuses it. ``parameter_server`` keeps none whole: its partitioner splits unevenly
-    and its worker reads every variable whole anyway.
+    its ``LayoutMap`` does not match). Which weights, by :attr:`snippets.lib.placements.Placement.uneven`:
 
-    >>> head = [Weight((64, 32), path="m/dense/kernel"), Weight((32, 1), path="m/head/kernel"), Weight((1,), path="m/head/bias")]
-    >>> [w.path for w in held_whole(head, "column", 2)], held_whole(head, "row", 2), held_whole(head, "mirrored", 2)
-    (['m/head/kernel', 'm/head/bias'], [], [])
+    - ``"first"`` (``column``, ``row``: the site's ``tf.device`` layers, docs/tensor-parallel.md):
+      the layers split ``Dense`` layers only, so every other weight is kept whole on device 0, the
+      default device, and so is a Dense weight with no split axis (``RowParallelDense`` keeps its
+      bias on its first device) or one whose split axis N does not divide;
+    - ``"each"`` (``model_parallel``, ``tf_keras_dtensor``: a ``LayoutMap`` that splits each
+      weight's last axis): a weight whose last axis N does not divide is replicated on every device;
+    - ``parameter_server`` keeps none whole: its partitioner splits unevenly and its worker reads
+      every variable whole anyway.
+
+    Only a model's weights (with a ``path``) are kept whole: a bare shape is the one weight the
+    reader asked to split, so :func:`plan` refuses it. Over one device nothing is kept whole.
+
+    >>> mlp = [Weight((64, 32), path="m/dense/kernel"), Weight((32, 1), path="m/head/kernel"), Weight((1,), path="m/head/bias")]
+    >>> [w.path for w in held_whole(mlp, "column", 2)], [w.path for w in held_whole(mlp, "row", 2)]
+    (['m/head/kernel', 'm/head/bias'], ['m/head/bias'])
+    >>> conv = [Weight((3, 3, 8, 16), path="m/conv2d/kernel"), Weight((16,), path="m/conv2d/bias")]
+    >>> [w.path for w in held_whole(conv, "column", 2)], held_whole(conv, "model_parallel", 2), held_whole(mlp, "mirrored", 2)
+    (['m/conv2d/kernel', 'm/conv2d/bias'], [], [])
 
     Args:
         weights: as :func:`plan` accepts them.
@@ -430,11 +440,15 @@ def held_whole(weights, strategy: str, devices: int) -> list[Weight]:
         The :class:`Weight` objects kept whole, in the model's order.
     """
     placement = placements.get(strategy)
-    check_count(devices)
-    if placement.uneven not in ("first", "each"):
+    if check_count(devices) == 1 or placement.uneven not in ("first", "each"):
         return []
-    return [w for w in map(_as_weight, weights)
-            if w.path is not None and not placements.split_divides(w.shape, strategy, devices)]
+    items = [_as_weight(w) for w in weights]
+    # The site's layers replace Dense layers: a weight is theirs when its layer has a Dense kernel.
+    dense = {w.path.rsplit("/", 1)[0] for w in items if w.path is not None and w.dense_kernel}
+    return [w for w in items if w.path is not None and (
+        not placements.split_divides(w.shape, strategy, devices)
+        or (placement.uneven == "first" and (w.path.rsplit("/", 1)[0] not in dense
+                                              or placements.shard_axis(w.shape, strategy) is None)))]
 
 
 def accumulator_bytes(shape: Sequence[int], dtype: str, accumulation: int = 1) -> int:

@@ -129,10 +129,12 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, bound: bool 
             "capacity": capacity, **context}
 
 
-#: Where each placement keeps a weight it cannot split (:attr:`snippets.lib.placements.Placement.uneven`).
-WHOLE_ON = {"first": ("device 0", "the site's tensor-parallel layers leave a layer they do not split on the "
-                      "default device"),
-            "each": ("every device", "a LayoutMap replicates a variable it does not split")}
+#: Where each placement keeps a weight it does not split, and why (:func:`snippets.lib.planner.held_whole`);
+#: ``{n}`` is the device count.
+WHOLE_ON = {"first": ("device 0", "the site's tensor-parallel layers split Dense layers only, each where {n} "
+                      "divides its split axis, and leave the rest on the default device"),
+            "each": ("every device", "{n} does not divide their last axis, and a LayoutMap replicates a variable "
+                     "it does not split")}
 
 
 def whole_json(weights: Sequence[planner.Weight], strategy: str, devices: int) -> dict | None:
@@ -146,8 +148,9 @@ def whole_json(weights: Sequence[planner.Weight], strategy: str, devices: int) -
     if not kept:
         return None
     on, why = WHOLE_ON[placements.get(strategy).uneven]
-    return {"on": on, "why": why, "weights": [{"path": w.path, "shape": list(w.shape),
-                                                "bytes": units.tensor_bytes(w.shape, w.dtype)} for w in kept]}
+    return {"on": on, "why": why.format(n=devices),
+            "weights": [{"path": w.path, "shape": list(w.shape), "bytes": units.tensor_bytes(w.shape, w.dtype)}
+                        for w in kept]}
 
 
 def whole_line(weights: Sequence[planner.Weight], strategy: str, devices: int, shown: int = 3) -> str | None:
@@ -155,22 +158,21 @@ def whole_line(weights: Sequence[planner.Weight], strategy: str, devices: int, s
 
     >>> head = [planner.Weight((64, 32), path="m/dense/kernel"), planner.Weight((32, 1), path="m/head/kernel"),
     ...         planner.Weight((1,), path="m/head/bias")]
-    >>> print(whole_line(head, "column", 2))
-    Held whole on device 0, since 2 does not divide their split axis (the site's tensor-parallel layers leave a layer they do not split on the default device): m/head/kernel [32, 1], m/head/bias [1]; 132 B in all.
+    >>> print(whole_line(head, "model_parallel", 2))
+    Held whole on every device (2 does not divide their last axis, and a LayoutMap replicates a variable it does not split): m/head/kernel [32, 1], m/head/bias [1]; 132 B in all.
     >>> print(whole_line(head[1:], "column", 2))
-    Every weight is held whole on device 0, since 2 divides none of their split axes (the site's tensor-parallel layers leave a layer they do not split on the default device): this column plan splits nothing.
+    Every weight is held whole on device 0 (the site's tensor-parallel layers split Dense layers only, each where 2 divides its split axis, and leave the rest on the default device): this column plan splits nothing.
     """
     kept = whole_json(weights, strategy, devices)
     if kept is None:
         return None
     names = [f"{w['path']} {w['shape']}" for w in kept["weights"]]
-    total = sum(w["bytes"] for w in kept["weights"])
     if len(names) == len(weights):
-        return (f"Every weight is held whole on {kept['on']}, since {devices} divides none of their split axes "
-                f"({kept['why']}): this {strategy} plan splits nothing.")
+        return f"Every weight is held whole on {kept['on']} ({kept['why']}): this {strategy} plan splits nothing."
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return (f"Held whole on {kept['on']}, since {devices} does not divide their split axis ({kept['why']}): "
-            f"{', '.join(names[:shown])}{more}; {units.human_bytes(total)} in all.")
+    total = sum(w["bytes"] for w in kept["weights"])
+    return (f"Held whole on {kept['on']} ({kept['why']}): {', '.join(names[:shown])}{more}; "
+            f"{units.human_bytes(total)} in all.")
 
 
 def report(
