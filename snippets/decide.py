@@ -79,15 +79,21 @@ def setup_of(args) -> model_report.ModelSetup:
     (:class:`snippets.lib.model_source.SourceFacts`, set by :func:`_weights`; absent: nothing chosen)."""
     facts = getattr(args, "source", None)
     jit_choice = facts.jit_compile if facts else None
-    if args.backend == "jax" and jit_choice:
+    # Keras on JAX: --backend jax, or a placement of keras.distribution (model_parallel, data_parallel).
+    on_jax = args.backend == "jax" or placements.get(args.strategy).backend == "jax"
+    if on_jax and jit_choice:
         jit_choice = None  # Keras on JAX jits every step it can: jit_compile=True chooses nothing there
     # Layers that keep a GPU host's Keras from compiling the step matter only where it would compile it.
     jit = args.backend != "jax" and placements.resolve_xla(model_report.source_xla(args.xla, jit_choice),
                                                            args.strategy)
+    blockers = facts.no_xla if facts and jit else {}
+    if on_jax:
+        # cuDNN is TensorFlow's reason alone: on JAX an LSTM is jitted (keras/src/layers/rnn/lstm.py).
+        blockers = {name: why for name, why in blockers.items() if why == private.NO_JIT}
     return model_report.model_setup(facts.loss if facts else None, facts.policy if facts else None,
                                     args.loss, args.policy, args.dtype, facts.optimizer if facts else None,
                                     args.optimizer, facts.own_step if facts else False,
-                                    facts.no_xla if facts and jit else {},
+                                    blockers,
                                     "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
                                     facts.unmeasured if facts else ())
 
@@ -392,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool_line = None
         if placements.get(args.strategy).backend == "jax" and args.device_memory is None:
             # Keras on JAX holds JAX's pool, not TensorFlow's allocator (docs/keep-fit.md).
-            capacity = hardware.jax_pool_bytes(card.name)
+            capacity, reserve = hardware.jax_pool_bytes(card.name), 0  # the CUDA context is outside the pool
             pool_line = (f"Capacity: JAX's pool, {hardware.JAX_DEFAULT_MEM_FRACTION:.0%} of the {card.name}'s "
                          f"{card.total_mib} MiB, since {args.strategy} is Keras on JAX (XLA_CLIENT_MEM_FRACTION "
                          "sets the fraction; --device-memory gives your pool).")
@@ -405,8 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.backend == "jax" and (args.method == "rule" or args.strategy not in ("single", "mirrored")):
             # The rule plans TensorFlow's placements against TensorFlow's allocator: not Keras on JAX.
             raise ValueError("--backend jax is planned by XLA's compiled analysis of a training step, with --method "
-                             "auto and --strategy single or mirrored; the rule plans the other placements "
-                             "(model_parallel and data_parallel against JAX's pool): drop --backend jax for them")
+                             "auto and --strategy single or mirrored; the rule plans Keras on JAX as --strategy "
+                             "model_parallel or data_parallel, without --backend jax (the other placements are "
+                             "TensorFlow's)")
         if (args.model or args.model_json) and args.optimizer and args.method == "auto" and args.strategy == "mirrored":
             # A step to measure splits the batch evenly: said before TensorFlow's import, not after it.
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
@@ -455,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             card_name = None if args.device_memory else card.name
             if plan.method == "compiled" and args.device_memory is None:
                 # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
-                capacity = hardware.jax_pool_bytes(card.name)
+                capacity, reserve = hardware.jax_pool_bytes(card.name), 0  # the CUDA context is outside the pool
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights)))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
@@ -485,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = json.dumps(as_json(budgets, capacity, bound, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(rule_xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how,
-                                      **({"capacity_from": pool_line} if pool_line else {}),
+                                      pool=None if args.device_memory else
+                                      model_report.JAX_POOL if pool_line else model_report.TF_POOL,
                                       remedies=[remedy_json(r, args.devices, capacity) for r in found],
                                       **({"model": args.model or args.model_json, "setup": asdict(setup),
                                           "notes": list(setup.notes),

@@ -43,12 +43,18 @@ def test_rank_one_weights_row_replicated_column_sharded():
     assert placements.local_shape((65536,), "column", 4) == (16384,)
 
 
-@pytest.mark.parametrize("strategy", ["column", "row", "parameter_server"])
+@pytest.mark.parametrize("strategy", ["column", "row"])
 def test_uneven_split_names_dimension_size_and_count(strategy):
     with pytest.raises(ValueError) as error:
         per_device((1001, 999), "float32", None, strategy, 4)
     axis, size = (1, 999) if strategy == "column" else (0, 1001)
     assert f"cannot split dimension {axis} of shape [1001, 999] (size {size}) into 4 equal shards" in str(error.value)
+
+
+def test_a_parameter_server_worker_reads_an_unevenly_partitioned_weight_whole():
+    # FixedShardsPartitioner(4) splits 1001 rows 251, 250, 250, 250; the worker reads all of them.
+    worker = per_device((1001, 999), "float32", "rmsprop", "parameter_server", 4)[0]
+    assert worker.weights == worker.gradients == 1001 * 999 * 4 and worker.slots == 0
 
 
 @pytest.mark.parametrize("dtype, nbytes", [("float32", 32 * GiB), ("float16", 16 * GiB), ("bfloat16", 16 * GiB)])

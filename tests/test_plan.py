@@ -575,15 +575,32 @@ def test_a_keras_on_jax_placement_is_planned_against_jax_pool(kernel):
     code, out = kernel.call(run_plan_cli, argv)
     pool = json.loads(out[out.index("{"):])
     assert code == 0 and pool["capacity"] == int(32510 * 2**20 * 0.75) and pool["fits"] is False, out
-    assert pool["capacity_from"].startswith("Capacity: JAX's pool, 75% of the V100-SXM2-32GB's 32510 MiB")
+    assert pool["pool"] == "JAX's default 75% pool"  # the key a measured plan's JSON has too
     # Its remedies stay on JAX: a Keras-on-JAX reader is not sent to a tf.distribute strategy.
     assert {r["strategy"] for r in pool["remedies"]} <= {"data_parallel", "model_parallel"} and pool["remedies"]
     code, out = kernel.call(run_plan_cli, argv + ["--device-memory", "30976MiB"])
     given = json.loads(out[out.index("{"):])
-    assert code == 0 and given["fits"] is True and "capacity_from" not in given, out
+    assert code == 0 and given["fits"] is True and given["pool"] is None, out
     # A TensorFlow placement keeps TensorFlow's allocator.
     code, out = kernel.call(run_plan_cli, [*argv[:-2], "mirrored", "--json"])
-    assert json.loads(out[out.index("{"):])["capacity"] == 30976 * 2**20, out
+    tf = json.loads(out[out.index("{"):])
+    assert tf["capacity"] == 30976 * 2**20 and tf["pool"] == "TensorFlow's allocator", out
+
+
+def test_an_lstm_on_a_keras_on_jax_placement_is_planned_with_xla(kernel):
+    # cuDNN keeps TensorFlow's Keras from compiling an LSTM's step; on JAX the LSTM is jitted.
+    import json
+
+    plans = {}
+    for strategy, devices in (("data_parallel", "2"), ("single", "1")):
+        code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:lstm_tagger", "--optimizer", "adam",
+                                               "--method", "rule", "--strategy", strategy, "--devices", devices,
+                                               "--json"])
+        assert code == 0, out
+        plans[strategy] = json.loads(out[out.index("{"):])
+    assert plans["data_parallel"]["xla"] is True and plans["data_parallel"]["setup"]["no_xla"] == {}
+    # On one device TensorFlow's Keras would compile the step, but for the LSTM's cuDNN kernel.
+    assert plans["single"]["xla"] is False and "LSTM" in plans["single"]["setup"]["no_xla"]
 
 
 def test_an_input_of_unknown_length_is_no_obstacle_to_a_rule_plan(kernel):

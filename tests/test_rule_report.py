@@ -70,7 +70,7 @@ def test_one_device_remedies_include_the_step_without_a_strategy():
 
 def test_rule_how_names_what_would_measure_the_step():
     how = rule_how(CONV, measure=["--method auto"])
-    assert "a LOWER BOUND, since the activations of the model's 1 other weight(s)" in how
+    assert "a LOWER BOUND, since the activations of the model's 1 weight(s) of rank 2 or more that are not Dense" in how
     assert how.endswith("measure its training step with --method auto.")
     assert rule_how(CONV, too_large=True).endswith("measure its training step on a host with the memory for it "
                                                    "(this command, run there).")
@@ -149,6 +149,21 @@ def test_the_report_names_what_a_split_keeps_whole_and_the_json_lists_it():
     assert whole_json(HEAD, "parameter_server", 2) is None and whole_line(HEAD, "mirrored", 2) is None
     everything = whole_line(HEAD[2:], "model_parallel", 2)
     assert everything.startswith("Every weight is held whole on every device") and "splits nothing" in everything
+
+
+def test_a_layout_map_replicates_a_scalar_and_says_so():
+    scaled = [*HEAD, planner.Weight((), path="mlp/scale/alpha")]
+    assert [w.path for w in planner.held_whole(scaled, "model_parallel", 2)][-1] == "mlp/scale/alpha"
+    assert "or they have none" in whole_line(scaled, "model_parallel", 2)
+
+
+def test_a_tf_keras_reader_is_offered_its_own_placement_in_another_precision():
+    wide = [planner.Weight((8192, 8192), path="m/dense/kernel"), planner.Weight((8192,), path="m/dense/bias")]
+    peak = max(b.total for b in planner.plan(wide, "adam", "tf_keras_dtensor", 2))
+    found = rule_remedies.remedies(wide, "adam", "tf_keras_dtensor", 2, peak - 1)
+    first = found[0]
+    assert (first.strategy, first.changes) == ("tf_keras_dtensor", 1) and first.label(2).startswith(
+        "2-way tf_keras DTensor column shard + ")
 
 
 def test_remedies_name_the_weights_a_split_keeps_whole_and_skip_a_split_of_nothing():

@@ -278,6 +278,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     return "\n".join(lines)
 
 
+#: Whose share of the card a plan's capacity is (``"pool"`` in ``--json``).
+TF_POOL, JAX_POOL = "TensorFlow's allocator", "JAX's default 75% pool"
+
+
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
                remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> dict:
     """:func:`model_report` as a JSON-ready dict, every figure in bytes.
@@ -289,7 +293,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     ``method``, ``how``, ``fits``, ``capacity``, ``card``, ``model``, ``setup`` and ``remedies`` are the keys a
     rule plan's JSON has too (``python -m snippets.decide --json``).
     """
-    pool = "JAX's default 75% pool" if plan.method == "compiled" else "TensorFlow's allocator"
+    pool = JAX_POOL if plan.method == "compiled" else TF_POOL
     # method and how at the top, where a rule plan's JSON has them (snippets.lib.rule_report.as_json).
     return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan.as_json(),
             "setup": asdict(setup) if setup else None,

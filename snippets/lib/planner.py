@@ -312,7 +312,7 @@ def plan(
             concatenated) and computes the whole gradient; the update runs on
             the parameter servers. A model's weight (one with a ``path``) that a split placement
             cannot divide is held whole where the placement keeps it (:func:`held_whole`); a bare
-            shape is refused.
+            shape is refused, except by ``parameter_server``, whose partitioner splits unevenly.
         devices: number of devices N.
         policy: None or a name in :data:`POLICIES`; float variables are then
             stored in float32 and each device also holds compute copies.
@@ -358,8 +358,8 @@ def plan(
             whole = w in kept_whole
             if whole and placement.uneven == "first" and device:
                 continue
-            # A bare shape is checked even where the device reads it whole: the reader asked for even shards.
-            split_unevenly = placement.uneven == "shards" and w.path is not None
+            # A partitioner splits unevenly (FixedShardsPartitioner), and the worker reads the weight whole.
+            split_unevenly = placement.uneven == "shards"
             shape = tuple(w.shape) if whole or split_unevenly else local_shape(w.shape, strategy, devices)
             if placement.reads_whole:
                 # The device that runs the layer reads the whole variable.
@@ -417,7 +417,8 @@ def held_whole(weights, strategy: str, devices: int) -> list[Weight]:
       default device, and so is a Dense weight with no split axis (``RowParallelDense`` keeps its
       bias on its first device) or one whose split axis N does not divide;
     - ``"each"`` (``model_parallel``, ``tf_keras_dtensor``: a ``LayoutMap`` that splits each
-      weight's last axis): a weight whose last axis N does not divide is replicated on every device;
+      weight's last axis): a weight whose last axis N does not divide, or a scalar, is replicated on
+      every device;
     - ``parameter_server`` keeps none whole: its partitioner splits unevenly and its worker reads
       every variable whole anyway.
 
@@ -447,8 +448,8 @@ def held_whole(weights, strategy: str, devices: int) -> list[Weight]:
     dense = {w.path.rsplit("/", 1)[0] for w in items if w.path is not None and w.dense_kernel}
     return [w for w in items if w.path is not None and (
         not placements.split_divides(w.shape, strategy, devices)
-        or (placement.uneven == "first" and (w.path.rsplit("/", 1)[0] not in dense
-                                              or placements.shard_axis(w.shape, strategy) is None)))]
+        or placements.shard_axis(w.shape, strategy) is None  # a scalar, or a vector under a row split
+        or (placement.uneven == "first" and w.path.rsplit("/", 1)[0] not in dense))]
 
 
 def accumulator_bytes(shape: Sequence[int], dtype: str, accumulation: int = 1) -> int:

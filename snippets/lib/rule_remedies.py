@@ -92,6 +92,7 @@ class Remedy:
                  "column": f"{devices}-way column shard", "row": f"{devices}-way row shard",
                  "parameter_server": f"{devices} parameter servers", "offload": "variables offloaded to the host",
                  "model_parallel": f"{devices}-way ModelParallel (JAX)",
+                 "tf_keras_dtensor": f"{devices}-way tf_keras DTensor column shard",
                  "data_parallel": f"DataParallel over {devices} (JAX)"}[self.strategy]
         if self.whole:
             where += f" ({self.whole} weight{'s' if self.whole != 1 else ''} held whole)"
@@ -116,9 +117,9 @@ def remedies(
     Fewest changes first; among those, the ones that need no host or
     coordinator RAM; then the smallest peak.
 
-    Tries every placement in :data:`REMEDY_STRATEGIES` (and ``single`` on one device), or in
-    :data:`JAX_REMEDY_STRATEGIES` when ``strategy`` runs on JAX (a Keras-on-JAX reader is offered Keras
-    on JAX, against the same pool), with every precision
+    Tries ``strategy`` itself and every placement in :data:`REMEDY_STRATEGIES` (and ``single`` on one
+    device), or in :data:`JAX_REMEDY_STRATEGIES` when ``strategy`` runs on JAX (a Keras-on-JAX reader is
+    offered Keras on JAX, against the same pool), with every precision
     in :data:`PRECISIONS`, with the same optimizer, gradient accumulation, device count, batch and
     XLA setting; splits that do not divide a bare shape's dimension are skipped, as is one that keeps
     every weight of a model whole (:func:`snippets.lib.planner.held_whole`), and so
@@ -128,6 +129,8 @@ def remedies(
     found = []
     on_jax = placements.get(strategy).backend == "jax"
     tried = JAX_REMEDY_STRATEGIES if on_jax else (("single",) if devices == 1 else ()) + REMEDY_STRATEGIES
+    # The reader's own placement, with another precision, is one change (tf_keras's DTensor + float16).
+    tried = tried if strategy in tried else (strategy, *tried)
     for candidate in tried:
         if devices == 1 and candidate in ("column", "row", "parameter_server", "model_parallel"):
             continue

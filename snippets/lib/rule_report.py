@@ -40,8 +40,8 @@ def rule_how(weights: Sequence[planner.Weight], too_large: bool = False, inferen
     why = "the model's weights are too large to run its step on this host; " if too_large else ""
     other = uncounted(weights)
     left = " and ".join(
-        ([f"the activations of the model's {other} other weight(s) of rank 2 or more (convolution, attention, "
-          "recurrent, embedding) are not counted"] if other else [])
+        ([f"the activations of the model's {other} weight(s) of rank 2 or more that are not Dense kernels "
+          "(convolution, attention, recurrent, embedding) are not counted"] if other else [])
         + ([f"{'those' if other else 'the activations'} of its {per_position} Dense layer(s) that run on every "
             "position of a sequence or image are counted once per sample, not per position"] if per_position else []))
     counted = ("weights, gradients, optimizer slots and the update's temporaries (probed on the installed "
@@ -133,8 +133,8 @@ def as_json(budgets: Sequence[planner.DeviceBudget], capacity: int, bound: bool 
 #: ``{n}`` is the device count.
 WHOLE_ON = {"first": ("device 0", "the site's tensor-parallel layers split Dense layers only, each where {n} "
                       "divides its split axis, and leave the rest on the default device"),
-            "each": ("every device", "{n} does not divide their last axis, and a LayoutMap replicates a variable "
-                     "it does not split")}
+            "each": ("every device", "{n} does not divide their last axis, or they have none, and a LayoutMap "
+                     "replicates a variable it does not split")}
 
 
 def whole_json(weights: Sequence[planner.Weight], strategy: str, devices: int) -> dict | None:
@@ -159,7 +159,7 @@ def whole_line(weights: Sequence[planner.Weight], strategy: str, devices: int, s
     >>> head = [planner.Weight((64, 32), path="m/dense/kernel"), planner.Weight((32, 1), path="m/head/kernel"),
     ...         planner.Weight((1,), path="m/head/bias")]
     >>> print(whole_line(head, "model_parallel", 2))
-    Held whole on every device (2 does not divide their last axis, and a LayoutMap replicates a variable it does not split): m/head/kernel [32, 1], m/head/bias [1]; 132 B in all.
+    Held whole on every device (2 does not divide their last axis, or they have none, and a LayoutMap replicates a variable it does not split): m/head/kernel [32, 1], m/head/bias [1]; 132 B in all.
     >>> print(whole_line(head[1:], "column", 2))
     Every weight is held whole on device 0 (the site's tensor-parallel layers split Dense layers only, each where 2 divides its split axis, and leave the rest on the default device): this column plan splits nothing.
     """
