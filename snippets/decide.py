@@ -462,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             card_name = None if args.device_memory else card.name
             if plan.method == "compiled" and args.device_memory is None:
                 # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
-                capacity, reserve = hardware.jax_pool_bytes(card.name), 0  # the CUDA context is outside the pool
+                capacity = hardware.jax_pool_bytes(card.name)
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights)))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
