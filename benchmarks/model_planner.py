@@ -14,11 +14,13 @@ strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
 inter-op threads (two is TensorFlow's default on this 2-core machine), and
 without XLA once more at two (:data:`REPEATS`) and twice at a GPU server's
-eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`), then once there for
+eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`; each of those two, as the
+planner's runs, takes more steps while they are quick,
+:data:`snippets.lib.model_step.MAX_STEPS`), then once there for
 :data:`HOST_STEPS` steps: racing threads add or drop a whole buffer from one
 step to the next, and more threads keep more buffers live, so the worst of
-those 18 steps counts (a training run takes thousands); the spread between one
-and two threads is published.
+those 18 to 30 steps counts (a training run takes thousands); the spread between
+one and two threads is published.
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -59,7 +61,8 @@ REPEATS = 1
 #: live at once.
 HOST_THREADS = 8
 #: Runs of each target without XLA at :data:`HOST_THREADS`: the planner's lines at 8 threads came
-#: out steeper than one draw at the target showed (five rows over 1.25), so "measured" takes two.
+#: out steeper than one draw at the target showed (five rows over 1.25), so "measured" takes two,
+#: each of up to :data:`snippets.lib.model_step.MAX_STEPS` steps while quick (:func:`stale`).
 HOST_REPEATS = 2
 #: And one more run there of this many steps, each a draw: a reader's training run draws thousands
 #: (DenseNet121, Adam, 128 per device: at most 450.95 MiB in the ten steps of five runs, 463.51 in eight).
@@ -132,6 +135,24 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     for name, base in linearity_configurations(names):
         for b in LINEARITY[name]:
             yield base.at_batch(b), 1, False, 0, 2
+
+
+def stale(job: tuple, result: dict | None) -> bool:
+    """Whether ``job``'s cached ``result`` must be measured again: missing, from a ``model_step`` older
+    than ``largest_variable``, or a planner's run (its small or wide batches) from before a run took
+    quick steps up to :data:`snippets.lib.model_step.MAX_STEPS` (``max_steps``), or a target's run at
+    :data:`HOST_THREADS` without XLA from before then: "measured" must draw at least as many orders
+    at eight threads as the planner's runs do, or a plan levelled at a draw its runs saw reads over
+    a target that simply drew fewer (a wide MLP, Adam: 832.5 MiB in one of six steps at 32, 713 MiB at
+    most in 14 at 64). The targets' runs at one and two threads stand."""
+    if not result or "largest_variable" not in result:
+        return True
+    step, threads, real, repeat, steps = job
+    replicas = step.devices if step.strategy == "mirrored" else 1
+    planners = (*model_plan.SMALL_BATCHES, model_plan.WIDE_BATCH)
+    planner = not repeat and step.batch // replicas in planners and threads in model_plan.plan_threads(step)
+    host = step.xla == "off" and step.batch // replicas in TARGETS and threads == HOST_THREADS
+    return (not real and steps == 2 and (planner or host) and result.get("max_steps") != model_step.MAX_STEPS)
 
 
 def thread_runs(cache: dict, base: ModelStep, replicas: int, batch: int) -> list[dict] | None:
@@ -217,9 +238,10 @@ def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan
     small = [max(runs, key=lambda r: r["step_peak"]) for runs in groups]
     floors = [lowest(runs) for runs in groups]
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
+    medians = tuple(tuple(model_plan.median_step(group[t]) for group in groups) for t in range(len(counts)))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", tuple(batches),
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
-                                floors=tuple(floors), by_threads=by_threads, threads=counts,
+                                floors=tuple(floors), by_threads=by_threads, medians=medians, threads=counts,
                                 rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base))
 
 
@@ -303,8 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if data.get("versions") != versions():
         data = {}
     cache = data.get("runs", {})
-    # A completed run without "largest_variable" came from an older snippets.lib.model_step: redo it.
-    todo = [job for job in jobs(names, args.optimizers) if "largest_variable" not in cache.get(key(*job), {})]
+    # A run of an older snippets.lib.model_step is measured again (stale).
+    todo = [job for job in jobs(names, args.optimizers) if stale(job, cache.get(key(*job)))]
     began = time.perf_counter()
 
     def one(job):
@@ -318,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Twice: the planner's wide runs are known only once its small runs are in (wide_jobs).
     for todo in (todo, None):
         if todo is None:
-            todo = [job for job in wide_jobs(cache, names, args.optimizers) if key(*job) not in cache]
+            todo = [job for job in wide_jobs(cache, names, args.optimizers) if stale(job, cache.get(key(*job)))]
         with ThreadPoolExecutor(args.workers) as pool:
             for job, result in pool.map(one, todo):
                 if result is None:
@@ -339,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
                                    "linearity": linearity(cache), "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
-    print(f"{len(table)} rows; {sum(1 for j in jobs(names, args.optimizers) if 'largest_variable' not in cache.get(key(*j), {}))} "
+    print(f"{len(table)} rows; {sum(1 for j in jobs(names, args.optimizers) if stale(j, cache.get(key(*j))))} "
           "runs missing; "
           f"{seconds:.0f} s in all")
     return 0

@@ -150,12 +150,50 @@ def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_
     return [units.human_bytes(peak) for peak in _peaks(architecture, optimizer, strategy, xla, batch_per_device, path)]
 
 
+def _median(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, threads: int,
+            path: Path) -> int:
+    """The median step of the planner's run at one batch and thread count (:func:`step_peaks`), bytes."""
+    return model_plan.median_step({"step_peaks": _steps(architecture, optimizer, strategy, xla, batch_per_device,
+                                                        threads, path)})
+
+
+def _steps(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, threads: int,
+           path: Path) -> list[int]:
+    """:func:`step_peaks` in bytes."""
+    for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
+        step, count, real = json.loads(key)[:3]
+        replicas = step["devices"] if step["strategy"] == "mirrored" else 1
+        if (not real and count == threads and len(json.loads(key)) == 3 and run.get("completed")
+                and step["model"].endswith(f":{architecture}")
+                and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
+                and step["batch"] == batch_per_device * replicas):
+            return run["step_peaks"]
+    raise ValueError(f"no completed run of {architecture} at {batch_per_device} per device and {threads} threads")
+
+
+def step_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, threads: int,
+               path: Path = MODEL_PLANNER) -> list[str]:
+    """Each step's peak, in the order run, of the planner's run of one configuration at one of its
+    batches (:data:`snippets.lib.model_plan.SMALL_BATCHES`) and inter-op thread counts, as text.
+
+    Raises:
+        ValueError: if no completed run matches.
+    """
+    return [units.human_bytes(peak) for peak in _steps(architecture, optimizer, strategy, xla, batch_per_device,
+                                                       threads, path)]
+
+
 def growth(architecture: str, optimizer: str, strategy: str, xla: str, batches: tuple[int, ...],
            threads: int | None = None, path: Path = MODEL_PLANNER) -> list[float]:
     """MiB per sample per device between the worst peaks of :func:`run_peaks` at each two consecutive
-    ``batches`` (per device, ascending), rounded to 0.01; with ``threads``, of the runs at that
-    inter-op thread count alone (at the planner's batches, one of its lines: :data:`snippets.lib.model_plan.PLAN_THREADS`)."""
-    worst = [max(_peaks(architecture, optimizer, strategy, xla, batch, path, threads)) for batch in batches]
+    ``batches`` (per device, ascending), rounded to 0.01; with ``threads``, at the planner's batches,
+    between the median steps (:func:`snippets.lib.model_plan.median_step`) of its one run at that
+    inter-op thread count: the slope of that count's line (:meth:`snippets.lib.model_plan.ModelPlan.lines`),
+    before its floor and cap."""
+    if threads is not None:
+        worst = [_median(architecture, optimizer, strategy, xla, batch, threads, path) for batch in batches]
+    else:
+        worst = [max(_peaks(architecture, optimizer, strategy, xla, batch, path)) for batch in batches]
     return [round((high - low) / (b1 - b0) / units.MiB, 2)
             for (b0, low), (b1, high) in zip(zip(batches, worst), zip(batches[1:], worst[1:]))]
 

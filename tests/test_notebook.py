@@ -39,6 +39,10 @@ HIDDEN_TAG = "remove_output"
 MEASURED_TAG = "measured"
 MEASURED_TOLERANCE = 0.40
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
+#: How many steps a measuring run took: two, and more while they are quick
+#: (snippets.lib.model_step.QUICK_SECONDS), so it moves with the machine's speed and load, as a
+#: time does; "the worst of 2 to 4 steps" on one run is "the worst of 3 steps" on the next.
+STEPS = re.compile(r"\bof\s+\d+(?:\s+to\s+\d+)?\s+steps\b")
 #: TensorFlow's C++ start-up lines (absl), which TF_CPP_MIN_LOG_LEVEL does not silence.
 STARTUP_LOG = re.compile(r"absl::InitializeLog|^[IWE]\d{4} \d\d:\d\d:|cudart_stub|cuInit", re.MULTILINE)
 
@@ -87,7 +91,8 @@ def visible_outputs(notebook, mask_measured: bool = True) -> list[list[tuple[str
         if mask_measured and measured(cell):
             # Numbers masked, and the spaces that align them and the line breaks that wrap them,
             # which move with their widths.
-            outputs = [(kind, re.sub(r"\s+", " ", NUMBER.sub("#", text))) for kind, text in outputs]
+            outputs = [(kind, re.sub(r"\s+", " ", NUMBER.sub("#", STEPS.sub("of its steps", text))))
+                       for kind, text in outputs]
         cells.append(outputs)
     return cells
 
@@ -96,7 +101,7 @@ def measured_numbers(notebook) -> list[float]:
     """Every number the measured cells print, in order."""
     return [float(n) for cell in notebook.cells if cell.cell_type == "code" and measured(cell)
             for out in cell.get("outputs", []) if out.output_type == "stream"
-            for n in NUMBER.findall(out.text)]
+            for n in NUMBER.findall(STEPS.sub("", out.text))]
 
 
 def cleaned(notebook) -> nbformat.NotebookNode:

@@ -19,8 +19,9 @@ batch no larger than ``b2`` is measured itself. Every figure carries how it was 
     the reader's own per-device batch was run.
 ``extrapolated``
     run at ``b1`` and ``b2``, extrapolated linearly, plus :data:`MARGIN`:
-    one line per inter-op thread count, each through its own worst peaks
-    (:meth:`ModelPlan.lines`), and the highest line at the reader's batch.
+    one line per inter-op thread count, levelled at its worst peak, its slope
+    between its runs' median steps (:meth:`ModelPlan.lines`), and the highest
+    line at the reader's batch.
 ``rule``
     the model's weights are too large to run on this host: weights,
     gradients, slots and the update's temporaries by the rule of
@@ -109,10 +110,11 @@ SLOPE_CAP = 2.0
 #: it, for a step without XLA. A step's peak is convex in the batch (the larger of an update the
 #: batch does not grow and a backward pass it does), so a slope between small batches can be lower
 #: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16 and
-#: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner): the
-#: smallest multiple of 5% with every row at most 5% under (0.05 left that step 5.5% under at 128);
-#: by the same rule a compiled step's rows ask for none (with none they read 0.98x or more).
-EXTRAPOLATION = 0.10
+#: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner), after
+#: :data:`MARGIN`: the smallest multiple of 5% with every row at most 5% under (with none, a GRU
+#: stack's step, RMSprop, 64 per device, read 0.936 and a Transformer's 0.94); by the same rule a
+#: compiled step's rows ask for none (with none they read 0.98x or more).
+EXTRAPOLATION = 0.05
 
 #: Per-device batch up to which the benchmarks held a fitted line against a measured step
 #: (``benchmarks.model_planner.LINEARITY``: a small CNN and the Transformer, the line through 16
@@ -126,10 +128,17 @@ PARALLEL = 2
 
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
-#: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of up to 18 steps at one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 21 of their
-#: 156 rows would fall under 0.95 (the lowest to 0.88).
+#: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of 18 to 30 steps at one,
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 15 of their
+#: 156 rows would fall under 0.95 (the lowest to 0.87), and at 5% a compiled step's to 0.937.
 MARGIN = 0.10
+
+
+def median_step(result: dict) -> int:
+    """The median of a run's step peaks (:func:`snippets.lib.model_step.measure`'s ``step_peaks``),
+    bytes; of an even count, the higher middle one."""
+    ordered = sorted(result["step_peaks"])
+    return ordered[len(ordered) // 2]
 
 
 def needs_wide_run(floors: Sequence[int], device_batch: int) -> bool:
@@ -176,10 +185,14 @@ class ModelPlan:
         threads: the inter-op thread counts run (:func:`plan_threads`; None: the emulation's
             default, :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
         by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
-            batch of ``batches``, bytes: one line each (:meth:`lines`). Empty: one line, the
-            slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
+            batch of ``batches``, bytes: one line each (:meth:`lines`), levelled at these. Empty: one
+            line, the slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
+        medians: as :attr:`by_threads`, each run's median step (:func:`median_step`), bytes: the
+            lines' slopes. Empty: the slopes of :attr:`by_threads`.
         wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`needs_wide_run`) and ran out of
             this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
+        steps_run: the fewest and the most steps a run took (more while quick:
+            :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`steps_measured`).
     """
 
     step: ModelStep
@@ -194,9 +207,11 @@ class ModelPlan:
     largest_variable: int = 0
     floors: tuple[int, ...] = ()
     by_threads: tuple[tuple[int, ...], ...] = ()
+    medians: tuple[tuple[int, ...], ...] = ()
     threads: tuple[int | None, ...] = ()
     rule_slope: float = 0.0
     wide_ran_out: bool = False
+    steps_run: tuple[int, ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -218,9 +233,13 @@ class ModelPlan:
     def lines(self) -> list[tuple[float, float]]:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
 
-        With :attr:`by_threads`: one per thread count, its slope between that count's worst peaks
-        at the first and last batches, held to ``[0, SLOPE_CAP x`` the floors' slope ``]``, its
-        level at the last batch the highest of those peaks: a peak does not fall as the batch
+        With :attr:`by_threads`: one per thread count, its slope between that count's median steps
+        (:attr:`medians`; its worst peaks if none) at the first and last batches, held to
+        ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the highest of its
+        worst peaks. The slope is the activations' growth, which every order of the ops has; one
+        draw that kept a buffer live longer is a level, and counted once there: through the worst
+        peaks, a GRU stack's one step of 96 MiB at 32 per device (8 threads, Adam; its other steps
+        at most 74.1 MiB) drew a line that read 1.87 of the step at 128. A peak does not fall as the batch
         grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64; levelled
         at 32, the plan read 0.92 of it). Without: one line, the floors' slope, the same level.
         No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
@@ -234,8 +253,8 @@ class ModelPlan:
             return [(max(self.peaks) - slope * last, slope)]
         span = last - self.batches[0]
         found = []
-        for peaks in self.by_threads:
-            slope = max(min(max(0.0, (peaks[-1] - peaks[0]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
+        for peaks, middle in zip(self.by_threads, self.medians or self.by_threads):
+            slope = max(min(max(0.0, (middle[-1] - middle[0]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
             found.append((max(peaks) - slope * last, slope))
         return found
 
@@ -370,8 +389,9 @@ class ModelPlan:
         order = f"+{MARGIN:.0%}"
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
-        steps = f"{steps_measured(self.step)} steps"
-        worse = f"the worse of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worse of {steps}"
+        fewest, most = self.steps_run or (steps_measured(self.step),) * 2
+        steps = f"{fewest} steps" if fewest == most else f"{fewest} to {most} steps"
+        worse = f"the worst of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worst of {steps}"
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
         floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
         # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
@@ -381,11 +401,12 @@ class ModelPlan:
             return (f"Measured: real fit steps ({xla}) {where}, run at {runs}, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
                     f"{order} for other orders of the step's ops.{wide}")
+        between = "median steps" if self.medians else "worst peaks"
         return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} "
-                f"(capped CPU allocator, a fresh process each, {threads}, the worse of {steps}), "
+                f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), "
                 f"{lines}: "
-                f"{units.human_bytes(round(self.per_sample))} per sample (a slope at most {SLOPE_CAP:g}x the one "
-                f"between the runs' lowest peaks{floor})"
+                f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at most "
+                f"{SLOPE_CAP:g}x the slope between their lowest peaks{floor})"
                 f"{beyond}; "
                 f"{order} for other orders of the step's ops.{wide}")
 
@@ -412,7 +433,8 @@ class ModelPlan:
                 "jit": self.step.jit,
                 # A compiled plan compiles the train step only: its initialisation is not known.
                 "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak,
-                "weights_bytes": self.weights_bytes, "seconds_per_step_cpu": self.seconds_per_step}
+                "weights_bytes": self.weights_bytes, "seconds_per_step_cpu": self.seconds_per_step,
+                "steps_run": list(self.steps_run)}
 
 
 def rule_slope(weights: Sequence[planner.Weight], step: ModelStep) -> float:
@@ -516,16 +538,18 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
             groups.append(more)
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
+    taken = [r["step_peaks"] for group in groups for r in group]
     floors = tuple(min(min(r["step_peaks"]) for r in group) for group in groups)
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per))
+    medians = tuple(tuple(median_step(group[t]) for group in groups) for t in range(per))
     results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
     method = "measured" if target in batches else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
-                     floors=floors, by_threads=by_threads, threads=counts,
+                     floors=floors, by_threads=by_threads, medians=medians, threads=counts,
                      rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
-                     wide_ran_out=wide_ran_out)
+                     wide_ran_out=wide_ran_out, steps_run=(min(map(len, taken)), max(map(len, taken))))
 
 
 #: Where ``python -m benchmarks.model_planner`` publishes the planner against the allocator (committed).

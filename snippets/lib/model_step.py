@@ -12,10 +12,12 @@ figure** (a used allocator has holes, and TensorFlow fixes its devices once
 per process). :mod:`snippets.lib.model_plan` fits those peaks in the batch.
 
 What one run measures: the allocator's peak during each of the first
-``steps`` training steps, above the level before the model was built, with
+``steps`` training steps (and up to :data:`MAX_STEPS` in all while they are
+quick, :data:`QUICK_SECONDS`), above the level before the model was built, with
 one input batch resident (as a GPU holds the batch it trains on), and the
 worst of those steps (the first step builds the optimizer's slots and can
-peak above the second).
+peak above the second; with several inter-op threads the order of the ops,
+and so the peak, changes from one step to the next).
 
 Under ``strategy="mirrored"`` what is measured is **one replica's program
 alone** (the project's way, :mod:`snippets.lib.step_ledger`): the emulated
@@ -269,6 +271,18 @@ def compiled_loss(model):
     return getattr(model, "loss", None)
 
 
+#: Steps a run may take in all while they are quick (:data:`QUICK_SECONDS`). With several inter-op
+#: threads each step draws an order of its ops anew: a small CNN replica (3x3 convolutions of 15 and
+#: 33 filters, 16 samples, 8 threads) peaked at 27.41 or 46.1 MiB, about half the steps each, so two
+#: steps at each batch missed the higher one often enough that a plan read "Fits" 40 MiB (a
+#: fresh-user trial; tests/test_model_plan.py). Eight miss it in about one run in 250.
+MAX_STEPS = 8
+
+#: Seconds of further steps a run may spend past the ones asked for (none for a step slower than
+#: this: a 224 px ResNet50 keeps its two).
+QUICK_SECONDS = 2.0
+
+
 def steps_measured(step: ModelStep, steps: int = 2) -> int:
     """How many fit steps :func:`measure` runs for ``step`` when asked for ``steps``: with
     ``gradient_accumulation_steps=k`` the optimizer updates on every k-th step only, so at least k,
@@ -277,7 +291,8 @@ def steps_measured(step: ModelStep, steps: int = 2) -> int:
 
 
 def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()) -> dict:
-    """Build, then run ``steps`` training steps of ``step``, each peak read from the allocator.
+    """Build, then run ``steps`` training steps of ``step`` (more while quick: :data:`MAX_STEPS`), each
+    peak read from the allocator.
 
     Call in a fresh process whose devices are in CPU mode (:func:`main` does).
     Under ``mirrored``: with ``replica_devices`` (the real strategy), the model is
@@ -286,7 +301,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
 
     Returns:
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
-        "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable"}``; peaks in
+        "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable",
+        "max_steps"}``; peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused).
@@ -299,7 +315,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     steps = steps_measured(step, steps)
     result = {"step": asdict(step), "completed": False, "failed_phase": None, "init_peak": None,
               "step_peaks": [], "step_peak": None, "weights_bytes": None, "seconds_per_step": None,
-              "jit": step.jit, "real_strategy": bool(replica_devices)}
+              "jit": step.jit, "real_strategy": bool(replica_devices), "max_steps": MAX_STEPS}
     batch = step.batch if replica_devices or step.strategy == "single" else step.batch // step.devices
     # What the pool held before the model (the runtime's own tensors): a cap must leave room for it.
     start = result["baseline"] = tf.config.experimental.get_memory_info(device)["current"]
@@ -329,7 +345,10 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     # do): tried once (x, y) fails before running (a tracing error allocates no step's buffers).
     alone = tf.data.Dataset.from_tensors(x).repeat().with_options(options) if (
         compiled_loss(model) is None and step.loss is None and own_train_step(model)) else None
-    for index in range(steps):
+    quick = 0.0  # seconds spent on steps past the ones asked for
+    for index in range(max(steps, MAX_STEPS)):
+        if index >= steps and quick + (result["seconds_per_step"] or 0) > QUICK_SECONDS:
+            break
         tf.config.experimental.reset_memory_stats(device)
         began = time.perf_counter()
         if (not index and step.strategy == "mirrored" and not replica_devices and model.optimizer is not None
@@ -359,6 +378,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
             result["failed_phase"] = "step"
             return result
         result["seconds_per_step"] = time.perf_counter() - began
+        quick += result["seconds_per_step"] if index >= steps else 0
         result["step_peaks"].append(tf.config.experimental.get_memory_info(device)["peak"] - start)
     result["step_peak"] = max(result["step_peaks"])
     result["completed"] = True
