@@ -25,6 +25,9 @@ one and two threads is published.
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
 what is missing (``--fresh`` re-measures all). The file states its own run time.
+A run measured since ``max_steps`` was recorded takes more steps while quick at
+any thread count; the published targets' runs at one and two threads predate it
+(:func:`stale` keeps them) and took two, so after ``--fresh`` the counts above grow.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from benchmarks.measure import machine
@@ -286,8 +289,36 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]
+            # The same plan with each line's slope between its worst peaks, as before medians (ModelPlan.lines).
+            row["ratio_worst_slopes"] = replace(plan, medians=()).peak_at(b) / worst
             out.append(row)
     return out
+
+
+#: The fractions tried for :data:`snippets.lib.model_plan.MARGIN` and
+#: :data:`snippets.lib.model_plan.EXTRAPOLATION`: multiples of 5%.
+CHOICES = (0.0, 0.05, 0.10, 0.15)
+
+
+def margin_choice(cache: dict, names: Sequence[str]) -> dict:
+    """How the planner's margins were chosen, from the cached runs: the lowest planned / measured of
+    the compiled rows at each margin of :data:`CHOICES`, then, at the planner's margin, of the rows
+    without XLA at each extra beyond the largest batch run (``{"margin": {"0.05": ratio, ...},
+    "extrapolation": {...}}``). Each is the smallest choice with no row under 0.95 (docs/performance.md).
+    The module's two constants are set for each recount and restored."""
+    saved = model_plan.MARGIN, model_plan.EXTRAPOLATION
+    found: dict[str, dict[str, float]] = {"margin": {}, "extrapolation": {}}
+    try:
+        for fraction in CHOICES:
+            model_plan.MARGIN = fraction
+            found["margin"][f"{fraction:.2f}"] = min(r["ratio"] for r in rows(cache, names) if r["xla"] == "on")
+        model_plan.MARGIN = saved[0]
+        for fraction in CHOICES:
+            model_plan.EXTRAPOLATION = fraction
+            found["extrapolation"][f"{fraction:.2f}"] = min(r["ratio"] for r in rows(cache, names) if r["xla"] == "off")
+    finally:
+        model_plan.MARGIN, model_plan.EXTRAPOLATION = saved
+    return found
 
 
 #: The reader's command the issue named: a 224 px ResNet50, Adam, batch 256 on 4 V100-16GB.
@@ -359,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every run the rows need is here: runs of an older method of measuring go.
         cache = {k: v for k, v in cache.items() if k in wanted}
     RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
+                                   "margins": margin_choice(cache, list(zoo.ARCHITECTURES)),
                                    "linearity": linearity(cache), "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
     print(f"{len(table)} rows; {sum(1 for j in jobs(names, args.optimizers) if stale(j, cache.get(key(*j))))} "

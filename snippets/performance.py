@@ -251,6 +251,14 @@ def largest_variable(architecture: str, path: Path = MODEL_PLANNER) -> float:
     raise ValueError(f"no run of {architecture!r} recorded its largest variable")
 
 
+def margin_choice(path: Path = MODEL_PLANNER) -> dict[str, dict[str, float]]:
+    """How the planner's margins were chosen (``benchmarks.model_planner.margin_choice``): for each
+    fraction tried, the lowest planned / measured of the compiled rows (``"margin"``) and, at the
+    planner's margin, of the rows without XLA (``"extrapolation"``), rounded to 0.001."""
+    found = json.loads(path.read_text(encoding="utf-8"))["margins"]
+    return {kind: {fraction: round(ratio, 3) for fraction, ratio in ratios.items()} for kind, ratios in found.items()}
+
+
 def linearity(path: Path = MODEL_PLANNER) -> list[dict]:
     """The line through the planner's batches against steps of a few GiB (``benchmarks.model_planner.linearity``)."""
     return json.loads(path.read_text(encoding="utf-8")).get("linearity") or []

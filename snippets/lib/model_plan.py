@@ -84,7 +84,7 @@ FLAT_GROWTH = 0.10
 #: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
 #: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
 #: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
-#: 104 rows without XLA a run at 8 threads peaked up to 1.36x above the runs at 1 and 2; a plan
+#: 104 rows without XLA a run at 8 threads peaked up to 1.41x above the runs at 1 and 2; a plan
 #: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
 #: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
 PLAN_THREADS = (1, 8)
@@ -92,7 +92,7 @@ PLAN_THREADS = (1, 8)
 #: The thread counts for a step XLA compiles: one (None: the emulation's default,
 #: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). The compiled step is one program that
 #: assigns its own buffers; on the benchmark's 52 compiled rows one thread against two moved the
-#: peak by 1% at most.
+#: peak by about 1% (0.99-1.01).
 COMPILED_THREADS = (None,)
 
 #: A thread count's slope is held to at most this many times the slope between the runs' lowest
@@ -118,7 +118,7 @@ EXTRAPOLATION = 0.05
 
 #: Per-device batch up to which the benchmarks held a fitted line against a measured step
 #: (``benchmarks.model_planner.LINEARITY``: a small CNN and the Transformer, the line through 16
-#: and 32 read 1.00 and 1.02 of the step at 256; docs/performance.md). A card's largest batch past
+#: and 32 read 1.00 and 1.04 of the step at 256; docs/performance.md). A card's largest batch past
 #: it lies where no run checked the line, and the report says so.
 LINE_CHECKED = 256
 
@@ -238,10 +238,11 @@ class ModelPlan:
         ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the highest of its
         worst peaks. The slope is the activations' growth, which every order of the ops has; one
         draw that kept a buffer live longer is a level, and counted once there: through the worst
-        peaks, a GRU stack's one step of 96 MiB at 32 per device (8 threads, Adam; its other steps
-        at most 74.1 MiB) drew a line that read 1.87 of the step at 128. A peak does not fall as the batch
-        grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64; levelled
-        at 32, the plan read 0.92 of it). Without: one line, the floors' slope, the same level.
+        peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads, Adam; its other steps
+        at most 74.08 MiB) drew a line that read 1.81 of the step at 128 (``ratio_worst_slopes`` in
+        benchmarks/results/model_planner.json). A peak does not fall as the batch grows (a wide MLP,
+        RMSprop, 8 threads, in an earlier measurement: 769 MiB at 16, 643 at 32, 769 again at 64;
+        levelled at 32, the plan read 0.92 of it; tests/test_model_plan.py keeps the case). Without: one line, the floors' slope, the same level.
         No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
         """
         if not self.batches:

@@ -13,7 +13,7 @@ GPU_CAVEATS = (
     "(XLA figures here are XLA:CPU's); leave headroom for them."
 )
 #: What a plan of a step without XLA leaves out (a compiled step is one program: its thread count
-#: moved the peak by 1% at most, :data:`snippets.lib.model_plan.COMPILED_THREADS`).
+#: moved the peak by about 1%, :data:`snippets.lib.model_plan.COMPILED_THREADS`).
 THREADS_CAVEAT = (
     "Not planned: without XLA, more inter-op threads than the 8 run here (TensorFlow's default is the "
     "host's core count; tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more "
