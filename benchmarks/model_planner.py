@@ -146,8 +146,8 @@ def stale(job: tuple, result: dict | None) -> bool:
     quick steps up to :data:`snippets.lib.model_step.MAX_STEPS` (``max_steps``), or a target's run at
     :data:`HOST_THREADS` without XLA from before then: "measured" must draw at least as many orders
     at eight threads as the planner's runs do, or a plan levelled at a draw its runs saw reads over
-    a target that simply drew fewer (a wide MLP, Adam: 832.5 MiB in one of six steps at 32, 713 MiB at
-    most in 14 at 64). The targets' runs at one and two threads stand."""
+    a target that simply drew fewer (a wide MLP, Adam, before the targets took more: 832.5 MiB in one
+    of six steps at 32, at most 713 MiB in the 14 steps at 64). The targets' runs at one and two threads stand."""
     if not result or "largest_variable" not in result:
         return True
     step, threads, real, repeat, steps = job
@@ -241,10 +241,10 @@ def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan
     small = [max(runs, key=lambda r: r["step_peak"]) for runs in groups]
     floors = [lowest(runs) for runs in groups]
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
-    medians = tuple(tuple(model_plan.median_step(group[t]) for group in groups) for t in range(len(counts)))
+    uppers = tuple(tuple(model_plan.upper_step(group[t]) for group in groups) for t in range(len(counts)))
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", tuple(batches),
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
-                                floors=tuple(floors), by_threads=by_threads, medians=medians, threads=counts,
+                                floors=tuple(floors), by_threads=by_threads, uppers=uppers, threads=counts,
                                 rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base))
 
 
@@ -289,8 +289,8 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]
-            # The same plan with each line's slope between its worst peaks, as before medians (ModelPlan.lines).
-            row["ratio_worst_slopes"] = replace(plan, medians=()).peak_at(b) / worst
+            # The same plan with each line's slope between its worst peaks, as before upper quartiles (ModelPlan.lines).
+            row["ratio_worst_slopes"] = replace(plan, uppers=()).peak_at(b) / worst
             out.append(row)
     return out
 

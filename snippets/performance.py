@@ -150,10 +150,10 @@ def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_
     return [units.human_bytes(peak) for peak in _peaks(architecture, optimizer, strategy, xla, batch_per_device, path)]
 
 
-def _median(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, threads: int,
+def _upper(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, threads: int,
             path: Path) -> int:
-    """The median step of the planner's run at one batch and thread count (:func:`step_peaks`), bytes."""
-    return model_plan.median_step({"step_peaks": _steps(architecture, optimizer, strategy, xla, batch_per_device,
+    """The upper-quartile step of the planner's run at one batch and thread count (:func:`step_peaks`), bytes."""
+    return model_plan.upper_step({"step_peaks": _steps(architecture, optimizer, strategy, xla, batch_per_device,
                                                         threads, path)})
 
 
@@ -187,11 +187,11 @@ def growth(architecture: str, optimizer: str, strategy: str, xla: str, batches: 
            threads: int | None = None, path: Path = MODEL_PLANNER) -> list[float]:
     """MiB per sample per device between the worst peaks of :func:`run_peaks` at each two consecutive
     ``batches`` (per device, ascending), rounded to 0.01; with ``threads``, at the planner's batches,
-    between the median steps (:func:`snippets.lib.model_plan.median_step`) of its one run at that
+    between the upper-quartile steps (:func:`snippets.lib.model_plan.upper_step`) of its one run at that
     inter-op thread count: the slope of that count's line (:meth:`snippets.lib.model_plan.ModelPlan.lines`),
     before its floor and cap."""
     if threads is not None:
-        worst = [_median(architecture, optimizer, strategy, xla, batch, threads, path) for batch in batches]
+        worst = [_upper(architecture, optimizer, strategy, xla, batch, threads, path) for batch in batches]
     else:
         worst = [max(_peaks(architecture, optimizer, strategy, xla, batch, path)) for batch in batches]
     return [round((high - low) / (b1 - b0) / units.MiB, 2)

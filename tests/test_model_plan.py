@@ -73,19 +73,22 @@ def test_one_draw_sets_a_level_and_not_a_slope():
     MiB = units.MiB
     # A GRU stack's replica, Adam, no XLA, 8 threads, as measured: one step of 96.6 MiB at 32 among
     # steps of 72.6-74.1 MiB (45.4-47.6 at 16). Through the worst peaks its line climbed 3.06 MiB per
-    # sample and read 1.81 of the step at 128; through the median steps it climbs 1.72.
+    # sample and read 1.81 of the step at 128; through the upper-quartile steps it climbs 1.73.
     step = ModelStep("m:f", "adam", 128, "off")
     worst = ((73.1 * MiB, 87.5 * MiB), (47.6 * MiB, 96.6 * MiB))
-    middle = ((72.6 * MiB, 85.5 * MiB), (45.6 * MiB, 73.1 * MiB))
+    middle = ((72.9 * MiB, 87.5 * MiB), (46.43 * MiB, 74.08 * MiB))
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (73.1 * MiB, 96.6 * MiB), floors=(44.9 * MiB, 72.6 * MiB),
-                                by_threads=worst, medians=middle, threads=(1, 8))
-    assert round(plan.lines()[1][1] / MiB, 2) == round(27.5 / 16, 2)
+                                by_threads=worst, uppers=middle, threads=(1, 8))
+    assert round(plan.lines()[1][1] / MiB, 2) == round(27.65 / 16, 2)
     # The draw is kept as the level: no batch from 32 up is planned under it, margin included.
     assert all(plan.peak_at(b) >= round(96.6 * MiB * (1 + model_plan.MARGIN)) for b in (32, 33, 64))
-    # Without medians, the worst peaks set the slope, as before.
-    assert replace(plan, medians=()).lines()[1][1] > 2.5 * MiB > plan.lines()[1][1]
-    assert model_plan.median_step({"step_peaks": [3, 1, 2, 4]}) == 3
-    assert model_plan.median_step({"step_peaks": [96, 73, 73, 74, 72]}) == 73
+    # Without upper quartiles, the worst peaks set the slope, as before.
+    assert replace(plan, uppers=()).lines()[1][1] > 2.5 * MiB > plan.lines()[1][1]
+    # The upper quartile: the worst of 2 to 4 steps, the second-worst of 5 to 8. Two levels drawn
+    # half the time each: the higher one, where a median fell on either from run to run.
+    assert model_plan.upper_step({"step_peaks": [3, 1, 2, 4]}) == 4
+    assert model_plan.upper_step({"step_peaks": [96, 73, 73, 74, 72]}) == 74
+    assert model_plan.upper_step({"step_peaks": [27, 46, 27, 46, 46, 27, 27, 27]}) == 46
 
 
 def test_a_peak_seen_at_a_smaller_batch_holds_at_every_larger_one():
