@@ -278,8 +278,7 @@ def compiled_loss(model):
 #: fresh-user trial; tests/test_model_plan.py). Eight miss it in about one run in 250.
 MAX_STEPS = 8
 
-#: Seconds of further steps a run may spend past the ones asked for (none for a step slower than
-#: this: a 224 px ResNet50 keeps its two).
+#: Seconds of further steps a run may spend past the ones asked for (a 224 px ResNet50 keeps its two).
 QUICK_SECONDS = 2.0
 
 
@@ -572,7 +571,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
     args = parser.parse_args(argv)
     if args.jobs:
-        print(json.dumps(_fork_jobs(json.loads(args.jobs), args.parallel)), flush=True)
+        jobs = json.loads(args.jobs)
+        if any(not isinstance(job[1], str) for job in jobs):  # configure reads a bare number as MiB
+            parser.error("--jobs: give each cap as a size such as 4096MiB, not a bare number")
+        print(json.dumps(_fork_jobs(jobs, args.parallel)), flush=True)
         os._exit(0)
     if not args.step:
         parser.error("give --step (a ModelStep as JSON)")
