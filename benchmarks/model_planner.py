@@ -166,8 +166,8 @@ def thread_runs(cache: dict, base: ModelStep, replicas: int, batch: int) -> list
 
 
 def lowest(runs: Sequence[dict]) -> int:
-    """The lowest step peak of ``runs`` (bytes): the planner's floor at their batch."""
-    return min(min(r["step_peaks"]) for r in runs)
+    """The planner's floor at the batch of ``runs`` (:func:`snippets.lib.model_plan.floor_step`), bytes."""
+    return model_plan.floor_step(runs)
 
 
 def small_floors(cache: dict, base: ModelStep, replicas: int) -> list[int] | None:

@@ -219,11 +219,11 @@ def above(architecture: str, optimizer: str, strategy: str, xla: str, batches: t
 
 def wide_runs(path: Path = MODEL_PLANNER) -> list[tuple[str, str, str, str]]:
     """The configurations ``(architecture, optimizer, strategy, xla)`` whose plan took the run at
-    :data:`snippets.lib.model_plan.WIDE_BATCH`: their lowest peaks at the planner's small batches,
+    :data:`snippets.lib.model_plan.WIDE_BATCH`: their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches,
     over the thread counts it runs them at, grew by less than
     :data:`snippets.lib.model_plan.FLAT_GROWTH` (:func:`snippets.lib.model_plan.needs_wide_run`,
     at the benchmark's largest batch, 128 per device), as the benchmark decided it; sorted."""
-    floors: dict[tuple[str, str, str, str], dict[int, int]] = {}
+    floors: dict[tuple[str, str, str, str], dict[int, list[dict]]] = {}
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         step, threads, real = json.loads(key)[:3]
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
@@ -232,11 +232,10 @@ def wide_runs(path: Path = MODEL_PLANNER) -> list[tuple[str, str, str, str]]:
                 or threads not in model_plan.plan_threads(ModelStep(**step))):
             continue
         name = (step["model"].rsplit(":", 1)[1], step["optimizer"], step["strategy"], step["xla"])
-        low = floors.setdefault(name, {})
-        low[batch] = min(low.get(batch, min(run["step_peaks"])), min(run["step_peaks"]))
-    return sorted(name for name, low in floors.items()
-                  if len(low) == len(model_plan.SMALL_BATCHES)
-                  and model_plan.needs_wide_run([low[b] for b in model_plan.SMALL_BATCHES], 128))
+        floors.setdefault(name, {}).setdefault(batch, []).append(run)
+    return sorted(name for name, runs in floors.items()
+                  if len(runs) == len(model_plan.SMALL_BATCHES)
+                  and model_plan.needs_wide_run([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128))
 
 
 def largest_variable(architecture: str, path: Path = MODEL_PLANNER) -> float:

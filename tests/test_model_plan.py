@@ -91,6 +91,15 @@ def test_one_draw_sets_a_level_and_not_a_slope():
     assert model_plan.upper_step({"step_peaks": [27, 46, 27, 46, 46, 27, 27, 27]}) == 46
 
 
+def test_one_low_step_does_not_move_a_floor():
+    MiB = units.MiB
+    # A small CNN replica at 32 per device, as a trial measured it: one step of 33.24 MiB where its
+    # other runs' lowest steps were 36.39-36.77; as the floor it cut the slope cap to a third.
+    runs = [{"step_peaks": [36.8 * MiB] * 8}, {"step_peaks": [33.24 * MiB] + [55.9 * MiB] * 7}]
+    assert model_plan.floor_step(runs) == 36.8 * MiB
+    assert model_plan.floor_step([{"step_peaks": [5, 1]}, {"step_peaks": [3, 2]}]) == 2
+
+
 def test_a_peak_seen_at_a_smaller_batch_holds_at_every_larger_one():
     MiB = units.MiB
     # A wide MLP, RMSprop, no XLA, as an earlier benchmark measured it: at 8 threads one run held a whole buffer more at 16

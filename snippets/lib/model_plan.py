@@ -71,8 +71,9 @@ SMALL_BATCHES = (16, 32)
 #: 2.27 MiB, and its largest batch came out as whatever batch the reader asked for.
 WIDE_BATCH = 256
 
-#: The growth of the lowest peaks from the first batch to the second, as a fraction of the second,
-#: under which :data:`WIDE_BATCH` is run too. On the benchmark's 78 configurations every CNN,
+#: The growth of the floors (:func:`floor_step`) from the first batch to the second, as a fraction of
+#: the second, under which :data:`WIDE_BATCH` is run too. Of the lowest steps, on the benchmark's
+#: 78 configurations (the lower quartiles change no configuration's choice) every CNN,
 #: Transformer and recurrent step without XLA grew by 20-46% (VGG16's by at most 3.8%, the MLPs' and
 #: the seed's by under 1%, the recommender's not at all: it fell by up to 7%); the mixed_bfloat16
 #: CNN above by 7.6%.
@@ -95,15 +96,13 @@ PLAN_THREADS = (1, 8)
 #: peak by about 1% (0.99-1.01).
 COMPILED_THREADS = (None,)
 
-#: A thread count's slope is held to at most this many times the slope between the runs' lowest
-#: peaks (:attr:`ModelPlan.floors`). Between 16 and 32 samples a step's peak can still sit in the
-#: optimizer's update, which the batch does not grow, while one order of the ops already peaks in
-#: the backward pass: that order's slope is the one that carries to large batches (a 64 px
-#: ResNet50 replica, Adam, no XLA: 7.7 MiB per sample at one thread, 5.5 between the lowest
-#: peaks; 8.0 between 64 and 128). A slope far above the lowest peaks' is a race instead: a
-#: variable-sized buffer one run held at the larger batch and not at the smaller (a
-#: recommender's 49 MiB embedding gradient read as 3 MiB per sample). Measured over the 13
-#: architectures of the benchmark: twice keeps the first and drops the second.
+#: A thread count's slope is held to at most this many times the slope between the batches' floors
+#: (:attr:`ModelPlan.floors`). At 16-32 samples one order of the ops can still peak in the update,
+#: which the batch does not grow, while another peaks in the backward pass, whose slope carries (a
+#: 64 px ResNet50 replica, Adam, no XLA: 7.7 MiB per sample at one thread, 5.5 between the lowest
+#: steps; 8.0 between 64 and 128). A slope far above the floors' is a race: a buffer one run held at
+#: the larger batch only (a recommender's 49 MiB embedding gradient read as 3 MiB per sample). Over
+#: the benchmark's 13 architectures, twice keeps the first and drops the second.
 SLOPE_CAP = 2.0
 
 #: Added to the part of a planned peak extrapolated beyond the largest batch run, as a fraction of
@@ -111,15 +110,13 @@ SLOPE_CAP = 2.0
 #: batch does not grow and a backward pass it does), so a slope between small batches can be lower
 #: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16 and
 #: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner), after
-#: :data:`MARGIN`: the smallest multiple of 5% with every row at most 5% under (with none, a GRU
-#: stack's step, RMSprop, 64 per device, read 0.936, a Transformer's 0.94 and a DenseNet121's 0.939); by the same rule a
-#: compiled step's rows ask for none (with none they read 0.98x or more).
+#: :data:`MARGIN`: the smallest multiple of 5% with every row at most 5% under (``margins`` in its
+#: results, tests/test_model_plan.py); by the same rule a compiled step's rows ask for none.
 EXTRAPOLATION = 0.05
 
-#: Per-device batch up to which the benchmarks held a fitted line against a measured step
-#: (``benchmarks.model_planner.LINEARITY``: a small CNN and the Transformer, the line through 16
-#: and 32 read 1.00 and 1.04 of the step at 256; docs/performance.md). A card's largest batch past
-#: it lies where no run checked the line, and the report says so.
+#: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small
+#: CNN's and the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md). A card's
+#: largest batch past it lies where no run checked the line, and the report says so.
 LINE_CHECKED = 256
 
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one
@@ -129,22 +126,26 @@ PARALLEL = 2
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
 #: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of 18 to 30 steps at one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); without it, 17 of their
-#: 156 rows would fall under 0.95 (the lowest to 0.86), and at 5% a compiled step's to 0.937.
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); chosen as
+#: :data:`EXTRAPOLATION` is, on the compiled rows (``margins``: at 5% the lowest read 0.937).
 MARGIN = 0.10
 
 
 def upper_step(result: dict) -> int:
-    """The upper quartile of a run's step peaks (:func:`snippets.lib.model_step.measure`'s
-    ``step_peaks``), bytes: the second-worst of 5 to 8 steps, the worst of 2 to 4.
-
-    Racing threads give a step's peak two or more levels: the upper quartile sits on the higher one
-    unless at most one of 8 steps drew it (where the median falls on either from one run to the
-    next: a small CNN replica's plan moved by 1.17x over six identical runs through median steps,
-    1.10x through these; a fresh-user trial), and leaves out one step above all the others (a GRU
-    stack's 96.61 MiB among steps of at most 74.08: :meth:`ModelPlan.lines`)."""
+    """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
+    Racing threads give a step two or more levels: this sits on the higher unless at most one of 8
+    steps drew it, where a median falls on either (a small CNN replica's plan moved 1.17x over six
+    identical runs through medians, 1.10x through these), and leaves out one step above the rest
+    (a GRU stack's 96.61 MiB among steps of at most 74.08: :meth:`ModelPlan.lines`)."""
     ordered = sorted(result["step_peaks"])
     return ordered[(3 * len(ordered)) // 4]
+
+
+def floor_step(runs: Sequence[dict]) -> int:
+    """A batch's floor (:attr:`ModelPlan.floors`): the lower-quartile step of its ``runs``, bytes. Not the
+    lowest: one step can come out a buffer low (a CNN's 33.24 MiB among 36.39-36.77 cut a slope cap to a third)."""
+    ordered = sorted(peak for run in runs for peak in run["step_peaks"])
+    return ordered[len(ordered) // 4]
 
 
 def needs_wide_run(floors: Sequence[int], device_batch: int) -> bool:
@@ -183,7 +184,8 @@ class ModelPlan:
         rule_peak: for ``rule``, the planner's per-device step peak, bytes.
         rule_note: for ``rule``, :func:`snippets.lib.rule_report.rule_how`'s sentence.
         largest_variable: the largest trainable variable, bytes (for the record).
-        floors: each batch's lowest per-device step peak (over its steps and thread counts), bytes:
+        floors: each batch's floor, the lower-quartile step (:func:`floor_step`) over its steps and
+            thread counts, bytes:
             the slope between these bounds each thread count's (:data:`SLOPE_CAP`): racing threads
             add or drop a whole buffer from one run to the next (a recommender's 49 MiB table).
         rule_slope: bytes per sample per device the rule counts (:func:`rule_slope`): no line is
@@ -413,7 +415,7 @@ class ModelPlan:
                 f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), "
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at most "
-                f"{SLOPE_CAP:g}x the slope between their lowest peaks{floor})"
+                f"{SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})"
                 f"{beyond}; "
                 f"{order} for other orders of the step's ops.{wide}")
 
@@ -434,7 +436,7 @@ class ModelPlan:
                 # The line's bytes at batch 0 at the reader's batch (ModelPlan.state): a fit's intercept, not
                 # the weights, gradients and slots it can sit below.
                 "peaks": list(self.peaks), "per_sample": round(self.per_sample), "intercept": round(self.state),
-                # The lowest single step at each batch: how() caps the slope by the one between them.
+                # Each batch's lower-quartile step (floor_step): how() caps the slope by the one between them.
                 "floors": list(self.floors),
                 # Whether the planned step is XLA-compiled, as a GPU host resolves --xla auto.
                 "jit": self.step.jit,
@@ -526,12 +528,12 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
                              f"at {s.batch // replicas} samples per device ({result['failed_phase']}); plan a "
                              "smaller --batch or free memory")
-    # Each batch's figure is the worse of its thread counts, its floor the lowest step of any;
+    # Each batch's figure is the worse of its thread counts, its floor their lower-quartile step;
     # the default count's run times the step.
     per = len(counts)
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     wide_ran_out = False
-    if needs_wide_run([min(min(r["step_peaks"]) for r in group) for group in groups], target):
+    if needs_wide_run([floor_step(group) for group in groups], target):
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
         say(f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the "
             f"activations): running {WIDE_BATCH} samples per device too ...")
@@ -546,7 +548,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             groups.append(more)
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
     taken = [r["step_peaks"] for group in groups for r in group]
-    floors = tuple(min(min(r["step_peaks"]) for r in group) for group in groups)
+    floors = tuple(floor_step(group) for group in groups)
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per))
     uppers = tuple(tuple(upper_step(group[t]) for group in groups) for t in range(per))
     results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
