@@ -150,7 +150,7 @@ def floor_step(runs: Sequence[dict]) -> int:
 
 def needs_wide_run(floors: Sequence[int], device_batch: int) -> bool:
     """Whether to run :data:`WIDE_BATCH` too: the reader's per-device batch is beyond the small
-    batches, and the lowest peaks at the first two (``floors``, bytes) grew by less than
+    batches, and the floors at the first two (``floors``, bytes: :func:`floor_step`) grew by less than
     :data:`FLAT_GROWTH` of the second."""
     if device_batch <= SMALL_BATCHES[-1] or len(floors) < 2 or floors[1] <= 0:
         return False
