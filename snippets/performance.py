@@ -123,22 +123,26 @@ def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
             "planned / 1 and 2": f"{min(planned):.2f}-{max(planned):.2f}"}
 
 
-def _peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
-           path: Path = MODEL_PLANNER, only_threads: int | None = None) -> list[int]:
-    """:func:`run_peaks` in bytes, ascending; with ``only_threads``, the runs at that inter-op thread count alone."""
-    found = []
+def _runs(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, path: Path):
+    """The completed runs (not the real strategy's pool) of one configuration at one batch per device:
+    ``(key fields, run)`` pairs, the key's fields as :func:`benchmarks.model_planner.key` lists them."""
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
-        step, threads, real = json.loads(key)[:3]
-        if batch_per_device in model_plan.SMALL_BATCHES and threads not in model_plan.plan_threads(ModelStep(**step)):
-            continue  # a planner's batch: only the thread counts the planner runs it at
-        if only_threads is not None and threads != only_threads:
-            continue
+        fields = json.loads(key)
+        step, real = fields[0], fields[2]
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
                 and step["batch"] == batch_per_device * replicas):
-            found.append(run["step_peak"])
-    return sorted(found)
+            yield fields, run
+
+
+def _peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
+           path: Path = MODEL_PLANNER) -> list[int]:
+    """:func:`run_peaks` in bytes, ascending."""
+    # At a planner's batch, only the thread counts the planner runs it at.
+    return sorted(run["step_peak"] for fields, run in _runs(architecture, optimizer, strategy, xla, batch_per_device, path)
+                  if batch_per_device not in model_plan.SMALL_BATCHES
+                  or fields[1] in model_plan.plan_threads(ModelStep(**fields[0])))
 
 
 def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
@@ -159,14 +163,9 @@ def _upper(architecture: str, optimizer: str, strategy: str, xla: str, batch_per
 
 def _steps(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, threads: int,
            path: Path) -> list[int]:
-    """:func:`step_peaks` in bytes."""
-    for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
-        step, count, real = json.loads(key)[:3]
-        replicas = step["devices"] if step["strategy"] == "mirrored" else 1
-        if (not real and count == threads and len(json.loads(key)) == 3 and run.get("completed")
-                and step["model"].endswith(f":{architecture}")
-                and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
-                and step["batch"] == batch_per_device * replicas):
+    """:func:`step_peaks` in bytes (the planner's run: no repeat, two steps asked)."""
+    for fields, run in _runs(architecture, optimizer, strategy, xla, batch_per_device, path):
+        if fields[1] == threads and len(fields) == 3:
             return run["step_peaks"]
     raise ValueError(f"no completed run of {architecture} at {batch_per_device} per device and {threads} threads")
 
