@@ -43,7 +43,8 @@ from snippets.lib.model_step import ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 # The rule plan's text likewise; the pages print it as decide's (decide.report, decide.budget_table).
-from snippets.lib.rule_report import as_json, budget_table, report, rule_how, uncounted, verdict, whole_json
+from snippets.lib.rule_report import (as_json, budget_table, no_remedy_line, report, rule_how, uncounted, verdict,
+                                       whole_json)
 
 
 def import_callable(target: str) -> Callable:
@@ -486,15 +487,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             budgets = planner.plan(weights, args.optimizer, args.strategy, args.devices, rule_policy, reserve,
                                   batch=args.batch, xla=rule_xla, accumulation=accumulation)
             # The text's remedies, in bytes: a script reading --json gets what a reader reads.
-            found = [] if max(b.total for b in budgets) <= capacity else remedies(
+            every = [] if max(b.total for b in budgets) <= capacity else remedies(
                 weights, args.optimizer, args.strategy, args.devices, capacity, rule_policy, reserve,
-                batch=args.batch, xla=rule_xla, accumulation=accumulation)[:args.top]
+                batch=args.batch, xla=rule_xla, accumulation=accumulation)
+            found = every[:args.top]
             text = json.dumps(as_json(budgets, capacity, bound, strategy=args.strategy, optimizer=args.optimizer,
                                       batch=args.batch, xla=placements.resolve_xla(rule_xla, args.strategy),
                                       card=None if args.device_memory else card.name, method="rule", how=how,
                                       pool=None if args.device_memory else
                                       model_report.JAX_POOL if pool_line else model_report.TF_POOL,
                                       remedies=[remedy_json(r, args.devices, capacity) for r in found],
+                                      # Where the text says that nothing tried fits, the JSON says it too.
+                                      **({"remedies_note": no_remedy_line(args.devices, capacity)}
+                                         if not every and max(b.total for b in budgets) > capacity else {}),
                                       **({"model": args.model or args.model_json, "setup": asdict(setup),
                                           "notes": list(setup.notes),
                                           "held_whole": whole_json(weights, args.strategy, args.devices)}

@@ -561,3 +561,25 @@ def test_the_cli_text_says_when_no_batch_fits_and_why():
     flat = " ".join(model_report.model_report(plan, 50 * units.MiB, None).split())  # the line starts at 60 MiB
     assert "No batch fits, by the same fit: at 16 per device, the smallest batch run, the step peaks at 242 MiB" in flat
     assert "No batch fits" not in model_report.model_report(plan, 100 * units.MiB, None)  # batch 3 does
+
+
+def test_the_json_says_when_no_batch_fits_as_the_text_does():
+    from snippets.lib import model_report
+
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off"), "extrapolated", (16, 32),
+                                (220 * units.MiB, 380 * units.MiB))
+    flat = " ".join(model_report.model_report(plan, 50 * units.MiB, None).split())
+    note = model_report.model_json(plan, 50 * units.MiB, None, "m:f")["remedies_note"]
+    assert note.startswith("No batch fits, by the same fit: at 16 per device") and note in flat
+    for roomy in (100 * units.MiB, 16 * units.GiB):  # batch 3 fits; the reader's batch fits
+        assert "remedies_note" not in model_report.model_json(plan, roomy, None, "m:f")
+
+
+def test_every_key_of_a_measured_plans_json_has_its_legend():
+    from snippets.lib import model_report
+
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off"), "extrapolated", (16, 32),
+                                (220 * units.MiB, 380 * units.MiB), floors=(210 * units.MiB, 370 * units.MiB))
+    found = model_report.model_json(plan, 50 * units.MiB, "V100-PCIE-16GB", "m:f")
+    keys = set(found) | {f"plan.{key}" for key in found["plan"]}
+    assert keys == set(model_report.JSON_KEYS)  # a key added to either needs its line in the legend

@@ -127,6 +127,24 @@ def test_a_plan_that_does_not_fit_lists_the_texts_remedies_in_its_json(kernel):
     assert column["spare"] == 30976 * 2**20 - column["peak"] and abs(column["peak"] / GiB - 24.08) < 0.005
 
 
+def test_a_plan_nothing_rescues_says_why_in_its_json_as_in_its_text(kernel):
+    import json
+
+    # The seed's kernel on one 16 GB card: no placement or precision of one device holds it.
+    argv = [*SEED_ARGS[:SEED_ARGS.index("--devices")], "--devices", "1", "--card", "V100-PCIE-16GB"]
+    code, text = kernel.call(run_plan_cli, argv)
+    code_json, out = kernel.call(run_plan_cli, [*argv, "--json"])
+    planned = json.loads(out)
+    assert code == code_json == 0 and planned["fits"] is False and planned["remedies"] == []
+    assert planned["remedies_note"].startswith("No placement or precision tried fits 1 device of ")
+    assert planned["remedies_note"] in text
+    # On an A100-80GB float16 rescues it; --top 0 lists no remedy, and neither output says that none fits.
+    rescued = [*argv[:-1], "A100-80GB", "--top", "0"]
+    listed_none = json.loads(kernel.call(run_plan_cli, [*rescued, "--json"])[1])
+    assert listed_none["remedies"] == [] and "remedies_note" not in listed_none
+    assert "No placement" not in kernel.call(run_plan_cli, rescued)[1]
+
+
 def test_xla_off_turns_the_column_shard_into_a_miss(kernel):
     code, out = kernel.call(run_plan_cli, [
         "--shape", "131072", "65536", "--optimizer", "rmsprop", "--strategy", "column", "--xla", "off"])

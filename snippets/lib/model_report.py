@@ -213,6 +213,19 @@ def largest_batches(plan: model_plan.ModelPlan) -> dict[str, int]:
     return {name: plan.largest_batch(pool(name)) for name in BATCH_CARDS}
 
 
+def no_batch_fits(plan: model_plan.ModelPlan, capacity: int) -> bool:
+    """Whether a measured (extrapolated, compiled) plan fits no batch in ``capacity`` bytes per device."""
+    return plan.method != "rule" and plan.total > capacity and plan.largest_batch(capacity) == 0
+
+
+def no_batch_line(plan: model_plan.ModelPlan) -> str:
+    """Why a plan that fits no batch (:meth:`snippets.lib.model_plan.ModelPlan.largest_batch` is 0) has no remedy."""
+    least = min(plan.batches)
+    return (f"No batch fits, by the same fit: at {least} per device, the smallest batch run, the step peaks at "
+            f"{units.human_bytes(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink "
+            "(a sharded placement, smaller layers: docs/decide.md).")
+
+
 def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
                  remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> str:
     """The text for a measured (or rule-planned) model: what it trains with, the peak, the verdict,
@@ -256,12 +269,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom.")
         lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.{beyond}", 100))
-    if spare < 0 and plan.method != "rule" and plan.largest_batch(capacity) == 0:
-        least = min(plan.batches)
-        lines.append(textwrap.fill(
-            f"No batch fits, by the same fit: at {least} per device, the smallest batch run, the step peaks at "
-            f"{h(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink (a sharded "
-            "placement, smaller layers: docs/decide.md).", 100))
+    if no_batch_fits(plan, capacity):
+        lines.append(textwrap.fill(no_batch_line(plan), 100))
     if remedies_found:
         lines.append("Remedies that fit, derived from the measurement (figures per device):")
         lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
@@ -301,4 +310,43 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "pool": pool if card else None, "largest_global_batch": largest_batches(plan),
             # Per device, how far the benchmarks held the fitted line: a largest batch past it is further out.
             "line_checked_per_device": model_plan.LINE_CHECKED,
-            "remedies": [asdict(r) for r in remedies_found], "caveats": plan.caveats}
+            "remedies": [asdict(r) for r in remedies_found],
+            # Where the text says that no batch fits, the JSON says it too.
+            **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),
+            "caveats": plan.caveats}
+
+
+#: What each key of a measured, extrapolated or compiled plan's ``--json`` holds (:func:`model_json`), and,
+#: under ``plan.``, each key of :meth:`snippets.lib.model_plan.ModelPlan.as_json`. Figures are bytes,
+#: per device. docs/decide.md prints it; tests/test_model_plan.py holds it to the keys.
+JSON_KEYS = {
+    "model": "the --model function or the --model-json file",
+    "method": '"measured", "extrapolated", "compiled" or "rule": how the step peak was obtained',
+    "how": "that, in one sentence (the text's)",
+    "plan": "the plan's own figures, the plan.* keys",
+    "setup": "what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes",
+    "capacity": "what each device's pool gives, bytes",
+    "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
+    "card": "the card planned for; null when --device-memory gave the capacity",
+    "pool": "whose share of the card capacity is: TensorFlow's allocator, or JAX's default 75% pool",
+    "largest_global_batch": "per card, the largest global batch (samples per step, all replicas) that fits",
+    "line_checked_per_device": "the per-device batch up to which the benchmarks held a fitted line",
+    "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
+    "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
+    "caveats": "what the CPU emulation could not show",
+    "plan.step": "the configuration planned (batch: the global batch)",
+    "plan.method": "as method",
+    "plan.how": "as how",
+    "plan.batches": "the per-device batches run (compiled, for a compiled plan)",
+    "plan.peaks": "each of those batches' step peak, bytes (run: the worst step of its runs)",
+    "plan.per_sample": "bytes per sample per device: the slope of the line that is highest at the reader's batch",
+    "plan.intercept": "that line at batch 0, bytes: a fit's intercept, which can sit below the weights and slots",
+    "plan.floors": ("each batch's lower-quartile step, bytes: no line's slope exceeds "
+                    f"{model_plan.SLOPE_CAP:g}x the slope between them"),
+    "plan.jit": "whether the step is XLA-compiled, as a GPU host resolves --xla auto",
+    "plan.init_peak": "the allocator's peak while the model is built, bytes; null for a compiled plan",
+    "plan.step_peak": "the planned step peak at the reader's batch, margins included, bytes",
+    "plan.weights_bytes": "the model's variables, bytes",
+    "plan.seconds_per_step_cpu": "one step's wall time at the largest batch run, on this CPU (not a GPU's)",
+    "plan.steps_run": "the fewest and the most steps a run took",
+}

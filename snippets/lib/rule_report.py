@@ -236,6 +236,11 @@ def report(
                          f"per device, {'at most ' if bound else ''}{units.human_bytes(capacity - remedy.peak)} "
                          f"to spare{host_note}")
     elif not fits:
-        lines += ["", f"No placement or precision tried fits {devices} device{'s' if devices != 1 else ''} of "
-                      f"{units.human_bytes(capacity)}: add devices, or factorise the largest weight."]
+        lines += ["", no_remedy_line(devices, capacity)]
     return "\n".join(lines)
+
+
+def no_remedy_line(devices: int, capacity: int) -> str:
+    """Why a plan that does not fit ``devices`` devices of ``capacity`` bytes lists no remedy."""
+    return (f"No placement or precision tried fits {devices} device{'s' if devices != 1 else ''} of "
+            f"{units.human_bytes(capacity)}: add devices, or factorise the largest weight.")
