@@ -481,6 +481,12 @@ def test_a_largest_batch_past_the_checked_line_is_said_to_be_further_out():
     assert max(largest.values()) > model_plan.LINE_CHECKED * 2  # 0.6 MiB per sample: thousands fit a V100
     flat = " ".join(model_report.model_report(plan, 16 * units.GiB, "a card").split())
     assert f"Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks checked it" in flat
+    # Each card's batch with the pool it fits in: an H100-80GB's is smaller than an A100-80GB's, and says why.
+    from snippets.lib import hardware
+
+    for card in ("A100-80GB", "H100-80GB"):
+        assert f"{card} {largest[card]} (in {units.human_bytes(hardware.allocator_bytes(card))})" in flat
+    assert largest["H100-80GB"] < largest["A100-80GB"] and "less the reserve TensorFlow keeps" in flat
     assert model_report.model_json(plan, 16 * units.GiB, "a card", "m:f")["line_checked_per_device"] == 256
     # A model whose every card's largest batch is within the checked line gets no such sentence.
     heavy = model_plan.ModelPlan(step, "extrapolated", (16, 32), (2 * units.GiB, 8 * units.GiB))

@@ -262,13 +262,20 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
         largest = largest_batches(plan)
-        fits = ", ".join(f"{name} {batch}" for name, batch in largest.items())
+        pool = card_pool(plan)
+        # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
+        fits = ", ".join(f"{name} {batch} (in {h(pool(name))})".replace(" ", "\xa0") for name, batch in largest.items())
         over = f", the global batch over {step.devices} replicas" if step.strategy == "mirrored" else ""
+        # An H100-80GB holds a smaller batch than an A100-80GB: less memory, and a larger reserve.
+        over += ("; each in JAX's default 75% pool" if compiled else
+                 "; each in the card's allocator: its memory less the reserve TensorFlow keeps, which grows "
+                 "with the compute capability")
         beyond = ""
         if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom.")
-        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.{beyond}", 100))
+        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.{beyond}",
+                                   100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
         lines.append(textwrap.fill(no_batch_line(plan), 100))
     if remedies_found:
