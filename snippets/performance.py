@@ -262,6 +262,22 @@ def linearity(path: Path = MODEL_PLANNER) -> list[dict]:
     return json.loads(path.read_text(encoding="utf-8")).get("linearity") or []
 
 
+def later_steps(path: Path = MODEL_PLANNER) -> dict[str, dict[str, int | str]]:
+    """Whether a run's later steps peak above its first, by XLA mode: over the benchmark's completed runs
+    of two or more steps (not the real strategy's pool), ``{"runs", "later step higher", "largest later / first"}``
+    ("higher": by more than 0.5%, a buffer's worth; the ratio as text). Why a slow model's run keeps its
+    second step (docs/performance.md)."""
+    found: dict[str, dict[str, int | str]] = {}
+    for xla in ("off", "on"):
+        ratios = [max(run["step_peaks"][1:]) / run["step_peaks"][0]
+                  for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items()
+                  if run.get("completed") and len(run["step_peaks"]) > 1 and not json.loads(key)[2]
+                  and json.loads(key)[0]["xla"] == xla]
+        found[xla] = {"runs": len(ratios), "later step higher": sum(r > 1.005 for r in ratios),
+                      "largest later / first": f"{max(ratios):.2f}"}
+    return found
+
+
 def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:
     """The timed reader's command for a 224 px ResNet50 (``benchmarks.model_planner.DECIDE_RESNET``), or None."""
     return json.loads(path.read_text(encoding="utf-8")).get("decide_resnet50_224")
