@@ -38,7 +38,7 @@ test: $(STAMP)
 	$(PYTHON) -m pytest
 
 # Measures the figures docs/performance.md and docs/activations.md quote (median of 3 runs; the
-# planner's accuracy on real architectures takes about 100 minutes the first time, then its cache).
+# planner's accuracy on real architectures takes about two hours the first time, then its cache).
 benchmark: $(STAMP)
 	$(PYTHON) -m benchmarks --publish
 	$(PYTHON) -m benchmarks.model_planner --time-decide

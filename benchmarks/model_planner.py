@@ -22,6 +22,11 @@ step to the next, and more threads keep more buffers live, so the worst of
 those 18 to 30 steps counts (a training run takes thousands); the spread between
 one and two threads is published.
 
+The architectures of :data:`snippets.lib.zoo.HOLDOUT` (a U-Net, a ViT, a 1-D CNN) are measured the same way
+with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): none of the planner's constants
+was chosen on them. The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
+(``plan_spread``): how far the same command's plan moves.
+
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
 what is missing (``--fresh`` re-measures all). The file states its own run time.
@@ -72,6 +77,11 @@ HOST_REPEATS = 2
 HOST_STEPS = 8
 #: Per-device batches far beyond the targets (steps of a few GiB), for whether the peak stays linear.
 LINEARITY = {"small_cnn": (model_plan.LINE_CHECKED,), "transformer_classifier": (model_plan.LINE_CHECKED,)}
+#: Architectures whose plans (Adam, without XLA, on one device and mirrored) are made :data:`PLAN_REPEATS`
+#: more times, each from runs of its own: threads race, so each run draws its own orders of the ops, and
+#: the same command plans another peak (a trial's ViT: 461.85-506.25 MiB over six). How far they move.
+SPREAD = ("small_cnn", "transformer_classifier", "gru_stack")
+PLAN_REPEATS = 4
 
 
 def versions() -> dict:
@@ -97,10 +107,19 @@ def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat:
         return kernel.call(model_step.measure, step, steps, setup.devices if real else ())
 
 
+def architecture(name: str) -> zoo.Architecture:
+    """A benchmark architecture by name: :data:`snippets.lib.zoo.ARCHITECTURES` or the held-out :data:`snippets.lib.zoo.HOLDOUT`."""
+    return zoo.ARCHITECTURES.get(name) or zoo.HOLDOUT[name]
+
+
+#: Optimizers the held-out architectures (:data:`snippets.lib.zoo.HOLDOUT`) are measured with, in every mode.
+HOLDOUT_OPTIMIZERS = OPTIMIZERS[:1]
+
+
 def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     """(name, base step) for every architecture x optimizer x mode."""
     for name in names:
-        arch = zoo.ARCHITECTURES[name]
+        arch = architecture(name)
         for optimizer in optimizers:
             for strategy, xla in MODES:
                 devices_ = 2 if strategy == "mirrored" else 1
@@ -138,6 +157,19 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     for name, base in linearity_configurations(names):
         for b in LINEARITY[name]:
             yield base.at_batch(b), 1, False, 0, 2
+    for name, base in spread_configurations(names):
+        replicas = base.devices if base.strategy == "mirrored" else 1
+        for repeat in range(1, PLAN_REPEATS + 1):
+            for b in model_plan.SMALL_BATCHES:
+                for threads in model_plan.plan_threads(base):
+                    yield base.at_batch(b * replicas), threads, False, repeat, 2
+
+
+def spread_configurations(names: Sequence[str]):
+    """(name, base step) for the architectures of :data:`SPREAD`: Adam, without XLA, one device and mirrored."""
+    for name, base in configurations(names, OPTIMIZERS[:1]):
+        if name in SPREAD and base.xla == "off":
+            yield name, base
 
 
 def stale(job: tuple, result: dict | None) -> bool:
@@ -153,15 +185,17 @@ def stale(job: tuple, result: dict | None) -> bool:
     step, threads, real, repeat, steps = job
     replicas = step.devices if step.strategy == "mirrored" else 1
     planners = (*model_plan.SMALL_BATCHES, model_plan.WIDE_BATCH)
-    planner = not repeat and step.batch // replicas in planners and threads in model_plan.plan_threads(step)
+    planner = step.batch // replicas in planners and threads in model_plan.plan_threads(step)
     host = step.xla == "off" and step.batch // replicas in TARGETS and threads == HOST_THREADS
     return (not real and steps == 2 and (planner or host) and result.get("max_steps") != model_step.MAX_STEPS)
 
 
-def thread_runs(cache: dict, base: ModelStep, replicas: int, batch: int) -> list[dict] | None:
+def thread_runs(cache: dict, base: ModelStep, replicas: int, batch: int, repeat: int = 0) -> list[dict] | None:
     """The cached runs of ``base`` at ``batch`` per device, one per planner thread count
-    (:func:`snippets.lib.model_plan.plan_threads`), or None if one is missing or did not complete."""
-    runs = [cache.get(key(base.at_batch(batch * replicas), threads, False)) for threads in model_plan.plan_threads(base)]
+    (:func:`snippets.lib.model_plan.plan_threads`), of draw ``repeat`` (:data:`PLAN_REPEATS`), or None if
+    one is missing or did not complete."""
+    runs = [cache.get(key(base.at_batch(batch * replicas), threads, False, repeat))
+            for threads in model_plan.plan_threads(base)]
     return runs if all(r and r["completed"] and "largest_variable" in r for r in runs) else None
 
 
@@ -170,22 +204,28 @@ def lowest(runs: Sequence[dict]) -> int:
     return model_plan.floor_step(runs)
 
 
-def small_floors(cache: dict, base: ModelStep, replicas: int) -> list[int] | None:
-    """The lowest step peak at each of the planner's small batches, from the cache (None: a run missing)."""
-    groups = [thread_runs(cache, base, replicas, b) for b in model_plan.SMALL_BATCHES]
-    return None if None in groups else [lowest(runs) for runs in groups]
+def wide_why(cache: dict, base: ModelStep, replicas: int, repeat: int = 0) -> str | None:
+    """Whether the planner would run :data:`snippets.lib.model_plan.WIDE_BATCH` for ``base`` at the largest
+    target, from its cached small runs of draw ``repeat``, as :func:`snippets.lib.model_plan.plan_model` decides
+    (:func:`snippets.lib.model_plan.wide_reason`: "flat", "quick" or ""); None if a run is missing."""
+    groups = [thread_runs(cache, base, replicas, b, repeat) for b in model_plan.SMALL_BATCHES]
+    if None in groups:
+        return None
+    return model_plan.wide_reason([lowest(runs) for runs in groups], max(TARGETS),
+                                  max(r["seconds_per_step"] for r in groups[-1]))
 
 
 def wide_jobs(cache: dict, names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     """The planner's run at :data:`snippets.lib.model_plan.WIDE_BATCH` for each configuration whose
-    small runs (cached) hardly differ (:func:`snippets.lib.model_plan.needs_wide_run`), as
+    small runs (cached) hardly differ or were quick (:func:`wide_why`), as
     :func:`jobs` yields them: known only once those runs are in."""
+    spread = {base for _, base in spread_configurations(names)}
     for name, base in configurations(names, optimizers):
         replicas = base.devices if base.strategy == "mirrored" else 1
-        floors = small_floors(cache, base, replicas)
-        if floors and model_plan.needs_wide_run(floors, max(TARGETS)):
-            for threads in model_plan.plan_threads(base):
-                yield base.at_batch(model_plan.WIDE_BATCH * replicas), threads, False, 0, 2
+        for repeat in range(PLAN_REPEATS + 1 if base in spread else 1):
+            if wide_why(cache, base, replicas, repeat):
+                for threads in model_plan.plan_threads(base):
+                    yield base.at_batch(model_plan.WIDE_BATCH * replicas), threads, False, repeat, 2
 
 
 def linearity_configurations(names: Sequence[str]):
@@ -220,22 +260,27 @@ def weights(name: str) -> tuple:
     """An architecture's weights, read without allocating them, as the reader's command reads them."""
     from snippets import decide
 
-    arch = zoo.ARCHITECTURES[name]
+    arch = architecture(name)
     module, function = arch.target.split(":")
     return tuple(decide.model_weights(getattr(importlib.import_module(module), function), **dict(arch.kwargs)))
 
 
-def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan | None:
-    """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs (its floor
-    under a line's slope from the weights, as ``python -m snippets.decide`` passes them), or None."""
+def planned(cache: dict, base: ModelStep, replicas: int, repeat: int = 0,
+            quick: bool = True) -> model_plan.ModelPlan | None:
+    """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs of draw ``repeat``
+    (its floor under a line's slope from the weights, as ``python -m snippets.decide`` passes them), or None.
+    ``quick=False``: as before a quick step at the wide batch was run (its small runs alone)."""
     counts = model_plan.plan_threads(base)
     batches = list(model_plan.SMALL_BATCHES)
-    groups = [thread_runs(cache, base, replicas, b) for b in batches]
+    groups = [thread_runs(cache, base, replicas, b, repeat) for b in batches]
     if None in groups:
         return None
-    if model_plan.needs_wide_run([lowest(runs) for runs in groups], max(TARGETS)):
+    why = wide_why(cache, base, replicas, repeat)
+    if why == "quick" and not quick:
+        why = ""
+    if why:
         batches.append(model_plan.WIDE_BATCH)
-        groups.append(thread_runs(cache, base, replicas, model_plan.WIDE_BATCH))
+        groups.append(thread_runs(cache, base, replicas, model_plan.WIDE_BATCH, repeat))
         if groups[-1] is None:
             return None
     small = [max(runs, key=lambda r: r["step_peak"]) for runs in groups]
@@ -245,7 +290,42 @@ def planned(cache: dict, base: ModelStep, replicas: int) -> model_plan.ModelPlan
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", tuple(batches),
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
                                 floors=tuple(floors), by_threads=by_threads, uppers=uppers, threads=counts,
-                                rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base))
+                                rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base),
+                                wide_why=why)
+
+
+def target_runs(cache: dict, step: ModelStep) -> tuple[dict, list[dict], list[dict]] | None:
+    """The cached runs "measured" takes at ``step`` (its global batch): ``({1: run, None: run}, more runs at
+    the default thread count, runs at HOST_THREADS)``, or None if one is missing or did not complete."""
+    runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}
+    extra = [cache.get(key(step, None, False, repeat)) for repeat in (range(1, REPEATS + 1) if step.xla == "off" else ())]
+    host = [cache.get(key(step, HOST_THREADS, False, repeat)) for repeat in (range(HOST_REPEATS) if step.xla == "off" else ())]
+    host += [cache.get(key(step, HOST_THREADS, False, 0, HOST_STEPS))] if step.xla == "off" else []
+    if not all(r and r["completed"] for r in [*runs.values(), *extra, *host]):
+        return None
+    return runs, extra, host
+
+
+def plan_spread(cache: dict) -> list[dict]:
+    """For each :data:`SPREAD` configuration and target: the plans made from each draw of the planner's runs
+    (the published one and :data:`PLAN_REPEATS` more) against the same "measured" (:func:`rows`):
+    ``{"architecture", "strategy", "batch_per_device", "planned": [bytes, ...], "measured", "spread"}``
+    (``spread``: the highest plan over the lowest). Configurations with a run missing are left out."""
+    out = []
+    for name, base in spread_configurations(list(SPREAD)):
+        replicas = base.devices if base.strategy == "mirrored" else 1
+        plans = [planned(cache, base, replicas, repeat) for repeat in range(PLAN_REPEATS + 1)]
+        if None in plans:
+            continue
+        for b in TARGETS:
+            found = target_runs(cache, base.at_batch(b * replicas))
+            if found is None:
+                continue
+            measured = max(r["step_peak"] for r in [*found[0].values(), *found[1], *found[2]])
+            peaks = [plan.peak_at(b) for plan in plans]
+            out.append({"architecture": name, "strategy": base.strategy, "batch_per_device": b,
+                        "planned": peaks, "measured": measured, "spread": max(peaks) / min(peaks)})
+    return out
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:
@@ -264,14 +344,10 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             continue
         for b in TARGETS:
             step = base.at_batch(b * replicas)
-            runs = {threads: cache.get(key(step, threads, False)) for threads in (1, None)}
-            extra = [cache.get(key(step, None, False, repeat))
-                     for repeat in (range(1, REPEATS + 1) if base.xla == "off" else ())]
-            host = [cache.get(key(step, HOST_THREADS, False, repeat))
-                    for repeat in (range(HOST_REPEATS) if base.xla == "off" else ())]
-            host += [cache.get(key(step, HOST_THREADS, False, 0, HOST_STEPS))] if base.xla == "off" else []
-            if not all(r and r["completed"] for r in [*runs.values(), *extra, *host]):
+            found = target_runs(cache, step)
+            if found is None:
                 continue
+            runs, extra, host = found
             fewer = max(r["step_peak"] for r in [*runs.values(), *extra])
             extra += host
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
@@ -291,6 +367,9 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                 row["pool_peak"] = pool["step_peak"]
             # The same plan with each line's slope between its worst peaks, as before upper quartiles (ModelPlan.lines).
             row["ratio_worst_slopes"] = replace(plan, uppers=()).peak_at(b) / worst
+            if plan.wide_why == "quick":
+                # And without the run at the wide batch that a quick step adds (model_plan.WIDE_SECONDS).
+                row["ratio_without_quick"] = planned(cache, base, replicas, quick=False).peak_at(b) / worst
             out.append(row)
     return out
 
@@ -302,16 +381,16 @@ CHOICES = (0.0, 0.05, 0.10, 0.15)
 
 def margin_choice(cache: dict, names: Sequence[str]) -> dict:
     """How the planner's margins were chosen, from the cached runs: the lowest planned / measured of
-    the compiled rows at each margin of :data:`CHOICES`, then, at the planner's margin, of the rows
-    without XLA at each extra beyond the largest batch run (``{"margin": {"0.05": ratio, ...},
-    "extrapolation": {...}}``). Each is the smallest choice with no row under 0.95 (docs/performance.md).
-    The module's two constants are set for each recount and restored."""
+    every row at each margin of :data:`CHOICES` (the extra at the planner's), then, at the planner's
+    margin, of the rows without XLA at each extra beyond the largest batch run (``{"margin": {"0.05":
+    ratio, ...}, "extrapolation": {...}}``). Each is the smallest choice with no row under 0.95
+    (docs/performance.md). The module's two constants are set for each recount and restored."""
     saved = model_plan.MARGIN, model_plan.EXTRAPOLATION
     found: dict[str, dict[str, float]] = {"margin": {}, "extrapolation": {}}
     try:
         for fraction in CHOICES:
             model_plan.MARGIN = fraction
-            found["margin"][f"{fraction:.2f}"] = min(r["ratio"] for r in rows(cache, names) if r["xla"] == "on")
+            found["margin"][f"{fraction:.2f}"] = min(r["ratio"] for r in rows(cache, names))
         model_plan.MARGIN = saved[0]
         for fraction in CHOICES:
             model_plan.EXTRAPOLATION = fraction
@@ -357,7 +436,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = {}
     cache = data.get("runs", {})
     # A run of an older snippets.lib.model_step is measured again (stale).
-    todo = [job for job in jobs(names, args.optimizers) if stale(job, cache.get(key(*job)))]
+    holdout = list(zoo.HOLDOUT)
+    todo = [job for job in [*jobs(names, args.optimizers), *jobs(holdout, HOLDOUT_OPTIMIZERS)]
+            if stale(job, cache.get(key(*job)))]
     began = time.perf_counter()
 
     def one(job):
@@ -371,7 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Twice: the planner's wide runs are known only once its small runs are in (wide_jobs).
     for todo in (todo, None):
         if todo is None:
-            todo = [job for job in wide_jobs(cache, names, args.optimizers) if stale(job, cache.get(key(*job)))]
+            todo = [job for job in [*wide_jobs(cache, names, args.optimizers), *wide_jobs(cache, holdout, HOLDOUT_OPTIMIZERS)]
+                    if stale(job, cache.get(key(*job)))]
         with ThreadPoolExecutor(args.workers) as pool:
             for job, result in pool.map(one, todo):
                 if result is None:
@@ -385,15 +467,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began + data.get("seconds", 0)
     decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
     table = rows(cache, list(zoo.ARCHITECTURES))
-    wanted = {key(*job) for job in [*jobs(list(zoo.ARCHITECTURES)), *wide_jobs(cache, list(zoo.ARCHITECTURES))]}
+    wanted = {key(*job) for job in [*jobs(list(zoo.ARCHITECTURES)), *wide_jobs(cache, list(zoo.ARCHITECTURES)),
+                                    *jobs(holdout, HOLDOUT_OPTIMIZERS), *wide_jobs(cache, holdout, HOLDOUT_OPTIMIZERS)]}
     if wanted <= cache.keys():
         # Every run the rows need is here: runs of an older method of measuring go.
         cache = {k: v for k, v in cache.items() if k in wanted}
     RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
                                    "margins": margin_choice(cache, list(zoo.ARCHITECTURES)),
-                                   "linearity": linearity(cache), "decide_resnet50_224": decide_run,
+                                   "linearity": linearity(cache), "plan_spread": plan_spread(cache),
+                                   # Apart: the planner's constants were chosen on the rows above, not on these.
+                                   "holdout": rows(cache, holdout),
+                                   "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
-    print(f"{len(table)} rows; {sum(1 for j in jobs(names, args.optimizers) if stale(j, cache.get(key(*j))))} "
+    missing = [*jobs(names, args.optimizers), *jobs(holdout, HOLDOUT_OPTIMIZERS)]
+    print(f"{len(table)} rows; {sum(1 for j in missing if stale(j, cache.get(key(*j))))} "
           "runs missing; "
           f"{seconds:.0f} s in all")
     return 0

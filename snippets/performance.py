@@ -38,23 +38,25 @@ def medians(name: str, path: Path = PUBLISHED) -> dict[str, float]:
 MODEL_PLANNER = model_plan.ACCURACY
 
 
-def planner_rows(path: Path = MODEL_PLANNER) -> list[dict]:
+def planner_rows(path: Path = MODEL_PLANNER, which: str = "rows") -> list[dict]:
     """Every planner-vs-measured row the benchmark published: architecture, optimizer, strategy, xla,
-    batch per device, planned and measured per-device step peaks (bytes) and their ratio.
+    batch per device, planned and measured per-device step peaks (bytes) and their ratio. ``which``:
+    ``"rows"`` (:data:`snippets.lib.zoo.ARCHITECTURES`, on which the planner's constants were chosen) or
+    ``"holdout"`` (:data:`snippets.lib.zoo.HOLDOUT`, Adam only, on which none was).
 
     Raises:
         FileNotFoundError: if nothing was published (``python -m benchmarks.model_planner``).
     """
-    return json.loads(path.read_text(encoding="utf-8"))["rows"]
+    return json.loads(path.read_text(encoding="utf-8"))[which]
 
 
-def planner_table(path: Path = MODEL_PLANNER) -> str:
-    """One line per architecture (:data:`snippets.lib.zoo.ARCHITECTURES`): weights, configurations measured,
+def planner_table(path: Path = MODEL_PLANNER, which: str = "rows") -> str:
+    """One line per architecture (:func:`planner_rows`' ``which``): weights, configurations measured,
     the range of measured peaks and of planned / measured."""
     from tabulate import tabulate
 
     by_arch: dict[str, list[dict]] = {}
-    for row in planner_rows(path):
+    for row in planner_rows(path, which):
         by_arch.setdefault(row["architecture"], []).append(row)
     lines = []
     for name, rows in by_arch.items():
@@ -67,10 +69,10 @@ def planner_table(path: Path = MODEL_PLANNER) -> str:
     return tabulate(lines, headers=["architecture", "weights", "rows", "measured peaks", "planned/measured"])
 
 
-def planner_ranges(path: Path = MODEL_PLANNER) -> dict[str, str]:
-    """planned / measured, as ``"lo-hi"``, for each kind of step the benchmark ran."""
+def planner_ranges(path: Path = MODEL_PLANNER, which: str = "rows") -> dict[str, str]:
+    """planned / measured, as ``"lo-hi"``, for each kind of step the benchmark ran (:func:`planner_rows`' ``which``)."""
     kinds: dict[str, list[float]] = {}
-    for row in planner_rows(path):
+    for row in planner_rows(path, which):
         kind = ("MirroredStrategy, no XLA" if row["strategy"] == "mirrored"
                 else f"one device, {'XLA' if row['xla'] == 'on' else 'no XLA'}")
         kinds.setdefault(kind, []).append(row["ratio"])
@@ -139,10 +141,11 @@ def _runs(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_
 def _peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
            path: Path = MODEL_PLANNER) -> list[int]:
     """:func:`run_peaks` in bytes, ascending."""
-    # At a planner's batch, only the thread counts the planner runs it at.
+    # At a planner's batch, only the planner's own runs: its thread counts, not the repeats that
+    # measure how far plans move.
     return sorted(run["step_peak"] for fields, run in _runs(architecture, optimizer, strategy, xla, batch_per_device, path)
                   if batch_per_device not in model_plan.SMALL_BATCHES
-                  or fields[1] in model_plan.plan_threads(ModelStep(**fields[0])))
+                  or (fields[1] in model_plan.plan_threads(ModelStep(**fields[0])) and len(fields) == 3))
 
 
 def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
@@ -216,25 +219,40 @@ def above(architecture: str, optimizer: str, strategy: str, xla: str, batches: t
     return round((small - worst_peak(architecture, optimizer, strategy, xla, target, path)) / units.MiB, 2)
 
 
-def wide_runs(path: Path = MODEL_PLANNER) -> list[tuple[str, str, str, str]]:
+def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, str, str, str]]:
     """The configurations ``(architecture, optimizer, strategy, xla)`` whose plan took the run at
-    :data:`snippets.lib.model_plan.WIDE_BATCH`: their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches,
-    over the thread counts it runs them at, grew by less than
-    :data:`snippets.lib.model_plan.FLAT_GROWTH` (:func:`snippets.lib.model_plan.needs_wide_run`,
-    at the benchmark's largest batch, 128 per device), as the benchmark decided it; sorted."""
+    :data:`snippets.lib.model_plan.WIDE_BATCH` for reason ``why`` (:func:`snippets.lib.model_plan.wide_reason`):
+    ``"flat"``, their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches, over
+    the thread counts it runs them at, grew by less than :data:`snippets.lib.model_plan.FLAT_GROWTH`;
+    ``"quick"``, a step at that batch is quick. At the benchmark's largest batch, 128 per device, from the
+    planner's own runs (not its repeats), as the benchmark decided it; sorted."""
     floors: dict[tuple[str, str, str, str], dict[int, list[dict]]] = {}
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
-        step, threads, real = json.loads(key)[:3]
+        fields = json.loads(key)
+        step, threads, real = fields[:3]
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         batch = step["batch"] // replicas
-        if (real or not run.get("completed") or batch not in model_plan.SMALL_BATCHES
+        if (real or len(fields) > 3 or not run.get("completed") or batch not in model_plan.SMALL_BATCHES
                 or threads not in model_plan.plan_threads(ModelStep(**step))):
             continue
         name = (step["model"].rsplit(":", 1)[1], step["optimizer"], step["strategy"], step["xla"])
         floors.setdefault(name, {}).setdefault(batch, []).append(run)
     return sorted(name for name, runs in floors.items()
                   if len(runs) == len(model_plan.SMALL_BATCHES)
-                  and model_plan.needs_wide_run([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128))
+                  and model_plan.wide_reason([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128,
+                                             max(r["seconds_per_step"] for r in runs[model_plan.SMALL_BATCHES[-1]])) == why)
+
+
+def before_quick_runs(which: str = "rows", path: Path = MODEL_PLANNER) -> dict[str, str]:
+    """By architecture, planned / measured of the configurations whose plan runs
+    :data:`snippets.lib.model_plan.WIDE_BATCH` because a step there is quick, without that run (through the
+    small batches alone, as before :data:`snippets.lib.model_plan.WIDE_SECONDS`), as ``"lo-hi"``; ``which`` as
+    :func:`planner_rows`'."""
+    found: dict[str, list[float]] = {}
+    for row in planner_rows(path, which):
+        if "ratio_without_quick" in row:
+            found.setdefault(row["architecture"], []).append(row["ratio_without_quick"])
+    return {name: f"{min(v):.2f}-{max(v):.2f}" for name, v in found.items()}
 
 
 def largest_variable(architecture: str, path: Path = MODEL_PLANNER) -> float:
@@ -276,6 +294,19 @@ def later_steps(path: Path = MODEL_PLANNER) -> dict[str, dict[str, int | str]]:
         found[xla] = {"runs": len(ratios), "later step higher": sum(r > 1.005 for r in ratios),
                       "largest later / first": f"{max(ratios):.2f}"}
     return found
+
+
+def plan_spread(path: Path = MODEL_PLANNER) -> str:
+    """How far identical plans moved, as a table: for each configuration the benchmark planned again from
+    fresh runs (``SPREAD`` in benchmarks/model_planner.py: Adam, without XLA), at each target batch per
+    device, the number of plans, the highest over the lowest and the range of planned / the same "measured"."""
+    from tabulate import tabulate
+
+    lines = [[row["architecture"], row["strategy"], row["batch_per_device"], len(row["planned"]), f"{row['spread']:.2f}",
+              f"{min(row['planned']) / row['measured']:.2f}-{max(row['planned']) / row['measured']:.2f}"]
+             for row in json.loads(path.read_text(encoding="utf-8")).get("plan_spread", [])]
+    return tabulate(lines, headers=["architecture", "strategy", "per device", "plans", "highest/lowest",
+                                    "planned/measured"])
 
 
 def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:

@@ -8,8 +8,8 @@ grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
 (:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``, each at one and
 at eight inter-op threads (:func:`plan_threads`) in a fresh capped process, fits a
 line ``peak(b) = state + per_sample * b`` for each thread count through its
-runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ:
-:func:`needs_wide_run`) and reads the highest line at the reader's batch (a peak is the larger
+runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or a step at
+:data:`WIDE_BATCH` is quick: :func:`wide_reason`) and reads the highest line at the reader's batch (a peak is the larger
 of the backward pass's, which grows with the batch, and the update's, which
 does not, so it is convex in the batch: the steepest order carries). A
 batch no larger than ``b2`` is measured itself. Every figure carries how it was obtained
@@ -43,17 +43,16 @@ is XLA:CPU's), NCCL's buffers, and the GPU layout optimizer's NHWC/NCHW transpos
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from snippets.lib import planner, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
+from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 
 #: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
@@ -63,8 +62,8 @@ from snippets.lib.rule_report import rule_how
 #: the measured peak at 64; through 16 and 32, every one came within the published range).
 SMALL_BATCHES = (16, 32)
 
-#: A third per-device batch, run when the first two hardly differ (:func:`needs_wide_run`): at 16 and
-#: 32 samples fixed-size buffers (the optimizer's update, a convolution's scratch) can hide the
+#: A third per-device batch, run when the first two hardly differ or when it is quick (:func:`wide_reason`):
+#: at 16 and 32 samples fixed-size buffers (the optimizer's update, a convolution's scratch) can hide the
 #: activations, so the line through them is flat or too shallow. A CNN under mixed_bfloat16 without
 #: XLA peaked at 26.8 and 29.0 MiB at 16 and 32 samples, then 58.8 at 128 and 117.1 at 256: planned
 #: from 16 and 32 alone, 0.61 of the peak at 512; a model of custom Dense-like layers read 2.31 and
@@ -78,6 +77,15 @@ WIDE_BATCH = 256
 #: the seed's by under 1%, the recommender's not at all: it fell by up to 7%); the mixed_bfloat16
 #: CNN above by 7.6%.
 FLAT_GROWTH = 0.10
+
+#: Seconds per step at :data:`WIDE_BATCH`, predicted from the slowest run at the second small batch in
+#: proportion to the batch, up to which that batch is run whatever the floors: where it is quick, a
+#: plan need not rest on a line through small batches. A fixed buffer can hide part of the activations
+#: there, not all, and the floors still grow: keras-io's 1-D CNN for time series (held out,
+#: benchmarks.model_planner; 0.1 MiB of weights, one thread) peaked at 31.1, 40.9, 63.1 and 125.7 MiB at
+#: 16, 32, 64 and 128 samples, then 1.1 MiB per sample from 128 to 1024: planned through 16 and 32, its
+#: replica at 128 read 0.55 of the measured peak. Its steps at 32 took 0.08 s; a 64 px ResNet50's 5 s.
+WIDE_SECONDS = 4.0
 
 #: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
 #: figure is the worse. The thread count moves the peak either way: independent ops that run at
@@ -126,8 +134,9 @@ PARALLEL = 2
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
 #: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
 #: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of 18 to 30 steps at one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); chosen as
-#: :data:`EXTRAPOLATION` is, on the compiled rows (``margins``: at 5% the lowest read 0.937).
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); chosen before
+#: :data:`EXTRAPOLATION`, as the smallest multiple of 5% with no row of the benchmark under 0.95
+#: (``margins``: at 5% the lowest read 0.907).
 MARGIN = 0.10
 
 
@@ -148,13 +157,18 @@ def floor_step(runs: Sequence[dict]) -> int:
     return ordered[len(ordered) // 4]
 
 
-def needs_wide_run(floors: Sequence[int], device_batch: int) -> bool:
-    """Whether to run :data:`WIDE_BATCH` too: the reader's per-device batch is beyond the small
-    batches, and the floors at the first two (``floors``, bytes: :func:`floor_step`) grew by less than
-    :data:`FLAT_GROWTH` of the second."""
+def wide_reason(floors: Sequence[int], device_batch: int, seconds: float | None = None) -> str:
+    """Why to run :data:`WIDE_BATCH` too, where the reader's per-device batch is beyond the small batches:
+    ``"flat"``, the floors at the first two (``floors``, bytes: :func:`floor_step`) grew by less than
+    :data:`FLAT_GROWTH` of the second; ``"quick"``, a step there would take at most :data:`WIDE_SECONDS`
+    (``seconds``: the slowest run's step at the second small batch; None: not known); else ``""``."""
     if device_batch <= SMALL_BATCHES[-1] or len(floors) < 2 or floors[1] <= 0:
-        return False
-    return (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]
+        return ""
+    if (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]:
+        return "flat"
+    if seconds is not None and seconds * WIDE_BATCH / SMALL_BATCHES[-1] <= WIDE_SECONDS:
+        return "quick"
+    return ""
 
 
 def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
@@ -197,7 +211,8 @@ class ModelPlan:
             line, the slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
         uppers: as :attr:`by_threads`, each run's upper-quartile step (:func:`upper_step`), bytes: the
             lines' slopes. Empty: the slopes of :attr:`by_threads`.
-        wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`needs_wide_run`) and ran out of
+        wide_why: why the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`), "" if it was not.
+        wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`) and ran out of
             this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
         steps_run: the fewest and the most steps a run took (more while quick:
             :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`steps_measured`).
@@ -219,6 +234,7 @@ class ModelPlan:
     threads: tuple[int | None, ...] = ()
     rule_slope: float = 0.0
     wide_ran_out: bool = False
+    wide_why: str = ""
     steps_run: tuple[int, ...] = ()
 
     @property
@@ -390,11 +406,14 @@ class ModelPlan:
                     f"{' and '.join(map(str, self.batches))} per device, its inputs given as shapes (no data); "
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
-        wide = (f" The run at {self.batches[-1]} was added: {self.batches[0]} and {self.batches[1]} differed by "
-                f"under {FLAT_GROWTH:.0%} (fixed buffers hid the activations)." if len(self.batches) > 2 else
-                f" A run at {WIDE_BATCH} was tried ({self.batches[0]} and {self.batches[1]} differed by under "
-                f"{FLAT_GROWTH:.0%}) and ran out of this host's cap: the line is the two small runs', and may be "
-                "too shallow." if self.wide_ran_out else "")
+        quick = self.wide_why == "quick"
+        why = (f"a step there takes at most {WIDE_SECONDS:g} s here" if quick else
+               f"{SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} differed by under {FLAT_GROWTH:.0%}")
+        hidden = ", and fixed buffers can hide part of the activations at small batches" if quick else \
+            " (fixed buffers hid the activations)"
+        wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if len(self.batches) > 2 else
+                f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
+                "small runs', and may be too shallow." if self.wide_ran_out else "")
         order = f"+{MARGIN:.0%}"
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
@@ -533,10 +552,13 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     per = len(counts)
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     wide_ran_out = False
-    if needs_wide_run([floor_step(group) for group in groups], target):
+    wide_why = wide_reason([floor_step(group) for group in groups], target,
+                           max(r["seconds_per_step"] for r in groups[-1]))
+    if wide_why:
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
-        say(f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the "
-            f"activations): running {WIDE_BATCH} samples per device too ...")
+        say((f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the activations)"
+             if wide_why == "flat" else f"a step at {WIDE_BATCH} is quick here") +
+            f": running {WIDE_BATCH} samples per device too ...")
         if run is None:
             more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
         else:
@@ -558,41 +580,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
                      floors=floors, by_threads=by_threads, uppers=uppers, threads=counts,
                      rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
-                     wide_ran_out=wide_ran_out, steps_run=(min(map(len, taken)), max(map(len, taken))))
-
-
-#: Where ``python -m benchmarks.model_planner`` publishes the planner against the allocator (committed).
-ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "model_planner.json"
-
-
-def published_accuracy(path: Path = ACCURACY) -> dict | None:
-    """The planner's measured error on real architectures, as last published; None if never published.
-
-    Returns:
-        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst"}`` (``worst``: the row
-        farthest from 1); ratios are planned /
-        measured per-device step peaks (benchmarks/model_planner.py says how each is obtained).
-    """
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    rows = data.get("rows") or []
-    if not rows:
-        return None
-    ratios = [row["ratio"] for row in rows]
-    return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
-            "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
-            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1))}
-
-
-def accuracy_line(path: Path = ACCURACY) -> str:
-    """One sentence for an answer-first box or ``--help``: what was measured and the range of error."""
-    found = published_accuracy(path)
-    if found is None:
-        return "The planner's accuracy on real architectures has not been measured here (make benchmark)."
-    return (f"On {found['architectures']} architectures ({found['rows']} configurations: CNNs, a Transformer, "
-            f"LSTM, GRU, a recommender, MLPs, the seed; Adam and RMSprop; XLA on and off; MirroredStrategy), "
-            f"planned / measured step peak per device was {found['min_ratio']:.2f}-{found['max_ratio']:.2f}.")
+                     wide_ran_out=wide_ran_out, wide_why=wide_why, steps_run=(min(map(len, taken)), max(map(len, taken))))
 
 
 def stderr_progress(line: str) -> None:
