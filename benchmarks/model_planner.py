@@ -207,17 +207,16 @@ def lowest(runs: Sequence[dict]) -> int:
 def wide_why(cache: dict, base: ModelStep, replicas: int, repeat: int = 0) -> str | None:
     """Whether the planner would run :data:`snippets.lib.model_plan.WIDE_BATCH` for ``base`` at the largest
     target, from its cached small runs of draw ``repeat``, as :func:`snippets.lib.model_plan.plan_model` decides
-    (:func:`snippets.lib.model_plan.wide_reason`: "flat", "quick" or ""); None if a run is missing."""
+    (:func:`snippets.lib.model_plan.wide_reason`: "flat", "cheap" or ""); None if a run is missing."""
     groups = [thread_runs(cache, base, replicas, b, repeat) for b in model_plan.SMALL_BATCHES]
     if None in groups:
         return None
-    return model_plan.wide_reason([lowest(runs) for runs in groups], max(TARGETS),
-                                  max(r["seconds_per_step"] for r in groups[-1]))
+    return model_plan.wide_reason([lowest(runs) for runs in groups], max(TARGETS))
 
 
 def wide_jobs(cache: dict, names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     """The planner's run at :data:`snippets.lib.model_plan.WIDE_BATCH` for each configuration whose
-    small runs (cached) hardly differ or were quick (:func:`wide_why`), as
+    small runs (cached) hardly differ or put it within reach (:func:`wide_why`), as
     :func:`jobs` yields them: known only once those runs are in."""
     spread = {base for _, base in spread_configurations(names)}
     for name, base in configurations(names, optimizers):
@@ -266,17 +265,17 @@ def weights(name: str) -> tuple:
 
 
 def planned(cache: dict, base: ModelStep, replicas: int, repeat: int = 0,
-            quick: bool = True) -> model_plan.ModelPlan | None:
+            cheap: bool = True) -> model_plan.ModelPlan | None:
     """The plan :func:`snippets.lib.model_plan.plan_model` would make from the cached runs of draw ``repeat``
     (its floor under a line's slope from the weights, as ``python -m snippets.decide`` passes them), or None.
-    ``quick=False``: as before a quick step at the wide batch was run (its small runs alone)."""
+    ``cheap=False``: as before a cheap run at the wide batch was made (its small runs alone)."""
     counts = model_plan.plan_threads(base)
     batches = list(model_plan.SMALL_BATCHES)
     groups = [thread_runs(cache, base, replicas, b, repeat) for b in batches]
     if None in groups:
         return None
     why = wide_why(cache, base, replicas, repeat)
-    if why == "quick" and not quick:
+    if why == "cheap" and not cheap:
         why = ""
     if why:
         batches.append(model_plan.WIDE_BATCH)
@@ -367,9 +366,9 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                 row["pool_peak"] = pool["step_peak"]
             # The same plan with each line's slope between its worst peaks, as before upper quartiles (ModelPlan.lines).
             row["ratio_worst_slopes"] = replace(plan, uppers=()).peak_at(b) / worst
-            if plan.wide_why == "quick":
-                # And without the run at the wide batch that a quick step adds (model_plan.WIDE_SECONDS).
-                row["ratio_without_quick"] = planned(cache, base, replicas, quick=False).peak_at(b) / worst
+            if plan.wide_why == "cheap":
+                # And without the run at the wide batch that a cheap one adds (model_plan.WIDE_PEAK).
+                row["ratio_without_cheap"] = planned(cache, base, replicas, cheap=False).peak_at(b) / worst
             out.append(row)
     return out
 

@@ -224,7 +224,7 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, 
     :data:`snippets.lib.model_plan.WIDE_BATCH` for reason ``why`` (:func:`snippets.lib.model_plan.wide_reason`):
     ``"flat"``, their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches, over
     the thread counts it runs them at, grew by less than :data:`snippets.lib.model_plan.FLAT_GROWTH`;
-    ``"quick"``, a step at that batch is quick. At the benchmark's largest batch, 128 per device, from the
+    ``"cheap"``, the line through those floors puts that batch within :data:`snippets.lib.model_plan.WIDE_PEAK`. At the benchmark's largest batch, 128 per device, from the
     planner's own runs (not its repeats), as the benchmark decided it; sorted."""
     floors: dict[tuple[str, str, str, str], dict[int, list[dict]]] = {}
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
@@ -239,19 +239,18 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, 
         floors.setdefault(name, {}).setdefault(batch, []).append(run)
     return sorted(name for name, runs in floors.items()
                   if len(runs) == len(model_plan.SMALL_BATCHES)
-                  and model_plan.wide_reason([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128,
-                                             max(r["seconds_per_step"] for r in runs[model_plan.SMALL_BATCHES[-1]])) == why)
+                  and model_plan.wide_reason([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128) == why)
 
 
-def before_quick_runs(which: str = "rows", path: Path = MODEL_PLANNER) -> dict[str, str]:
+def before_cheap_runs(which: str = "rows", path: Path = MODEL_PLANNER) -> dict[str, str]:
     """By architecture, planned / measured of the configurations whose plan runs
-    :data:`snippets.lib.model_plan.WIDE_BATCH` because a step there is quick, without that run (through the
-    small batches alone, as before :data:`snippets.lib.model_plan.WIDE_SECONDS`), as ``"lo-hi"``; ``which`` as
+    :data:`snippets.lib.model_plan.WIDE_BATCH` because that run is cheap, without it (through the small
+    batches alone, as before :data:`snippets.lib.model_plan.WIDE_PEAK`), as ``"lo-hi"``; ``which`` as
     :func:`planner_rows`'."""
     found: dict[str, list[float]] = {}
     for row in planner_rows(path, which):
-        if "ratio_without_quick" in row:
-            found.setdefault(row["architecture"], []).append(row["ratio_without_quick"])
+        if "ratio_without_cheap" in row:
+            found.setdefault(row["architecture"], []).append(row["ratio_without_cheap"])
     return {name: f"{min(v):.2f}-{max(v):.2f}" for name, v in found.items()}
 
 

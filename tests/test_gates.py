@@ -389,7 +389,7 @@ def _stated_figures() -> dict[str, tuple[str, str]]:
     leaves prose behind fails here. Figures that are names or inputs, not results,
     are in :data:`GIVEN_FIGURES`.
     """
-    from snippets.lib import hardware, model_plan, planner
+    from snippets.lib import hardware, planner
     from snippets.lib.seed import SEED_SHAPE as S
     from snippets.lib.step_ledger import StepCase, planned
     from snippets.lib.units import MiB, dtype_bytes
@@ -440,7 +440,6 @@ def _stated_figures() -> dict[str, tuple[str, str]]:
         "80 MiB": (h(t((64, S[0])) + 3 * t((64, S[1]))), "the planner's activations: x and three [64, 65536]"),
         "1.59 GiB": (h(v100.total_mib * MiB - hardware.jax_pool_bytes(v100.name, 0.95)),
                      "what a 95% JAX pool leaves of a V100-SXM2-32GB"),
-        "4 s": (f"{model_plan.WIDE_SECONDS:g} s", "a step at the wide batch quick enough to be run (model_plan)"),
     }
 
 

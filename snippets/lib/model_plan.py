@@ -8,8 +8,8 @@ grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
 (:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``, each at one and
 at eight inter-op threads (:func:`plan_threads`) in a fresh capped process, fits a
 line ``peak(b) = state + per_sample * b`` for each thread count through its
-runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or a step at
-:data:`WIDE_BATCH` is quick: :func:`wide_reason`) and reads the highest line at the reader's batch (a peak is the larger
+runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or a run at
+:data:`WIDE_BATCH` is cheap: :func:`wide_reason`) and reads the highest line at the reader's batch (a peak is the larger
 of the backward pass's, which grows with the batch, and the update's, which
 does not, so it is convex in the batch: the steepest order carries). A
 batch no larger than ``b2`` is measured itself. Every figure carries how it was obtained
@@ -62,7 +62,7 @@ from snippets.lib.rule_report import rule_how
 #: the measured peak at 64; through 16 and 32, every one came within the published range).
 SMALL_BATCHES = (16, 32)
 
-#: A third per-device batch, run when the first two hardly differ or when it is quick (:func:`wide_reason`):
+#: A third per-device batch, run when the first two hardly differ or when it is cheap (:func:`wide_reason`):
 #: at 16 and 32 samples fixed-size buffers (the optimizer's update, a convolution's scratch) can hide the
 #: activations, so the line through them is flat or too shallow. A CNN under mixed_bfloat16 without
 #: XLA peaked at 26.8 and 29.0 MiB at 16 and 32 samples, then 58.8 at 128 and 117.1 at 256: planned
@@ -78,14 +78,16 @@ WIDE_BATCH = 256
 #: CNN above by 7.6%.
 FLAT_GROWTH = 0.10
 
-#: Seconds per step at :data:`WIDE_BATCH`, predicted from the slowest run at the second small batch in
-#: proportion to the batch, up to which that batch is run whatever the floors: where it is quick, a
-#: plan need not rest on a line through small batches. A fixed buffer can hide part of the activations
-#: there, not all, and the floors still grow: keras-io's 1-D CNN for time series (held out,
-#: benchmarks.model_planner; 0.1 MiB of weights, one thread) peaked at 31.1, 40.9, 63.1 and 125.7 MiB at
-#: 16, 32, 64 and 128 samples, then 1.1 MiB per sample from 128 to 1024: planned through 16 and 32, its
-#: replica at 128 read 0.55 of the measured peak. Its steps at 32 took 0.08 s; a 64 px ResNet50's 5 s.
-WIDE_SECONDS = 4.0
+#: Bytes up to which :data:`WIDE_BATCH` is run whatever the floors, as the line through the floors at the
+#: small batches puts its peak: where that run is cheap, a plan need not rest on a line through small
+#: batches. A fixed buffer can hide part of the activations there, not all, and the floors still grow:
+#: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner; 0.1 MiB of weights, one
+#: thread) peaked at 31.1, 40.9, 63.1 and 125.7 MiB at 16, 32, 64 and 128 samples, then 1.1 MiB per
+#: sample from 128 to 1024: planned through 16 and 32, its replica at 128 read 0.55 of the measured peak.
+#: Bytes, not seconds: the same model gets the same runs on any machine. At 1 GiB no run at 256 of the
+#: benchmark's took long (the slowest steps: DenseNet121's and a GRU stack's), and a 64 px ResNet50, whose
+#: line puts 256 near 2 GiB, is left to its two small runs.
+WIDE_PEAK = 1 << 30
 
 #: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
 #: figure is the worse. The thread count moves the peak either way: independent ops that run at
@@ -157,17 +159,18 @@ def floor_step(runs: Sequence[dict]) -> int:
     return ordered[len(ordered) // 4]
 
 
-def wide_reason(floors: Sequence[int], device_batch: int, seconds: float | None = None) -> str:
+def wide_reason(floors: Sequence[int], device_batch: int) -> str:
     """Why to run :data:`WIDE_BATCH` too, where the reader's per-device batch is beyond the small batches:
     ``"flat"``, the floors at the first two (``floors``, bytes: :func:`floor_step`) grew by less than
-    :data:`FLAT_GROWTH` of the second; ``"quick"``, a step there would take at most :data:`WIDE_SECONDS`
-    (``seconds``: the slowest run's step at the second small batch; None: not known); else ``""``."""
+    :data:`FLAT_GROWTH` of the second; ``"cheap"``, the line through them puts :data:`WIDE_BATCH` at most at
+    :data:`WIDE_PEAK`; else ``""``."""
     if device_batch <= SMALL_BATCHES[-1] or len(floors) < 2 or floors[1] <= 0:
         return ""
     if (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]:
         return "flat"
-    if seconds is not None and seconds * WIDE_BATCH / SMALL_BATCHES[-1] <= WIDE_SECONDS:
-        return "quick"
+    b1, b2 = SMALL_BATCHES
+    if floors[1] + (floors[1] - floors[0]) / (b2 - b1) * (WIDE_BATCH - b2) <= WIDE_PEAK:
+        return "cheap"
     return ""
 
 
@@ -263,8 +266,8 @@ class ModelPlan:
         worst peaks. The slope is the activations' growth, which every order of the ops has; one
         draw that kept a buffer live longer is a level, and counted once there: through the worst
         peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads, Adam; its other steps
-        at most 74.08 MiB) drew a line that read 1.81 of the step at 128 (``ratio_worst_slopes`` in
-        benchmarks/results/model_planner.json). A peak does not fall as the batch grows (a wide MLP,
+        at most 74.08 MiB) drew a line through 16 and 32 that read 1.81 of the step at 128 (before
+        that plan also ran :data:`WIDE_BATCH`: :data:`WIDE_PEAK`; tests/test_model_plan.py keeps the runs). A peak does not fall as the batch grows (a wide MLP,
         RMSprop, 8 threads, in an earlier measurement: 769 MiB at 16, 643 at 32, 769 again at 64;
         levelled at 32, the plan read 0.92 of it; tests/test_model_plan.py keeps the case).
         Without: one line, the floors' slope, the same level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
@@ -406,10 +409,10 @@ class ModelPlan:
                     f"{' and '.join(map(str, self.batches))} per device, its inputs given as shapes (no data); "
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
-        quick = self.wide_why == "quick"
-        why = (f"a step there takes at most {WIDE_SECONDS:g} s here" if quick else
+        cheap = self.wide_why == "cheap"
+        why = (f"the runs' line put it under {units.human_bytes(WIDE_PEAK)}" if cheap else
                f"{SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} differed by under {FLAT_GROWTH:.0%}")
-        hidden = ", and fixed buffers can hide part of the activations at small batches" if quick else \
+        hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else \
             " (fixed buffers hid the activations)"
         wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if len(self.batches) > 2 else
                 f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
@@ -552,12 +555,11 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     per = len(counts)
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     wide_ran_out = False
-    wide_why = wide_reason([floor_step(group) for group in groups], target,
-                           max(r["seconds_per_step"] for r in groups[-1]))
+    wide_why = wide_reason([floor_step(group) for group in groups], target)
     if wide_why:
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
         say((f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the activations)"
-             if wide_why == "flat" else f"a step at {WIDE_BATCH} is quick here") +
+             if wide_why == "flat" else f"a run at {WIDE_BATCH} is cheap") +
             f": running {WIDE_BATCH} samples per device too ...")
         if run is None:
             more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
