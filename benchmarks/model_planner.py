@@ -23,8 +23,9 @@ those 18 to 30 steps counts (a training run takes thousands); the spread between
 one and two threads is published.
 
 The architectures of :data:`snippets.lib.zoo.HOLDOUT` (a U-Net, a ViT, a 1-D CNN) are measured the same way
-with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): none of the planner's constants
-was chosen on them. The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
+with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the planner's margins were chosen
+without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
+it planned before). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves.
 
 Results are cached by package versions and configuration in

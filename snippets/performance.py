@@ -224,8 +224,9 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, 
     :data:`snippets.lib.model_plan.WIDE_BATCH` for reason ``why`` (:func:`snippets.lib.model_plan.wide_reason`):
     ``"flat"``, their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches, over
     the thread counts it runs them at, grew by less than :data:`snippets.lib.model_plan.FLAT_GROWTH`;
-    ``"cheap"``, the line through those floors puts that batch within :data:`snippets.lib.model_plan.WIDE_PEAK`. At the benchmark's largest batch, 128 per device, from the
-    planner's own runs (not its repeats), as the benchmark decided it; sorted."""
+    ``"cheap"``, the line through those floors puts that batch within :data:`snippets.lib.model_plan.WIDE_PEAK`.
+    At the benchmark's largest batch, 128 per device, from the planner's own runs (not its repeats), as the
+    benchmark decided it; sorted."""
     floors: dict[tuple[str, str, str, str], dict[int, list[dict]]] = {}
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         fields = json.loads(key)
@@ -240,6 +241,13 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, 
     return sorted(name for name, runs in floors.items()
                   if len(runs) == len(model_plan.SMALL_BATCHES)
                   and model_plan.wide_reason([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128) == why)
+
+
+def holdout_before(path: Path = MODEL_PLANNER) -> str:
+    """planned / measured over the held-out rows without the cheap run at
+    :data:`snippets.lib.model_plan.WIDE_BATCH` (as their first measurement planned them), ``"lo-hi"``."""
+    found = model_plan.published_accuracy(path)["holdout"]
+    return f"{found['before_min']:.2f}-{found['before_max']:.2f}"
 
 
 def before_cheap_runs(which: str = "rows", path: Path = MODEL_PLANNER) -> dict[str, str]:
@@ -280,18 +288,18 @@ def linearity(path: Path = MODEL_PLANNER) -> list[dict]:
 
 
 def later_steps(path: Path = MODEL_PLANNER) -> dict[str, dict[str, int | str]]:
-    """Whether a run's later steps peak above its first, by XLA mode: over the benchmark's completed runs
-    of two or more steps (not the real strategy's pool), ``{"runs", "later step higher", "largest later / first"}``
+    """Whether a run's second step peaks above its first, by XLA mode: over the benchmark's completed runs
+    of two or more steps (not the real strategy's pool), ``{"runs", "second step higher", "largest second / first"}``
     ("higher": by more than 0.5%, a buffer's worth; the ratio as text). Why a slow model's run keeps its
     second step (docs/performance.md)."""
     found: dict[str, dict[str, int | str]] = {}
     for xla in ("off", "on"):
-        ratios = [max(run["step_peaks"][1:]) / run["step_peaks"][0]
+        ratios = [run["step_peaks"][1] / run["step_peaks"][0]
                   for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items()
                   if run.get("completed") and len(run["step_peaks"]) > 1 and not json.loads(key)[2]
                   and json.loads(key)[0]["xla"] == xla]
-        found[xla] = {"runs": len(ratios), "later step higher": sum(r > 1.005 for r in ratios),
-                      "largest later / first": f"{max(ratios):.2f}"}
+        found[xla] = {"runs": len(ratios), "second step higher": sum(r > 1.005 for r in ratios),
+                      "largest second / first": f"{max(ratios):.2f}"}
     return found
 
 

@@ -148,7 +148,7 @@ def test_runs_that_peak_in_the_update_still_grow_by_the_rules_activations():
     plan = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off"), weights, run=fake)
     floor = model_plan.rule_slope(weights, plan.step)
     assert floor == (1024 + 3 * 16384) * 4  # x + 3 x [b, F] per sample, float32
-    assert plan.per_sample == floor and "at least the 196 KiB the rule counts" in plan.how()
+    assert plan.per_sample == floor and "at least the 196 KiB per sample the rule counts" in plan.how()
     capacity = 30976 * units.MiB
     assert plan.largest_batch(capacity) < (capacity - 400 * units.MiB) / floor  # not (capacity - 400 MiB) / 8 KiB
     # Without the weights (a plan from runs alone) the runs' own slope stands.
@@ -240,7 +240,8 @@ def test_a_cheap_run_at_the_wide_batch_is_made_even_where_the_floors_grow():
     cheap = model_plan.plan_model(step, run=fake(1))  # the line through 16 and 32 puts 256 at 175 MiB
     assert cheap.batches == (16, 32, model_plan.WIDE_BATCH) and cheap.wide_why == "cheap"
     assert cheap.step_peak >= 1.1 * 128 * units.MiB
-    assert "The run at 256 was added: the runs' line put it under 1 GiB" in " ".join(cheap.how().split())
+    assert ("The run at 256 was added: the line through the floors at 16 and 32 put it at 1 GiB or less"
+            in " ".join(cheap.how().split()))
     # Ten times the bytes (1.7 GiB at 256 by the line): not run there, and the plan rests on 16 and 32 alone.
     costly = model_plan.plan_model(step, run=fake(10))
     assert costly.batches == (16, 32) and not costly.wide_why and costly.step_peak < 10 * 1.1 * 128 * units.MiB
@@ -462,7 +463,9 @@ def test_answer_first_boxes_state_the_published_accuracy():
     # performance.md's box also states the held-out architectures' range (benchmarks, model_planner).
     held = [row["ratio"] for row in json.loads(model_plan.ACCURACY.read_text())["holdout"]]
     box = re.search(r'!!! abstract "In short"\n((?:    .*\n|\n)+)', (root / "docs/performance.md").read_text()).group(1)
-    assert f"{min(held):.2f}-{max(held):.2f} on three more held out" in " ".join(box.split())
+    before = model_plan.published_accuracy()["holdout"]
+    assert (f"{min(held):.2f}-{max(held):.2f} on three more measured apart ({before['before_min']:.2f}-"
+            f"{before['before_max']:.2f} before") in " ".join(box.split())
     notebook = json.loads((root / "docs/notebooks/plan-your-model.ipynb").read_text())
     first = "".join(notebook["cells"][0]["source"])
     assert span in " ".join(first.split()), first
@@ -523,7 +526,7 @@ def test_repeated_plans_are_published_and_none_reads_under_0_95():
         assert min(row["planned"]) / row["measured"] >= 0.95  # what performance.md says of them
     found = model_plan.published_accuracy()["spread"]
     assert found["min_ratio"] >= 0.95 and found["plans"] == model_planner.PLAN_REPEATS + 1
-    assert f"differed by up to {found['max'] - 1:.0%}, at {found['min_ratio']:.2f}-" in model_plan.accuracy_line()
+    assert f"moved by up to {found['max'] - 1:.0%}, at {found['min_ratio']:.2f}-" in model_plan.accuracy_line()
 
 
 def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
@@ -555,8 +558,8 @@ def test_a_largest_batch_past_the_checked_line_is_said_to_be_further_out():
     from snippets.lib import hardware
 
     for card in ("A100-80GB", "H100-80GB"):
-        assert f"{card} {largest[card]} (in {units.human_bytes(hardware.allocator_bytes(card))})" in flat
-    assert largest["H100-80GB"] < largest["A100-80GB"] and "less the reserve TensorFlow keeps" in flat
+        assert f"{card} {largest[card]} ({units.human_bytes(hardware.allocator_bytes(card))} per card)" in flat
+    assert largest["H100-80GB"] < largest["A100-80GB"] and "the CUDA context and the reserve TensorFlow keeps" in flat
     assert model_report.model_json(plan, 16 * units.GiB, "a card", "m:f")["line_checked_per_device"] == 256
     # A model whose every card's largest batch is within the checked line gets no such sentence.
     heavy = model_plan.ModelPlan(step, "extrapolated", (16, 32), (2 * units.GiB, 8 * units.GiB))

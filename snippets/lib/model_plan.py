@@ -81,9 +81,10 @@ FLAT_GROWTH = 0.10
 #: Bytes up to which :data:`WIDE_BATCH` is run whatever the floors, as the line through the floors at the
 #: small batches puts its peak: where that run is cheap, a plan need not rest on a line through small
 #: batches. A fixed buffer can hide part of the activations there, not all, and the floors still grow:
-#: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner; 0.1 MiB of weights, one
-#: thread) peaked at 31.1, 40.9, 63.1 and 125.7 MiB at 16, 32, 64 and 128 samples, then 1.1 MiB per
-#: sample from 128 to 1024: planned through 16 and 32, its replica at 128 read 0.55 of the measured peak.
+#: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner; 0.1 MiB of weights): its
+#: replica at one thread peaked at 29.2, 37.0, 62.9 and 125.4 MiB at 16, 32, 64 and 128 samples (on one
+#: device, in a run outside the benchmark: 281.7 at 256, 1127.4 at 1024), and planned through 16 and 32 it read 0.55
+#: of the measured peak at 128.
 #: Bytes, not seconds: the same model gets the same runs on any machine. At 1 GiB no run at 256 of the
 #: benchmark's took long (the slowest steps: DenseNet121's and a GRU stack's), and a 64 px ResNet50, whose
 #: line puts 256 near 2 GiB, is left to its two small runs.
@@ -267,9 +268,10 @@ class ModelPlan:
         draw that kept a buffer live longer is a level, and counted once there: through the worst
         peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads, Adam; its other steps
         at most 74.08 MiB) drew a line through 16 and 32 that read 1.81 of the step at 128 (before
-        that plan also ran :data:`WIDE_BATCH`: :data:`WIDE_PEAK`; tests/test_model_plan.py keeps the runs). A peak does not fall as the batch grows (a wide MLP,
-        RMSprop, 8 threads, in an earlier measurement: 769 MiB at 16, 643 at 32, 769 again at 64;
-        levelled at 32, the plan read 0.92 of it; tests/test_model_plan.py keeps the case).
+        that plan also ran :data:`WIDE_BATCH`: :data:`WIDE_PEAK`; tests/test_model_plan.py keeps the
+        runs). A peak does not fall as the batch grows (a wide MLP, RMSprop, 8 threads, in an earlier
+        measurement: 769 MiB at 16, 643 at 32, 769 again at 64; levelled at 32, the plan read 0.92 of
+        it; tests/test_model_plan.py keeps the case).
         Without: one line, the floors' slope, the same level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
         """
         if not self.batches:
@@ -410,7 +412,8 @@ class ModelPlan:
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
         runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
         cheap = self.wide_why == "cheap"
-        why = (f"the runs' line put it under {units.human_bytes(WIDE_PEAK)}" if cheap else
+        why = (f"the line through the floors at {SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} put it at "
+               f"{units.human_bytes(WIDE_PEAK)} or less" if cheap else
                f"{SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else \
             " (fixed buffers hid the activations)"
@@ -424,7 +427,8 @@ class ModelPlan:
         steps = f"{fewest} steps" if fewest == most else f"{fewest} to {most} steps"
         worse = f"the worst of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worst of {steps}"
         lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
-        floor = f", at least the {units.human_bytes(round(self.rule_slope))} the rule counts" if self.rule_slope else ""
+        floor = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
+                 if self.rule_slope else "")
         # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
         beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
                   if not self.step.jit and self.device_batch > self.batches[-1] else "")

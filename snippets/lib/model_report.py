@@ -264,12 +264,13 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         largest = largest_batches(plan)
         pool = card_pool(plan)
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
-        fits = ", ".join(f"{name} {batch} (in {h(pool(name))})".replace(" ", "\xa0") for name, batch in largest.items())
+        fits = ", ".join(f"{name} {batch} ({h(pool(name))} per card)".replace(" ", "\xa0")
+                         for name, batch in largest.items())
         over = f", the global batch over {step.devices} replicas" if step.strategy == "mirrored" else ""
         # An H100-80GB holds a smaller batch than an A100-80GB: less memory, and a larger reserve.
         over += ("; each in JAX's default 75% pool" if compiled else
-                 "; each in the card's allocator: its memory less the reserve TensorFlow keeps, which grows "
-                 "with the compute capability")
+                 "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
+                 "keeps, which grows with the compute capability")
         beyond = ""
         if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
@@ -325,18 +326,18 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
 
 #: What each key of a measured, extrapolated or compiled plan's ``--json`` holds (:func:`model_json`), and,
 #: under ``plan.``, each key of :meth:`snippets.lib.model_plan.ModelPlan.as_json`. Figures are bytes,
-#: per device. docs/decide.md prints it; tests/test_model_plan.py holds it to the keys.
+#: per device, where they are bytes. docs/decide.md prints it; tests/test_model_plan.py holds it to the keys.
 JSON_KEYS = {
     "model": "the --model function or the --model-json file",
-    "method": '"measured", "extrapolated", "compiled" or "rule": how the step peak was obtained',
-    "how": "that, in one sentence (the text's)",
+    "method": '"measured", "extrapolated" or "compiled": how the step peak was obtained',
+    "how": "that, in a sentence or two (the text's)",
     "plan": "the plan's own figures, the plan.* keys",
     "setup": "what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes",
     "capacity": "what each device's pool gives, bytes",
     "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
     "card": "the card planned for; null when --device-memory gave the capacity",
-    "pool": "whose share of the card capacity is: TensorFlow's allocator, or JAX's default 75% pool",
-    "largest_global_batch": "per card, the largest global batch (samples per step, all replicas) that fits",
+    "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
+    "largest_global_batch": "per card, the largest global batch (samples per step, all replicas) its own pool holds",
     "line_checked_per_device": "the per-device batch up to which the benchmarks held a fitted line",
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
@@ -346,14 +347,14 @@ JSON_KEYS = {
     "plan.how": "as how",
     "plan.batches": "the per-device batches run (compiled, for a compiled plan)",
     "plan.peaks": "each of those batches' step peak, bytes (run: the worst step of its runs)",
-    "plan.per_sample": "bytes per sample per device: the slope of the line that is highest at the reader's batch",
-    "plan.intercept": "that line at batch 0, bytes: a fit's intercept, which can sit below the weights and slots",
-    "plan.floors": ("each batch's lower-quartile step, bytes: no line's slope exceeds "
-                    f"{model_plan.SLOPE_CAP:g}x the slope between them"),
+    "plan.per_sample": "bytes per sample per device: the slope of the line highest at the reader's batch, before margins",
+    "plan.intercept": "that line at batch 0, bytes, before margins: a fit's, which can sit below the weights and slots",
+    "plan.floors": ("each batch's lower-quartile step, bytes: a line's slope is at most "
+                    f"{model_plan.SLOPE_CAP:g}x the slope between them (at least the rule's); empty if compiled"),
     "plan.jit": "whether the step is XLA-compiled, as a GPU host resolves --xla auto",
     "plan.init_peak": "the allocator's peak while the model is built, bytes; null for a compiled plan",
-    "plan.step_peak": "the planned step peak at the reader's batch, margins included, bytes",
+    "plan.step_peak": "the planned step peak at the reader's batch, bytes, with the margins of a measured plan",
     "plan.weights_bytes": "the model's variables, bytes",
-    "plan.seconds_per_step_cpu": "one step's wall time at the largest batch run, on this CPU (not a GPU's)",
-    "plan.steps_run": "the fewest and the most steps a run took",
+    "plan.seconds_per_step_cpu": "one step's wall time at the largest batch run, on this CPU; null if compiled",
+    "plan.steps_run": "the fewest and the most steps a run took; empty if compiled",
 }

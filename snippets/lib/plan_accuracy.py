@@ -17,12 +17,14 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
 
     Returns:
-        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst", "spread"}`` (``worst``: the
+        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout"}`` (``worst``: the
         row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
         says how each is obtained). ``spread``: None if the benchmark planned nothing twice, else
-        ``{"plans", "architectures", "max", "min_ratio", "max_ratio"}``: how many plans of the same configuration
-        it made from fresh runs (without XLA), of how many architectures, the highest plan over the lowest of
-        one configuration, and the range of those plans over measured.
+        ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio"}``: how many plans of the
+        same configuration it made from fresh runs (without XLA), of how many architectures and configurations
+        (each at two batches), the highest plan over the lowest of one configuration, and the range of those plans
+        over measured. ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
+        "before_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, the last two without the cheap run at 256.
     """
     if not path.exists():
         return None
@@ -34,27 +36,40 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     repeated = data.get("plan_spread") or []
     spread = {"plans": min(len(row["planned"]) for row in repeated),
               "architectures": len({row["architecture"] for row in repeated}),
-              "max": max(row["spread"] for row in repeated),
+              "configurations": len(repeated) // 2, "max": max(row["spread"] for row in repeated),
               "min_ratio": min(min(row["planned"]) / row["measured"] for row in repeated),
               "max_ratio": max(max(row["planned"]) / row["measured"] for row in repeated)} if repeated else None
+    apart = data.get("holdout") or []
+    # Before the run at 256 that a cheap step takes (model_plan.WIDE_PEAK), which one of them led to.
+    before = [row.get("ratio_without_cheap", row["ratio"]) for row in apart]
+    holdout = {"architectures": len({row["architecture"] for row in apart}),
+               "min_ratio": min(row["ratio"] for row in apart), "max_ratio": max(row["ratio"] for row in apart),
+               "before_min": min(before), "before_max": max(before)} if apart else None
     return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
             "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
-            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread}
+            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread, "holdout": holdout}
 
 
 def accuracy_line(path: Path = ACCURACY) -> str:
-    """One sentence for an answer-first box or ``--help``: what was measured and the range of error, then
-    how far identical plans moved (threads race, so each run draws its own orders of the ops)."""
+    """A few sentences for ``--help`` and every measured plan's text: what was measured and the range of
+    error, on the held-out architectures too, then how far identical plans moved (threads race, so each run
+    draws its own orders of the ops)."""
     found = published_accuracy(path)
     if found is None:
         return "The planner's accuracy on real architectures has not been measured here (make benchmark)."
-    line = (f"On {found['architectures']} architectures ({found['rows']} configurations: CNNs, a Transformer, "
-            f"LSTM, GRU, a recommender, MLPs, the seed; Adam and RMSprop; XLA on and off; MirroredStrategy), "
-            f"planned / measured step peak per device was {found['min_ratio']:.2f}-{found['max_ratio']:.2f}.")
+    line = (f"On {found['architectures']} architectures ({found['rows'] // 2} configurations at two batches each: "
+            "CNNs, a Transformer, LSTM, GRU, a recommender, MLPs, the seed layer; Adam and RMSprop; one device "
+            "with XLA on and off, MirroredStrategy over 2 without), planned / measured step peak per device was "
+            f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f} (over 1: planned high).")
+    held = found["holdout"]
+    if held:
+        line += (f" On {held['architectures']} more measured apart it was {held['min_ratio']:.2f}-"
+                 f"{held['max_ratio']:.2f} ({held['before_min']:.2f}-{held['before_max']:.2f} before one of them "
+                 "led to a rule change).")
     spread = found["spread"]
     if spread:
-        line += (f" Without XLA threads race, so the same command plans another peak each time it runs: "
-                 f"{spread['plans']} plans of each of {spread['architectures']} architectures' steps differed by "
-                 f"up to {spread['max'] - 1:.0%}, at {spread['min_ratio']:.2f}-{spread['max_ratio']:.2f} of the "
+        line += (f" Without XLA, threads race, so the same command plans a different peak each run: planned "
+                 f"{spread['plans']} times from fresh runs, {spread['configurations']} configurations' plans moved "
+                 f"by up to {spread['max'] - 1:.0%}, at {spread['min_ratio']:.2f}-{spread['max_ratio']:.2f} of the "
                  "measured peak.")
     return line
