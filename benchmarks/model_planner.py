@@ -26,7 +26,8 @@ The architectures of :data:`snippets.lib.zoo.HOLDOUT` (a U-Net, a ViT, a 1-D CNN
 with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the planner's margins were chosen
 without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
 it planned before). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
-(``plan_spread``): how far the same command's plan moves.
+(``plan_spread``): how far the same command's plan moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
+after every rule was made, are published apart again (``fresh``).
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -110,7 +111,7 @@ def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat:
 
 def architecture(name: str) -> zoo.Architecture:
     """A benchmark architecture by name: :data:`snippets.lib.zoo.ARCHITECTURES` or the held-out :data:`snippets.lib.zoo.HOLDOUT`."""
-    return zoo.ARCHITECTURES.get(name) or zoo.HOLDOUT[name]
+    return zoo.ARCHITECTURES.get(name) or zoo.HOLDOUT.get(name) or zoo.FRESH[name]
 
 
 #: Optimizers the held-out architectures (:data:`snippets.lib.zoo.HOLDOUT`) are measured with, in every mode.
@@ -436,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = {}
     cache = data.get("runs", {})
     # A run of an older snippets.lib.model_step is measured again (stale).
-    holdout = list(zoo.HOLDOUT)
+    # Measured apart, with Adam: HOLDOUT (a rule came from them) and FRESH (measured after every rule).
+    holdout = [*zoo.HOLDOUT, *zoo.FRESH]
     todo = [job for job in [*jobs(names, args.optimizers), *jobs(holdout, HOLDOUT_OPTIMIZERS)]
             if stale(job, cache.get(key(*job)))]
     began = time.perf_counter()
@@ -476,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "margins": margin_choice(cache, list(zoo.ARCHITECTURES)),
                                    "linearity": linearity(cache), "plan_spread": plan_spread(cache),
                                    # Apart: the planner's constants were chosen on the rows above, not on these.
-                                   "holdout": rows(cache, holdout),
+                                   "holdout": rows(cache, list(zoo.HOLDOUT)), "fresh": rows(cache, list(zoo.FRESH)),
                                    "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
     missing = [*jobs(names, args.optimizers), *jobs(holdout, HOLDOUT_OPTIMIZERS)]

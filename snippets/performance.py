@@ -219,14 +219,20 @@ def above(architecture: str, optimizer: str, strategy: str, xla: str, batches: t
     return round((small - worst_peak(architecture, optimizer, strategy, xla, target, path)) / units.MiB, 2)
 
 
-def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, str, str, str]]:
+def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat",
+              sets: tuple[str, ...] = ("rows",)) -> list[tuple[str, str, str, str]]:
     """The configurations ``(architecture, optimizer, strategy, xla)`` whose plan took the run at
     :data:`snippets.lib.model_plan.WIDE_BATCH` for reason ``why`` (:func:`snippets.lib.model_plan.wide_reason`):
     ``"flat"``, their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches, over
     the thread counts it runs them at, grew by less than :data:`snippets.lib.model_plan.FLAT_GROWTH`;
     ``"cheap"``, the line through those floors puts that batch within :data:`snippets.lib.model_plan.WIDE_PEAK`.
     At the benchmark's largest batch, 128 per device, from the planner's own runs (not its repeats), as the
-    benchmark decided it; sorted."""
+    benchmark decided it; of the architectures of ``sets`` (``"rows"``: :data:`snippets.lib.zoo.ARCHITECTURES`,
+    ``"holdout"``, ``"fresh"``: :data:`snippets.lib.zoo.HOLDOUT`, :data:`snippets.lib.zoo.FRESH`); sorted."""
+    from snippets.lib import zoo
+
+    names = {name for which in sets for name in {"rows": zoo.ARCHITECTURES, "holdout": zoo.HOLDOUT,
+                                                  "fresh": zoo.FRESH}[which]}
     floors: dict[tuple[str, str, str, str], dict[int, list[dict]]] = {}
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         fields = json.loads(key)
@@ -237,6 +243,8 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat") -> list[tuple[str, 
                 or threads not in model_plan.plan_threads(ModelStep(**step))):
             continue
         name = (step["model"].rsplit(":", 1)[1], step["optimizer"], step["strategy"], step["xla"])
+        if name[0] not in names:
+            continue
         floors.setdefault(name, {}).setdefault(batch, []).append(run)
     return sorted(name for name, runs in floors.items()
                   if len(runs) == len(model_plan.SMALL_BATCHES)

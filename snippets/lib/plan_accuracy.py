@@ -17,7 +17,7 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
 
     Returns:
-        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout"}`` (``worst``: the
+        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout", "fresh"}`` (``worst``: the
         row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
         says how each is obtained). ``spread``: None if the benchmark planned nothing twice, else
         ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio"}``: how many plans of the
@@ -25,6 +25,7 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
         (each at two batches), the highest plan over the lowest of one configuration, and the range of those plans
         over measured. ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
         "before_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, the last two without the cheap run at 256.
+        ``fresh``: None, or ``{"architectures", "min_ratio", "max_ratio"}`` for :data:`snippets.lib.zoo.FRESH`.
     """
     if not path.exists():
         return None
@@ -45,9 +46,13 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     holdout = {"architectures": len({row["architecture"] for row in apart}),
                "min_ratio": min(row["ratio"] for row in apart), "max_ratio": max(row["ratio"] for row in apart),
                "before_min": min(before), "before_max": max(before)} if apart else None
+    later = [row["ratio"] for row in data.get("fresh") or []]
+    fresh = {"architectures": len({row["architecture"] for row in data["fresh"]}), "min_ratio": min(later),
+             "max_ratio": max(later)} if later else None
     return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
             "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
-            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread, "holdout": holdout}
+            "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread, "holdout": holdout,
+            "fresh": fresh}
 
 
 def accuracy_line(path: Path = ACCURACY) -> str:
@@ -66,6 +71,10 @@ def accuracy_line(path: Path = ACCURACY) -> str:
         line += (f" On {held['architectures']} more measured apart it was {held['min_ratio']:.2f}-"
                  f"{held['max_ratio']:.2f} ({held['before_min']:.2f}-{held['before_max']:.2f} before one of them "
                  "led to a rule change).")
+    fresh = found["fresh"]
+    if fresh:
+        line += (f" On {fresh['architectures']} measured after every rule was made: {fresh['min_ratio']:.2f}-"
+                 f"{fresh['max_ratio']:.2f}.")
     spread = found["spread"]
     if spread:
         line += (f" Without XLA, threads race, so the same command plans a different peak each run: planned "
