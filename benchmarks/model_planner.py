@@ -439,8 +439,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A run of an older snippets.lib.model_step is measured again (stale).
     # Measured apart, with Adam: HOLDOUT (a rule came from them) and FRESH (measured after every rule).
     holdout = [*zoo.HOLDOUT, *zoo.FRESH]
-    todo = [job for job in [*jobs(names, args.optimizers), *jobs(holdout, HOLDOUT_OPTIMIZERS)]
-            if stale(job, cache.get(key(*job)))]
+
+    def every(make, *cached, names=names, optimizers=args.optimizers):
+        """``make``'s jobs (:func:`jobs`, :func:`wide_jobs`) for the rows' architectures and the ones measured apart."""
+        return [*make(*cached, names, optimizers), *make(*cached, holdout, HOLDOUT_OPTIMIZERS)]
+
+    todo = [job for job in every(jobs) if stale(job, cache.get(key(*job)))]
     began = time.perf_counter()
 
     def one(job):
@@ -454,8 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Twice: the planner's wide runs are known only once its small runs are in (wide_jobs).
     for todo in (todo, None):
         if todo is None:
-            todo = [job for job in [*wide_jobs(cache, names, args.optimizers), *wide_jobs(cache, holdout, HOLDOUT_OPTIMIZERS)]
-                    if stale(job, cache.get(key(*job)))]
+            todo = [job for job in every(wide_jobs, cache) if stale(job, cache.get(key(*job)))]
         with ThreadPoolExecutor(args.workers) as pool:
             for job, result in pool.map(one, todo):
                 if result is None:
@@ -469,8 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began + data.get("seconds", 0)
     decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
     table = rows(cache, list(zoo.ARCHITECTURES))
-    wanted = {key(*job) for job in [*jobs(list(zoo.ARCHITECTURES)), *wide_jobs(cache, list(zoo.ARCHITECTURES)),
-                                    *jobs(holdout, HOLDOUT_OPTIMIZERS), *wide_jobs(cache, holdout, HOLDOUT_OPTIMIZERS)]}
+    everything = {"names": list(zoo.ARCHITECTURES), "optimizers": OPTIMIZERS}
+    wanted = {key(*job) for job in [*every(jobs, **everything), *every(wide_jobs, cache, **everything)]}
     if wanted <= cache.keys():
         # Every run the rows need is here: runs of an older method of measuring go.
         cache = {k: v for k, v in cache.items() if k in wanted}
@@ -481,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "holdout": rows(cache, list(zoo.HOLDOUT)), "fresh": rows(cache, list(zoo.FRESH)),
                                    "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
-    missing = [*jobs(names, args.optimizers), *jobs(holdout, HOLDOUT_OPTIMIZERS)]
+    missing = every(jobs)
     print(f"{len(table)} rows; {sum(1 for j in missing if stale(j, cache.get(key(*j))))} "
           "runs missing; "
           f"{seconds:.0f} s in all")
