@@ -484,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "holdout": rows(cache, list(zoo.HOLDOUT)), "fresh": rows(cache, list(zoo.FRESH)),
                                    "decide_resnet50_224": decide_run,
                                    "runs": cache}, indent=0))
-    missing = every(jobs)
+    missing = [*every(jobs), *every(wide_jobs, cache)]
     print(f"{len(table)} rows; {sum(1 for j in missing if stale(j, cache.get(key(*j))))} "
           "runs missing; "
           f"{seconds:.0f} s in all")

@@ -146,9 +146,10 @@ MARGIN = 0.10
 def upper_step(result: dict) -> int:
     """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
     Racing threads give a step two or more levels: this sits on the higher unless at most one of 8
-    steps drew it, where a median falls on either (a small CNN replica's plan moved 1.17x over six
-    identical runs through medians, 1.10x through these), and leaves out one step above the rest
-    (a GRU stack's 96.61 MiB among steps of at most 74.08: :meth:`ModelPlan.lines`)."""
+    steps drew it, where a median falls on either (the benchmark's repeated plans, ``plan_spread``: a GRU
+    stack replica's five plans at 64 per device moved 1.13x through medians, 1.04x through these), and
+    leaves out one step above the rest (a GRU stack's 96.61 MiB among steps of at most 74.08:
+    :meth:`ModelPlan.lines`)."""
     ordered = sorted(result["step_peaks"])
     return ordered[(3 * len(ordered)) // 4]
 
