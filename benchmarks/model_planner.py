@@ -27,7 +27,9 @@ with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the pl
 without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
 it planned before). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
-after every rule was made, are published apart again (``fresh``).
+after every rule was made, are published apart again (``fresh``). The reader's command for a 224 px
+ResNet50 (:data:`DECIDE_RESNET`) is timed with ``--time-decide``, and its plan held against that replica's
+step at its own batch, several GiB (:func:`decide_check`).
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -407,6 +409,40 @@ DECIDE_RESNET = ["--model", "snippets.lib.zoo:resnet50", "--model-kwargs", '{"si
                  "--devices", "4", "--batch", "256", "--card", "V100-PCIE-16GB", "--json"]
 
 
+#: Inter-op thread counts the reader's command (:data:`DECIDE_RESNET`) is measured at at its own batch
+#: (:func:`decide_check`): as "measured" takes the rows' targets without XLA (:func:`rows`), one draw each.
+CHECK_THREADS = (1, None, HOST_THREADS)
+
+#: Their allocator cap: one replica of a 224 px ResNet50 at 64 samples is planned near 6.6 GiB, above :data:`CAP`.
+CHECK_CAP = "12GiB"
+
+
+def check_jobs(decide_run: dict | None) -> list[tuple]:
+    """The runs of :func:`decide_check`: the step of ``decide_run`` (:func:`time_decide`'s result) at its own
+    batch, one replica's program as the planner runs it, at each of :data:`CHECK_THREADS`; [] if untimed."""
+    if not decide_run:
+        return []
+    step = ModelStep(**decide_run["plan"]["plan"]["step"])
+    return [(step, threads, False, 0, 2) for threads in CHECK_THREADS]
+
+
+def decide_check(cache: dict, decide_run: dict | None) -> dict | None:
+    """The reader's command's plan held against its own batch, measured: ``{"batch_per_device", "planned",
+    "measured", "ratio", "peaks"}`` (bytes; ``measured`` the worst of the runs' steps, ``peaks`` each thread
+    count's, keyed by the count run), or None if a run is missing. The benchmark's rows stop at 128 samples of
+    64 px; this run is a 224 px step of several GiB, the size the reader plans."""
+    jobs_ = check_jobs(decide_run)
+    runs = [cache.get(key(*job)) for job in jobs_]
+    if not runs or not all(r and r["completed"] for r in runs):
+        return None
+    plan = decide_run["plan"]["plan"]
+    measured = max(r["step_peak"] for r in runs)
+    return {"batch_per_device": plan["step"]["batch"] // plan["step"]["devices"], "planned": plan["step_peak"],
+            "measured": measured, "ratio": plan["step_peak"] / measured,
+            "peaks": {str(threads or devices.CPU_INTER_OP_THREADS): r["step_peak"]
+                      for (_, threads, *_), r in zip(jobs_, runs)}}
+
+
 def time_decide() -> dict:
     """Wall time of ``python -m snippets.decide`` on :data:`DECIDE_RESNET`, as a reader runs it, and its plan."""
     import subprocess
@@ -469,11 +505,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Each run saved as it lands, with the last published rows kept (an interrupted
                 # benchmark leaves the pages' figures as they were, and its runs cached).
                 RESULTS.write_text(json.dumps({**data, "versions": versions(), "runs": cache}, indent=0))
-    seconds = time.perf_counter() - began + data.get("seconds", 0)
     decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
+    for job in check_jobs(decide_run):
+        # One at a time, under a cap of their own: a replica of several GiB each.
+        if stale(job, cache.get(key(*job))) and time.perf_counter() - began <= args.budget:
+            cache[key(*job)] = run(*job, cap=CHECK_CAP)
+            print(f"{job[0].label()} threads={job[1]}: {cache[key(*job)].get('step_peak')} "
+                  f"({time.perf_counter() - began:.0f} s)", flush=True)
+    seconds = time.perf_counter() - began + data.get("seconds", 0)
     table = rows(cache, list(zoo.ARCHITECTURES))
     everything = {"names": list(zoo.ARCHITECTURES), "optimizers": OPTIMIZERS}
-    wanted = {key(*job) for job in [*every(jobs, **everything), *every(wide_jobs, cache, **everything)]}
+    wanted = {key(*job) for job in [*every(jobs, **everything), *every(wide_jobs, cache, **everything),
+                                     *check_jobs(decide_run)]}
     if wanted <= cache.keys():
         # Every run the rows need is here: runs of an older method of measuring go.
         cache = {k: v for k, v in cache.items() if k in wanted}
@@ -482,9 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "linearity": linearity(cache), "plan_spread": plan_spread(cache),
                                    # Apart: the planner's constants were chosen on the rows above, not on these.
                                    "holdout": rows(cache, list(zoo.HOLDOUT)), "fresh": rows(cache, list(zoo.FRESH)),
-                                   "decide_resnet50_224": decide_run,
+                                   "decide_resnet50_224": decide_run, "decide_check": decide_check(cache, decide_run),
                                    "runs": cache}, indent=0))
-    missing = [*every(jobs), *every(wide_jobs, cache)]
+    missing = [*every(jobs), *every(wide_jobs, cache), *check_jobs(decide_run)]
     print(f"{len(table)} rows; {sum(1 for j in missing if stale(j, cache.get(key(*j))))} "
           "runs missing; "
           f"{seconds:.0f} s in all")

@@ -327,3 +327,9 @@ def plan_spread(path: Path = MODEL_PLANNER) -> str:
 def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:
     """The timed reader's command for a 224 px ResNet50 (``benchmarks.model_planner.DECIDE_RESNET``), or None."""
     return json.loads(path.read_text(encoding="utf-8")).get("decide_resnet50_224")
+
+
+def decide_check(path: Path = MODEL_PLANNER) -> dict | None:
+    """That command's plan against its own batch, measured (``benchmarks.model_planner.decide_check``:
+    ``{"batch_per_device", "planned", "measured", "ratio", "peaks"}``, bytes), or None if not measured."""
+    return json.loads(path.read_text(encoding="utf-8")).get("decide_check")
