@@ -419,28 +419,40 @@ CHECK_CAP = "12GiB"
 
 def check_jobs(decide_run: dict | None) -> list[tuple]:
     """The runs of :func:`decide_check`: the step of ``decide_run`` (:func:`time_decide`'s result) at its own
-    batch, one replica's program as the planner runs it, at each of :data:`CHECK_THREADS`; [] if untimed."""
+    batch, one replica's program as the planner runs it, at each of :data:`CHECK_THREADS`, then at the
+    planner's small batches at one thread (the line, as :func:`linearity` draws it); [] if untimed."""
     if not decide_run:
         return []
     step = ModelStep(**decide_run["plan"]["plan"]["step"])
-    return [(step, threads, False, 0, 2) for threads in CHECK_THREADS]
+    replicas = step.devices if step.strategy == "mirrored" else 1
+    return [*[(step, threads, False, 0, 2) for threads in CHECK_THREADS],
+            *[(step.at_batch(b * replicas), 1, False, 0, 2) for b in model_plan.SMALL_BATCHES]]
 
 
 def decide_check(cache: dict, decide_run: dict | None) -> dict | None:
     """The reader's command's plan held against its own batch, measured: ``{"batch_per_device", "planned",
-    "measured", "ratio", "peaks"}`` (bytes; ``measured`` the worst of the runs' steps, ``peaks`` each thread
-    count's, keyed by the count run), or None if a run is missing. The benchmark's rows stop at 128 samples of
-    64 px; this run is a 224 px step of several GiB, the size the reader plans."""
+    "measured", "ratio", "peaks", "line", "line_ratio"}`` (bytes; ``measured`` the worst of the runs' steps,
+    ``peaks`` each thread count's, keyed by the count run; ``line`` the line through the runs at the planner's
+    small batches at one thread, no margins, at the reader's batch, over that batch's run at one thread), or
+    None if a run is missing. The benchmark's rows stop at 128 samples of 64 px and its :func:`linearity`
+    near 3 GiB; this is a 224 px step of several GiB, the size the reader plans."""
     jobs_ = check_jobs(decide_run)
     runs = [cache.get(key(*job)) for job in jobs_]
     if not runs or not all(r and r["completed"] for r in runs):
         return None
+    own, small = runs[:len(CHECK_THREADS)], runs[len(CHECK_THREADS):]
     plan = decide_run["plan"]["plan"]
-    measured = max(r["step_peak"] for r in runs)
-    return {"batch_per_device": plan["step"]["batch"] // plan["step"]["devices"], "planned": plan["step_peak"],
+    measured = max(r["step_peak"] for r in own)
+    per_device = plan["step"]["batch"] // plan["step"]["devices"]
+    fitted = model_plan.ModelPlan(ModelStep(**plan["step"]), "extrapolated", model_plan.SMALL_BATCHES,
+                                  tuple(r["step_peak"] for r in small))
+    line = fitted.state + fitted.per_sample * per_device
+    one = own[CHECK_THREADS.index(1)]["step_peak"]
+    return {"batch_per_device": per_device, "planned": plan["step_peak"],
             "measured": measured, "ratio": plan["step_peak"] / measured,
             "peaks": {str(threads or devices.CPU_INTER_OP_THREADS): r["step_peak"]
-                      for (_, threads, *_), r in zip(jobs_, runs)}}
+                      for (_, threads, *_), r in zip(jobs_, own)},
+            "line": round(line), "line_ratio": line / one}
 
 
 def time_decide() -> dict:
