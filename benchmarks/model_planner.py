@@ -209,13 +209,13 @@ def lowest(runs: Sequence[dict]) -> int:
 
 
 def wide_why(cache: dict, base: ModelStep, replicas: int, repeat: int = 0) -> str | None:
-    """Whether the planner would run :data:`snippets.lib.model_plan.WIDE_BATCH` for ``base`` at the largest
-    target, from its cached small runs of draw ``repeat``, as :func:`snippets.lib.model_plan.plan_model` decides
+    """Whether the planner would run :data:`snippets.lib.model_plan.WIDE_BATCH` for ``base``, from its cached
+    small runs of draw ``repeat``, as :func:`snippets.lib.model_plan.plan_model` decides
     (:func:`snippets.lib.model_plan.wide_reason`: "flat", "cheap" or ""); None if a run is missing."""
     groups = [thread_runs(cache, base, replicas, b, repeat) for b in model_plan.SMALL_BATCHES]
     if None in groups:
         return None
-    return model_plan.wide_reason([lowest(runs) for runs in groups], max(TARGETS))
+    return model_plan.wide_reason([lowest(runs) for runs in groups])
 
 
 def wide_jobs(cache: dict, names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):

@@ -349,7 +349,9 @@ def _user_model(read: Callable, source, name: str) -> SourceFacts:
     except ModelError as error:
         raise ValueError(f"{name}: {error}") from None
     except Exception as error:  # noqa: BLE001
-        hint = " (check --model-kwargs)" if "unexpected keyword argument" in str(error) else ""
+        arguments = ("unexpected keyword argument", "required positional argument", "required keyword-only argument")
+        hint = (" (pass the function's arguments with --model-kwargs '{\"name\": value}')"
+                if isinstance(error, TypeError) and any(words in str(error) for words in arguments) else "")
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: "
                          f"{error_line(error)}{hint}") from None
 

@@ -226,8 +226,7 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat",
     ``"flat"``, their floors (:func:`snippets.lib.model_plan.floor_step`) at the planner's small batches, over
     the thread counts it runs them at, grew by less than :data:`snippets.lib.model_plan.FLAT_GROWTH`;
     ``"cheap"``, the line through those floors puts that batch within :data:`snippets.lib.model_plan.WIDE_PEAK`.
-    At the benchmark's largest batch, 128 per device, from the planner's own runs (not its repeats), as the
-    benchmark decided it; of the architectures of ``sets`` (``"rows"``: :data:`snippets.lib.zoo.ARCHITECTURES`,
+    From the planner's own runs (not its repeats), as the benchmark decided it; of the architectures of ``sets`` (``"rows"``: :data:`snippets.lib.zoo.ARCHITECTURES`,
     ``"holdout"``, ``"fresh"``: :data:`snippets.lib.zoo.HOLDOUT`, :data:`snippets.lib.zoo.FRESH`); sorted."""
     from snippets.lib import zoo
 
@@ -248,7 +247,7 @@ def wide_runs(path: Path = MODEL_PLANNER, why: str = "flat",
         floors.setdefault(name, {}).setdefault(batch, []).append(run)
     return sorted(name for name, runs in floors.items()
                   if len(runs) == len(model_plan.SMALL_BATCHES)
-                  and model_plan.wide_reason([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES], 128) == why)
+                  and model_plan.wide_reason([model_plan.floor_step(runs[b]) for b in model_plan.SMALL_BATCHES]) == why)
 
 
 def holdout_before(path: Path = MODEL_PLANNER) -> str:

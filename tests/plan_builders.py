@@ -25,6 +25,11 @@ def failing():
     raise ValueError("the reader's bug")
 
 
+def needs_width(width):
+    """A builder with an argument the reader must give (--model-kwargs)."""
+    return keras.Sequential([keras.Input((8,)), keras.layers.Dense(width)])
+
+
 def not_a_model():
     """Returns the model's config by mistake, not the model."""
     return tiny().get_config()
@@ -140,6 +145,27 @@ class Autoencoder(keras.Model):
 def own_step_x_only():
     """No loss compiled: the model's own train_step takes x alone."""
     model = Autoencoder()
+    model(keras.ops.zeros((1, 16)))
+    model.compile(optimizer="adam")
+    return model
+
+
+class ClassIds(Autoencoder):
+    """Its own train_step reads y as class ids, as a sparse loss takes them (a new user's trial)."""
+
+    def train_step(self, data):
+        import tensorflow as tf
+
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, self(x, training=True)))
+        self.optimizer.apply(tape.gradient(loss, self.trainable_weights), self.trainable_weights)
+        return {"loss": loss}
+
+
+def own_step_class_ids():
+    """No loss compiled: the model's own train_step wants class ids for y."""
+    model = ClassIds()
     model(keras.ops.zeros((1, 16)))
     model.compile(optimizer="adam")
     return model

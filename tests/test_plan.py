@@ -317,6 +317,18 @@ def test_bad_input_exits_2_with_one_line(argv, message):
     assert len([line for line in lines if "error:" in line]) == 1
 
 
+def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_made(kernel):
+    # A new user's trial: a train_step computing a sparse loss itself, no loss compiled, failed on targets
+    # shaped as the output, with nothing saying --loss decides them.
+    argv = ["--model", "tests.plan_builders:own_step_class_ids", "--strategy", "single", "--optimizer", "adam",
+            "--batch", "32"]
+    code, out = kernel.call(run_plan_cli, argv)
+    assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
+        "(y has the output's shape, or class ids for a sparse loss: pass --loss for the loss your train_step computes)")
+    code, out = kernel.call(run_plan_cli, [*argv, "--loss", "sparse_categorical_crossentropy"])
+    assert code == 0 and "Measured: real fit steps" in " ".join(out.split()), out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--model", "no_such_module:build"], "cannot import 'no_such_module' for --model"),
     (["--model-json", "/no/such/file.json"], "cannot read --model-json /no/such/file.json"),
@@ -347,6 +359,12 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "Keras on JAX runs this model's step without jit (RandomRotation: layers it does not compile)"),
     (["--model", "tests.plan_builders:tiny_jit_off", "--backend", "jax"],
      "the function's compile sets jit_compile=False, so Keras on JAX runs the step without jit"),
+    (["--model", "tests.plan_builders:own_step_x_only", "--backend", "jax", "--strategy", "single"],
+     "own train_step(data) is TensorFlow's form; Keras on JAX calls train_step(state, data), a stateless step: "
+     "plan it without --backend jax"),
+    (["--model", "snippets.lib.seed:seed_model", "--loss", "mse", "--backend", "jax", "--strategy", "single"],
+     "--backend jax builds the model and its optimizer on this host to compile the step (one copy), more than "
+     "this host can spare: plan it by rule with --strategy data_parallel"),
     (["--model", "tests.plan_builders:tiny_jit_on"],
      "the function's compile sets jit_compile=True, and an XLA step under --strategy mirrored cannot"),
     (["--model", "tests.plan_builders:failing"],
@@ -355,6 +373,9 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "tests.plan_builders:stateful_rnn: a layer creates a variable from a value while the model is built (a "
      "stateful=True RNN's states"),
     (["--model", "no_such_module:build"], "(run from the directory that holds it, or add that directory to PYTHONPATH)"),
+    (["--model", "tests.plan_builders:needs_width"],
+     "failed: TypeError: needs_width() missing 1 required positional argument: 'width' (pass the function's "
+     "arguments with --model-kwargs '{\"name\": value}')"),
     (["--model", "tests.plan_builders:not_a_model"],
      "tests.plan_builders:not_a_model: the function returns dict, not a keras.Model: return the model it builds"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),
@@ -743,13 +764,14 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
                   "rmsprop, which is measured.",
                   "--loss huber is not used: the function compiles the model with mse, which fit trains with.",
                   "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
-    # The reader's batch is one of the two run (no third at WIDE_BATCH: nothing is extrapolated).
-    assert plan["plan"]["method"] == "measured" and plan["plan"]["batches"] == [16, 32]
+    # The reader's batch is one of those run, and the cards' largest batches are read off the same lines as for
+    # any batch: with the run at WIDE_BATCH this small step makes (cheap: model_plan.wide_reason).
+    assert plan["plan"]["method"] == "measured" and plan["plan"]["batches"] == [16, 32, 256]
     assert "Measured" in plan["plan"]["how"] and plan["largest_global_batch"]["A100-80GB"] > 32
     assert plan["fits"] and plan["caveats"].startswith("Not measurable on a CPU")
     # One line as each run ends, as it ends (a 224 px ResNet50 takes minutes).
     done = [line for line in out.splitlines() if line.startswith("run ") and " done (" in line]
-    assert [line.split(" done")[0] for line in done] == ["run 1 of 2", "run 2 of 2"], out
+    assert [line.split(" done")[0] for line in done] == ["run 1 of 2", "run 2 of 2", "run 1 of 1"], out
     assert all("step peak " in line and line.endswith(" s since measuring began") for line in done)
 
 

@@ -16,6 +16,7 @@ Run by :func:`plan_on_jax`; by hand::
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -26,8 +27,9 @@ from dataclasses import asdict, replace
 from snippets.lib import planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import batch_of
-from snippets.lib.model_plan import ModelPlan, rule_slope
-from snippets.lib.model_step import ROOT, ModelError, ModelStep, build, check_step, compiled_loss
+from snippets.lib.model_plan import SMALL_BATCHES, ModelPlan, rule_slope, runs_here
+from snippets.lib.model_step import (ROOT, ModelError, ModelStep, build, check_step, compiled_loss, default_cap,
+                                     own_train_step)
 
 
 def device_bytes(compiled) -> dict[str, int]:
@@ -87,6 +89,10 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
         distribution = keras.distribution.DataParallel(devices=jax.devices()[:replicas])
         keras.distribution.set_distribution(distribution)
     model = build(replace(step, xla="on"))
+    if own_train_step(model) and len(inspect.signature(model.train_step).parameters) < 2:
+        # keras-io's "Customizing what happens in fit() with JAX": Keras on JAX calls train_step(state, data).
+        raise ModelError(f"{step.model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls "
+                         "train_step(state, data), a stateless step: plan it without --backend jax")
     x, y = batch_of(model, replicas, compiled_loss(model))
     model.train_on_batch(x, y)
 
@@ -143,8 +149,10 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                 weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
     """Plan ``step`` for Keras on JAX (a :class:`~snippets.lib.model_plan.ModelPlan`, method
     ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the reader's batch and
-    at half of it (for the line that gives the largest batch); no step at those batches runs (one
-    ``train_on_batch`` of a sample per replica creates the optimizer's slots, :func:`compile_on_jax`).
+    at half of it, or at :data:`~snippets.lib.model_plan.SMALL_BATCHES` when that half is smaller (the
+    line that gives the largest batch: through 1 sample alone it had no slope, and every card's largest
+    batch came out as 1); no step at those batches runs (one ``train_on_batch`` of a sample per replica
+    creates the optimizer's slots, :func:`compile_on_jax`).
 
     The line's slope is at least :func:`~snippets.lib.model_plan.rule_slope` of ``weights`` (None: no
     floor): at small batches XLA can place the activations in buffers the update's temporaries need anyway, so two
@@ -156,14 +164,21 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     (:func:`compile_on_jax`).
 
     Raises:
-        ModelError: the model was refused.
+        ModelError: the model was refused, or its weights (``weights``) are too large to build here: the
+            emulated devices are this host's memory, each holding every variable, its gradient and slots.
     """
     check_step(step)
     replicas = step.devices if step.strategy == "mirrored" else 1
+    if weights is not None and not runs_here(weights, step, default_cap(step) // replicas):
+        copies = f"a copy on each of {replicas} emulated devices" if replicas > 1 else "one copy"
+        raise ModelError(f"--backend jax builds the model and its optimizer on this host to compile the step "
+                         f"({copies}), more than this host can spare: plan it by rule with --strategy "
+                         "data_parallel (Keras on JAX's DataParallel), without --backend jax")
     per_device = step.batch // replicas
-    batches = sorted({max(1, per_device // 2), per_device})
-    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at "
-                                      f"{' and '.join(map(str, batches))} samples per device ...")
+    half = per_device // 2
+    batches = sorted({per_device, *([half] if half >= SMALL_BATCHES[0] else SMALL_BATCHES)})
+    listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
+    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {listed} samples per device ...")
     results = compiled_fresh(step, [b * replicas for b in batches])
     compiled = replace(step, xla="on")
     return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),

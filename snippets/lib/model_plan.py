@@ -12,7 +12,7 @@ runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ
 :data:`WIDE_BATCH` is cheap: :func:`wide_reason`) and reads the highest line at the reader's batch (a peak is the larger
 of the backward pass's, which grows with the batch, and the update's, which
 does not, so it is convex in the batch: the steepest order carries). A
-batch no larger than ``b2`` is measured itself. Every figure carries how it was obtained
+smaller batch is run as well, for its own figure. Every figure carries how it was obtained
 (:attr:`ModelPlan.method`, :meth:`ModelPlan.how`):
 
 ``measured``
@@ -55,7 +55,7 @@ from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as m
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 
-#: Per-device batches the planner runs when the reader's batch is larger. Not smaller: below
+#: Per-device batches the planner draws its lines through, whatever the reader's batch. Not smaller: below
 #: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
 #: tensors differently, so a line through small batches bends (benchmarks, model_planner:
 #: through 4 and 16, a Transformer's XLA step was planned at 0.75x and an LSTM's at 0.67x of
@@ -161,12 +161,13 @@ def floor_step(runs: Sequence[dict]) -> int:
     return ordered[len(ordered) // 4]
 
 
-def wide_reason(floors: Sequence[int], device_batch: int) -> str:
-    """Why to run :data:`WIDE_BATCH` too, where the reader's per-device batch is beyond the small batches:
-    ``"flat"``, the floors at the first two (``floors``, bytes: :func:`floor_step`) grew by less than
+def wide_reason(floors: Sequence[int]) -> str:
+    """Why to run :data:`WIDE_BATCH` too, whatever the reader's batch (a card's largest batch is read off
+    the lines, so they are drawn through the same runs for any batch the reader asks for): ``"flat"``, the
+    floors at :data:`SMALL_BATCHES` (``floors``, bytes: :func:`floor_step`) grew by less than
     :data:`FLAT_GROWTH` of the second; ``"cheap"``, the line through them puts :data:`WIDE_BATCH` at most at
     :data:`WIDE_PEAK`; else ``""``."""
-    if device_batch <= SMALL_BATCHES[-1] or len(floors) < 2 or floors[1] <= 0:
+    if len(floors) < 2 or floors[1] <= 0:
         return ""
     if (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]:
         return "flat"
@@ -251,13 +252,19 @@ class ModelPlan:
         """Samples each device runs per step."""
         return self.step.batch // self.replicas
 
+    def _first(self) -> int:
+        """Index of the first batch the lines are drawn from: the first of at least :data:`SMALL_BATCHES`' first
+        (a reader's smaller batch gives its own figure only), unless that leaves one run."""
+        first = next((i for i, b in enumerate(self.batches) if b >= SMALL_BATCHES[0]), 0)
+        return first if first < len(self.batches) - 1 else 0
+
     def _floor_slope(self) -> float:
-        """Bytes per sample between the first and last batches' :attr:`floors` (their peaks if no
-        floors were recorded), never negative; 0 for one run."""
+        """Bytes per sample between the first fitted (:meth:`_first`) and last batches' :attr:`floors`
+        (their peaks if no floors were recorded), never negative; 0 for one run."""
         if len(self.batches) < 2:
             return 0.0
-        low = self.floors or self.peaks
-        return max(0.0, (low[-1] - low[0]) / (self.batches[-1] - self.batches[0]))
+        low, first = self.floors or self.peaks, self._first()
+        return max(0.0, (low[-1] - low[first]) / (self.batches[-1] - self.batches[first]))
 
     def lines(self) -> list[tuple[float, float]]:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
@@ -282,10 +289,11 @@ class ModelPlan:
         if not self.by_threads or len(self.batches) < 2:
             slope = max(floor_slope, self.rule_slope) if len(self.batches) > 1 else 0.0
             return [(max(self.peaks) - slope * last, slope)]
-        span = last - self.batches[0]
+        first = self._first()
+        span = last - self.batches[first]
         found = []
         for peaks, middle in zip(self.by_threads, self.uppers or self.by_threads):
-            slope = max(min(max(0.0, (middle[-1] - middle[0]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
+            slope = max(min(max(0.0, (middle[-1] - middle[first]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
             found.append((max(peaks) - slope * last, slope))
         return found
 
@@ -400,6 +408,7 @@ class ModelPlan:
         xla = "XLA:CPU-compiled step" if self.step.jit else "step without XLA"
         if self.method == "rule":
             return self.rule_note
+        listed = " and ".join(filter(None, [", ".join(map(str, self.batches[:-1])), str(self.batches[-1])]))
         if self.method == "compiled":
             devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
                        "on each, its partitioned program with the gradients' all-reduce"
@@ -409,16 +418,15 @@ class ModelPlan:
                      if self.rule_slope and len(self.batches) > 1 else "")
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
                     f"whole step jit-compiled as fit does, its state donated) at batch "
-                    f"{' and '.join(map(str, self.batches))} per device, its inputs given as shapes (no data); "
+                    f"{listed} per device, its inputs given as shapes (no data); "
                     f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
-        runs = ", ".join(map(str, self.batches[:-1])) + f" and {self.batches[-1]} per device"
         cheap = self.wide_why == "cheap"
         why = (f"the line through the floors at {SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} put it at "
                f"{units.human_bytes(WIDE_PEAK)} or less" if cheap else
                f"{SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else \
             " (fixed buffers hid the activations)"
-        wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if len(self.batches) > 2 else
+        wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if self.batches[-1] > SMALL_BATCHES[-1] else
                 f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
                 "small runs', and may be too shallow." if self.wide_ran_out else "")
         order = f"+{MARGIN:.0%}"
@@ -434,11 +442,11 @@ class ModelPlan:
         beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
                   if not self.step.jit and self.device_batch > self.batches[-1] else "")
         if self.method == "measured":
-            return (f"Measured: real fit steps ({xla}) {where}, run at {runs}, capped CPU "
+            return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
                     f"{order} for other orders of the step's ops.{wide}")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
-        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {runs} "
+        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {listed} per device "
                 f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), "
                 f"{lines}: "
                 f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at most "
@@ -537,9 +545,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          "(Keras turns XLA off for a model created under a strategy), or --backend jax")
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
-    # Two batches always (a line needs two); the reader's own when it is one of them or smaller.
-    small = target <= SMALL_BATCHES[-1] and target != SMALL_BATCHES[0]
-    batches = sorted({SMALL_BATCHES[0], target} if small else set(SMALL_BATCHES))
+    # The lines' batches whatever the reader's, and the reader's own if smaller: a card's largest batch is read
+    # off the lines (drawn through 1 and 16 samples, a small CNN's came out far above what a card held; a trial).
+    batches = sorted({*SMALL_BATCHES, target} if target < SMALL_BATCHES[-1] else set(SMALL_BATCHES))
     counts = plan_threads(step)
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
     if run is None:
@@ -555,23 +563,20 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
                              f"at {s.batch // replicas} samples per device ({result['failed_phase']}); plan a "
                              "smaller --batch or free memory")
-    # Each batch's figure is the worse of its thread counts, its floor their lower-quartile step;
-    # the default count's run times the step.
-    per = len(counts)
+    per = len(counts)  # each batch's figure is the worse of its thread counts, its floor their lower quartile
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     wide_ran_out = False
-    wide_why = wide_reason([floor_step(group) for group in groups], target)
+    wide_why = wide_reason([floor_step(groups[batches.index(b)]) for b in SMALL_BATCHES])
     if wide_why:
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
-        say((f"the runs at {' and '.join(map(str, batches))} hardly differ (fixed buffers can hide the activations)"
+        say((f"the runs at {' and '.join(map(str, SMALL_BATCHES))} hardly differ (fixed buffers can hide the activations)"
              if wide_why == "flat" else f"a run at {WIDE_BATCH} is cheap") +
             f": running {WIDE_BATCH} samples per device too ...")
         if run is None:
             more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
         else:
             more = [run(s, cap, inter_op_threads=threads) for s, threads in wide]
-        # One that ran out of this host's cap leaves the plan to the two runs, and the plan says so.
-        wide_ran_out = not all(r["completed"] for r in more)
+        wide_ran_out = not all(r["completed"] for r in more)  # the plan is the small runs', and says so
         if not wide_ran_out:
             batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
             groups.append(more)

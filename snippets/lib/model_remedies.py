@@ -58,10 +58,11 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         return []
     found = []
     b, replicas = plan.device_batch, plan.replicas
+    basis = "compiled line" if plan.method == "compiled" else "measured line"
     largest = plan.largest_batch(capacity)
     if 0 < largest < plan.step.batch:
         found.append(BatchRemedy(f"batch {largest}", plan.peak_at(largest // replicas),
-                                 "the measured fit at that batch",
+                                 f"the {basis} at that batch",
                                  "fewer samples per update: retune the learning rate"))
     # A step that accumulates already was measured with its accumulators: k more micro-batches add none.
     k0 = plan.step.accumulation
@@ -74,7 +75,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if peak <= capacity:
             found.append(BatchRemedy(f"gradient_accumulation_steps={k0 * k} (batch {plan.step.batch // k} per step, "
                                      f"same effective batch {plan.step.batch * k0})", peak,
-                                     f"the measured fit at {b // k} per device{accumulators}",
+                                     f"the {basis} at {b // k} per device{accumulators}",
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
@@ -89,7 +90,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         peak = plan.peak_at(plan.step.batch // more) + (trainable_bytes if single else 0)
         if plan.step.strategy == "mirrored" or plan.step.xla == "off":
             peak = max(peak, plan.init_peak)
-        how = "the measured fit at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
+        how = f"the {basis} at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
         if plan.step.jit:
             how += ("; from the XLA-compiled step, while Keras compiles none under a strategy: measure it with "
                     "--strategy mirrored")

@@ -131,6 +131,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     --loss huber is not used: the function compiles the model with mse, which fit trains with.
     --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it.
     >>> model_setup(None, None, loss="mse", function_optimizer="sgd", optimizer="adam").notes
+    ('--optimizer adam is planned: the function compiles with sgd; it compiles no loss, and the step trains with --loss mse.',)
+    >>> model_setup("huber", None, function_optimizer="sgd", optimizer="adam").notes
     ('--optimizer adam is planned: the function compiles with sgd; of its compile, only the loss is kept.',)
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
@@ -156,8 +158,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"--xla {xla} is planned: {compiles} with jit_compile={function_jit}, which fit keeps "
                      "unless you compile the model again.")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
-        notes.append(f"--optimizer {optimizer} is planned: {compiles} with {function_optimizer}; of its "
-                     "compile, only the loss is kept.")
+        kept = ("of its compile, only the loss is kept" if function_loss else
+                f"it compiles no loss, and the step trains with --loss {loss}" if loss else "it compiles no loss")
+        notes.append(f"--optimizer {optimizer} is planned: {compiles} with {function_optimizer}; {kept}.")
     if unmeasured:
         eager = ("; run_eagerly=True runs fit without tf.function, a step not planned here"
                  if "run_eagerly" in unmeasured else "")
@@ -221,7 +224,7 @@ def no_batch_fits(plan: model_plan.ModelPlan, capacity: int) -> bool:
 def no_batch_line(plan: model_plan.ModelPlan) -> str:
     """Why a plan that fits no batch (:meth:`snippets.lib.model_plan.ModelPlan.largest_batch` is 0) has no remedy."""
     least = min(plan.batches)
-    return (f"No batch fits, by the same fit: at {least} per device, the smallest batch run, the step peaks at "
+    return (f"No batch fits, by the same lines: at {least} per device, the smallest batch run, the step peaks at "
             f"{units.human_bytes(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink "
             "(a sharded placement, smaller layers: docs/decide.md).")
 
@@ -275,7 +278,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom.")
-        lines.append(textwrap.fill(f"Largest batch that fits (from the same fit{over}): {fits}.{beyond}",
+        lines.append(textwrap.fill(f"Largest batch that fits (read off the same lines{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
         lines.append(textwrap.fill(no_batch_line(plan), 100))

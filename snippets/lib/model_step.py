@@ -352,9 +352,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         began = time.perf_counter()
         if (not index and step.strategy == "mirrored" and not replica_devices and model.optimizer is not None
                 and not model.optimizer.built):
-            # Under a strategy Keras's fit builds the slots before its first step (module docstring):
-            # inside step 0's window, as fit does, and one trace of the step instead of two. The real
-            # strategy's fit does so itself, inside the strategy's scope.
+            # Under a strategy Keras's fit builds the slots before its first step (module docstring): inside
+            # step 0's window, and one trace instead of two. The real strategy's fit does so in its scope.
             model.optimizer.build(model.trainable_variables)
         try:
             try:
@@ -370,7 +369,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                     if is_oom(again):
                         raise
                     raise ModelError(f"{step.model}'s own train_step failed on a batch (x, y) and on x alone: "
-                                     f"{type(error).__name__}: {error_line(error)}") from None
+                                     f"{type(error).__name__}: {error_line(error)} (y has the output's shape, or class "
+                                     "ids for a sparse loss: pass --loss for the loss your train_step computes)") from None
         except (tf.errors.OpError, ValueError) as error:
             if not is_oom(error):
                 raise
