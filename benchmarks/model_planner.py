@@ -467,6 +467,14 @@ def time_decide() -> dict:
     return {"argv": DECIDE_RESNET, "seconds": round(seconds, 1), "plan": json.loads(done.stdout)}
 
 
+def save(text: str) -> None:
+    """Write :data:`RESULTS` whole or not at all (a file beside it, then renamed): the pages' tests read it while
+    a benchmark runs, and a half-written one would fail them."""
+    part = RESULTS.with_suffix(".part")
+    part.write_text(text)
+    part.replace(RESULTS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.model_planner", description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=list(zoo.ARCHITECTURES), metavar="NAME",
@@ -516,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{result.get('step_peak')} ({time.perf_counter() - began:.0f} s)", flush=True)
                 # Each run saved as it lands, with the last published rows kept (an interrupted
                 # benchmark leaves the pages' figures as they were, and its runs cached).
-                RESULTS.write_text(json.dumps({**data, "versions": versions(), "runs": cache}, indent=0))
+                save(json.dumps({**data, "versions": versions(), "runs": cache}, indent=0))
     decide_run = time_decide() if args.time_decide else data.get("decide_resnet50_224")
     for job in check_jobs(decide_run):
         # One at a time, under a cap of their own: a replica of several GiB each.
@@ -532,13 +540,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if wanted <= cache.keys():
         # Every run the rows need is here: runs of an older method of measuring go.
         cache = {k: v for k, v in cache.items() if k in wanted}
-    RESULTS.write_text(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
-                                   "margins": margin_choice(cache, list(zoo.ARCHITECTURES)),
-                                   "linearity": linearity(cache), "plan_spread": plan_spread(cache),
-                                   # Apart: the planner's constants were chosen on the rows above, not on these.
-                                   "holdout": rows(cache, list(zoo.HOLDOUT)), "fresh": rows(cache, list(zoo.FRESH)),
-                                   "decide_resnet50_224": decide_run, "decide_check": decide_check(cache, decide_run),
-                                   "runs": cache}, indent=0))
+    save(json.dumps({"versions": versions(), "seconds": round(seconds), "rows": table,
+                     "margins": margin_choice(cache, list(zoo.ARCHITECTURES)),
+                     "linearity": linearity(cache), "plan_spread": plan_spread(cache),
+                     # Apart: the planner's constants were chosen on the rows above, not on these.
+                     "holdout": rows(cache, list(zoo.HOLDOUT)), "fresh": rows(cache, list(zoo.FRESH)),
+                     "decide_resnet50_224": decide_run, "decide_check": decide_check(cache, decide_run),
+                     "runs": cache}, indent=0))
     missing = [*every(jobs), *every(wide_jobs, cache), *check_jobs(decide_run)]
     print(f"{len(table)} rows; {sum(1 for j in missing if stale(j, cache.get(key(*j))))} "
           "runs missing; "
