@@ -27,9 +27,10 @@ with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the pl
 without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
 it planned before). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
-after every rule was made, are published apart again (``fresh``). The reader's command for a 224 px
-ResNet50 (:data:`DECIDE_RESNET`) is timed with ``--time-decide``, and its plan held against that replica's
-step at its own batch, several GiB (:func:`decide_check`).
+after every rule was made, are published apart again (``fresh``), with both optimizers
+(:data:`FRESH_OPTIMIZERS`). The reader's command for a 224 px ResNet50 (:data:`DECIDE_RESNET`) is timed
+with ``--time-decide``, and its plan held against that replica's step at its own batch, several GiB
+(:func:`decide_check`).
 
 Results are cached by package versions and configuration in
 ``benchmarks/results/model_planner.json`` (committed): a re-run measures only
@@ -118,6 +119,10 @@ def architecture(name: str) -> zoo.Architecture:
 
 #: Optimizers the held-out architectures (:data:`snippets.lib.zoo.HOLDOUT`) are measured with, in every mode.
 HOLDOUT_OPTIMIZERS = OPTIMIZERS[:1]
+
+#: Optimizers the architectures measured after every rule (:data:`snippets.lib.zoo.FRESH`) are measured with,
+#: in every mode: both, as the rows (Adam first; RMSprop added after, with no rule changed in between).
+FRESH_OPTIMIZERS = OPTIMIZERS
 
 
 def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
@@ -493,12 +498,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = {}
     cache = data.get("runs", {})
     # A run of an older snippets.lib.model_step is measured again (stale).
-    # Measured apart, with Adam: HOLDOUT (a rule came from them) and FRESH (measured after every rule).
-    holdout = [*zoo.HOLDOUT, *zoo.FRESH]
+    # Measured apart: HOLDOUT with Adam (a rule came from them), FRESH with both (measured after every rule).
 
     def every(make, *cached, names=names, optimizers=args.optimizers):
         """``make``'s jobs (:func:`jobs`, :func:`wide_jobs`) for the rows' architectures and the ones measured apart."""
-        return [*make(*cached, names, optimizers), *make(*cached, holdout, HOLDOUT_OPTIMIZERS)]
+        return [*make(*cached, names, optimizers), *make(*cached, list(zoo.HOLDOUT), HOLDOUT_OPTIMIZERS),
+                *make(*cached, list(zoo.FRESH), FRESH_OPTIMIZERS)]
 
     todo = [job for job in every(jobs) if stale(job, cache.get(key(*job)))]
     began = time.perf_counter()

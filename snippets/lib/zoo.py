@@ -314,7 +314,7 @@ HOLDOUT = {a.target.rsplit(":", 1)[1]: a for a in (
 
 
 #: Architectures measured after every rule of the planner was made (margins, slope cap, flat growth and
-#: the cheap run at 256 that :data:`HOLDOUT` led to): nothing was chosen on them. Adam in every mode,
+#: the cheap run at 256 that :data:`HOLDOUT` led to): nothing was chosen on them. Adam and RMSprop in every mode,
 #: published apart (docs/performance.md).
 FRESH = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:convnext_tiny", "sparse_categorical_crossentropy", "CNN, ConvNeXt"),
