@@ -142,12 +142,16 @@ class Autoencoder(keras.Model):
         return {"loss": loss}
 
 
-def own_step_x_only():
-    """No loss compiled: the model's own train_step takes x alone."""
-    model = Autoencoder()
+def _built_with_adam(model):
+    """``model`` called once on 16 features (its weights made), compiled with Adam and no loss."""
     model(keras.ops.zeros((1, 16)))
     model.compile(optimizer="adam")
     return model
+
+
+def own_step_x_only():
+    """No loss compiled: the model's own train_step takes x alone."""
+    return _built_with_adam(Autoencoder())
 
 
 class ClassIds(Autoencoder):
@@ -165,10 +169,7 @@ class ClassIds(Autoencoder):
 
 def own_step_class_ids():
     """No loss compiled: the model's own train_step wants class ids for y."""
-    model = ClassIds()
-    model(keras.ops.zeros((1, 16)))
-    model.compile(optimizer="adam")
-    return model
+    return _built_with_adam(ClassIds())
 
 
 class TwoOptimizers(Autoencoder):
