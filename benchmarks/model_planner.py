@@ -121,7 +121,7 @@ def architecture(name: str) -> zoo.Architecture:
 HOLDOUT_OPTIMIZERS = OPTIMIZERS[:1]
 
 #: Optimizers the architectures measured after every rule (:data:`snippets.lib.zoo.FRESH`) are measured with,
-#: in every mode: both, as the rows (Adam first; RMSprop added after, with no rule changed in between).
+#: in every mode: both, as the rows (Adam first; RMSprop after, no rule for batches above 32 changed in between).
 FRESH_OPTIMIZERS = OPTIMIZERS
 
 
@@ -415,10 +415,11 @@ DECIDE_RESNET = ["--model", "snippets.lib.zoo:resnet50", "--model-kwargs", '{"si
 
 
 #: Inter-op thread counts the reader's command (:data:`DECIDE_RESNET`) is measured at at its own batch
-#: (:func:`decide_check`): as "measured" takes the rows' targets without XLA (:func:`rows`), one draw each.
+#: (:func:`decide_check`): as "measured" takes the rows' targets without XLA (:func:`rows`), one run each.
 CHECK_THREADS = (1, None, HOST_THREADS)
 
-#: Their allocator cap: one replica of a 224 px ResNet50 at 64 samples is planned near 6.6 GiB, above :data:`CAP`.
+#: Their allocator cap: one replica of a 224 px ResNet50 at 64 samples is planned near 6.6 GiB, over
+#: :data:`snippets.lib.model_step.CAP_BOUND` of :data:`CAP`, where a cap can hold a step's peak down.
 CHECK_CAP = "12GiB"
 
 
@@ -439,8 +440,8 @@ def decide_check(cache: dict, decide_run: dict | None) -> dict | None:
     "measured", "ratio", "peaks", "line", "line_ratio"}`` (bytes; ``measured`` the worst of the runs' steps,
     ``peaks`` each thread count's, keyed by the count run; ``line`` the line through the runs at the planner's
     small batches at one thread, no margins, at the reader's batch, over that batch's run at one thread), or
-    None if a run is missing. The benchmark's rows stop at 128 samples of 64 px and its :func:`linearity`
-    near 3 GiB; this is a 224 px step of several GiB, the size the reader plans."""
+    None if a run is missing. The rows' steps and :func:`linearity`'s stay near 3 GiB or under; this is a
+    224 px step of several GiB, the size the reader plans."""
     jobs_ = check_jobs(decide_run)
     runs = [cache.get(key(*job)) for job in jobs_]
     if not runs or not all(r and r["completed"] for r in runs):

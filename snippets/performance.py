@@ -330,5 +330,6 @@ def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:
 
 def decide_check(path: Path = MODEL_PLANNER) -> dict | None:
     """That command's plan against its own batch, measured (``benchmarks.model_planner.decide_check``:
-    ``{"batch_per_device", "planned", "measured", "ratio", "peaks"}``, bytes), or None if not measured."""
+    ``{"batch_per_device", "planned", "measured", "ratio", "peaks", "line", "line_ratio"}``, bytes), or None
+    if not measured."""
     return json.loads(path.read_text(encoding="utf-8")).get("decide_check")

@@ -146,10 +146,9 @@ MARGIN = 0.10
 def upper_step(result: dict) -> int:
     """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
     Racing threads give a step two or more levels: this sits on the higher unless at most one of 8
-    steps drew it, where a median falls on either (the benchmark's repeated plans, ``plan_spread``: a GRU
-    stack replica's five plans at 64 per device moved 1.13x through medians, 1.04x through these), and
-    leaves out one step above the rest (a GRU stack's 96.61 MiB among steps of at most 74.08:
-    :meth:`ModelPlan.lines`)."""
+    steps drew it, where a median falls on either and the plan with it (``plan_spread``: a GRU stack replica's
+    five plans at 64 per device moved 1.04x through these), and leaves out one step above the rest (a GRU
+    stack's 96.61 MiB among steps of at most 74.08: :meth:`ModelPlan.lines`)."""
     ordered = sorted(result["step_peaks"])
     return ordered[(3 * len(ordered)) // 4]
 
@@ -270,7 +269,8 @@ class ModelPlan:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
 
         With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile
-        steps (:attr:`uppers`; its worst peaks if none) at the first and last batches, held to
+        steps (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`)
+        and the last, held to
         ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the highest of its
         worst peaks. The slope is the activations' growth, which every order of the ops has; one
         draw that kept a buffer live longer is a level, and counted once there: through the worst
@@ -413,7 +413,7 @@ class ModelPlan:
             devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
                        "on each, its partitioned program with the gradients' all-reduce"
                        if self.replicas > 1 else "one device")
-            slope = ("other batches on the line between them, at least the "
+            slope = ("other batches on the line through those of 16 or more, at least the "
                      f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
                      if self.rule_slope and len(self.batches) > 1 else "")
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
@@ -546,7 +546,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
     # The lines' batches whatever the reader's, and the reader's own if smaller: a card's largest batch is read
-    # off the lines (drawn through 1 and 16 samples, a small CNN's came out far above what a card held; a trial).
+    # off the lines (drawn through 8 and 16 samples, a small CNN's came out far above what a card held; a trial).
     batches = sorted({*SMALL_BATCHES, target} if target < SMALL_BATCHES[-1] else set(SMALL_BATCHES))
     counts = plan_threads(step)
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]

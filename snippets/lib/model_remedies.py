@@ -35,17 +35,17 @@ class BatchRemedy:
 
 
 def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes: int) -> list[BatchRemedy]:
-    """Activation-bound remedies that fit ``capacity`` bytes per device, derived from ``plan``'s fit, smallest change first.
+    """Activation-bound remedies that fit ``capacity`` bytes per device, derived from ``plan``'s lines, smallest change first.
 
-    - a smaller batch: the largest that fits (the fit itself);
+    - a smaller batch: the largest that fits (the lines themselves);
     - the same effective batch through ``gradient_accumulation_steps=k``: ``B / k``
       samples per step plus one accumulator per trainable variable
       (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
       field case F22), the smallest ``k`` that fits; a step already accumulating over ``k0``
       (``plan.step.accumulation``) was measured with its accumulators, so ``k0 x k`` steps add none;
     - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used):
-      ``B / N`` samples per replica, the fit at that batch (plus the all-reduced gradient when the
-      fit was a single device's; an estimate when the fit was an XLA step, which a strategy does not
+      ``B / N`` samples per replica, the lines at that batch (plus the all-reduced gradient when they
+      are a single device's; an estimate when they are an XLA step's, which a strategy does not
       compile).
 
     - last, and only as an estimate (``estimate=True``): ``mixed_float16`` for a float32 step,
@@ -83,7 +83,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             break
     more = max(devices, 2 * replicas)
     if more > replicas and plan.step.batch % more == 0:
-        # Measured on one device, the fit lacks a replica's all-reduced gradient (one copy of the
+        # Measured on one device, the lines lack a replica's all-reduced gradient (one copy of the
         # trainable weights, step_ledger.copy_on_aggregation); and under a strategy Keras compiles no
         # XLA step for jit_compile="auto", so a line from a compiled step is another program's.
         single = plan.step.strategy != "mirrored"
