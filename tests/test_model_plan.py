@@ -269,6 +269,27 @@ def test_a_readers_small_batch_is_run_besides_the_lines_batches_and_the_largest_
     assert "run at 8, 16 and 32 per device" in plans[8].how() and "was added" not in plans[8].how()
 
 
+def test_a_run_past_the_readers_batch_that_runs_out_leaves_the_lines_and_the_largest_batch_below_it():
+    # Runs at 16 and 32 are made for the lines whatever the reader's batch: one too large for this host must
+    # not refuse a batch of 8 that runs, nor let a line through the smaller runs give a larger batch.
+    def fake(step, cap, inter_op_threads):
+        if step.batch >= 32:
+            return {"completed": False, "failed_phase": "step", "step_peak": None, "step_peaks": []}
+        peak = (2000 + 100 * step.batch) * units.MiB
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+
+    plan = model_plan.plan_model(ModelStep("m:f", "adam", 8, "off"), run=fake)
+    assert plan.batches == (8, 16) and plan.short_of == 32 and plan.method == "measured"
+    assert plan.step_peak == round(2800 * units.MiB * (1 + model_plan.MARGIN))
+    assert plan.largest_batch(80 * units.GiB) == 16  # nothing past the largest batch run
+    assert "The run at 32 per device ran out of this host's cap: the lines, and the largest batch, stop below it." in (
+        " ".join(plan.how().split()))
+    # The reader's own batch running out is still a refusal.
+    with pytest.raises(model_plan.ModelError, match="ran out of this host's"):
+        model_plan.plan_model(ModelStep("m:f", "adam", 64, "off"), run=fake)
+
+
 def test_held_out_architectures_are_published_apart_and_none_is_under_0_95():
     import json
 

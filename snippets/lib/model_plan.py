@@ -33,12 +33,9 @@ Under ``mirrored`` a replica holds every variable whole and runs ``B / N``
 of the batch; what is run is one replica's program alone
 (:mod:`snippets.lib.model_step` says why and how).
 
-What the CPU emulation cannot show, and :data:`CAVEATS` says beside every verdict: cuDNN / cuBLAS
-workspaces (TensorFlow lets a convolution's cuDNN algorithm take scratch up to
-``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``, default ``1LL << 32`` bytes = 4096 MiB: ``GetDnnWorkspaceLimit``
-in tensorflow/core/kernels/conv_ops*.cc; scratch it cannot get makes autotuning pick another
-algorithm, so this is headroom, not a fixed cost), XLA:GPU's buffer assignment (an XLA figure here
-is XLA:CPU's), NCCL's buffers, and the GPU layout optimizer's NHWC/NCHW transposes.
+What the CPU emulation cannot show (cuDNN / cuBLAS workspaces, XLA:GPU's buffer assignment, NCCL's
+buffers, the GPU layout optimizer's transposes) :data:`CAVEATS` says beside every verdict, and
+:mod:`snippets.lib.plan_caveats` gives the sources.
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from dataclasses import asdict, dataclass
 
 from snippets.lib import planner, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
-from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
+from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
@@ -220,7 +217,9 @@ class ModelPlan:
         wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`) and ran out of
             this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
         steps_run: the fewest and the most steps a run took (more while quick:
-            :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`steps_measured`).
+            :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`snippets.lib.model_step.steps_measured`).
+        short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap
+            (the lines, and the largest batch, stop below it); 0 if none.
     """
 
     step: ModelStep
@@ -241,6 +240,7 @@ class ModelPlan:
     wide_ran_out: bool = False
     wide_why: str = ""
     steps_run: tuple[int, ...] = ()
+    short_of: int = 0
 
     @property
     def replicas(self) -> int:
@@ -393,6 +393,7 @@ class ModelPlan:
         else:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
+        per_device = min(per_device, self.batches[-1]) if self.short_of else per_device  # nothing run past it
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
         for batch in sorted(self.batches, reverse=True):
@@ -402,57 +403,10 @@ class ModelPlan:
         return max(per_device, 0) * self.replicas
 
     def how(self) -> str:
-        """One sentence: how the figure was obtained."""
-        where = (f"under MirroredStrategy ({self.device_batch} samples per replica)"
-                 if self.step.strategy == "mirrored" else "on one device")
-        xla = "XLA:CPU-compiled step" if self.step.jit else "step without XLA"
-        if self.method == "rule":
-            return self.rule_note
-        listed = " and ".join(filter(None, [", ".join(map(str, self.batches[:-1])), str(self.batches[-1])]))
-        if self.method == "compiled":
-            devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
-                       "on each, its partitioned program with the gradients' all-reduce"
-                       if self.replicas > 1 else "one device")
-            slope = ("other batches on the line through those of 16 or more, at least the "
-                     f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
-                     if self.rule_slope and len(self.batches) > 1 else "")
-            return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
-                    f"whole step jit-compiled as fit does, its state donated) at batch "
-                    f"{listed} per device, its inputs given as shapes (no data); "
-                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
-        cheap = self.wide_why == "cheap"
-        why = (f"the line through the floors at {SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} put it at "
-               f"{units.human_bytes(WIDE_PEAK)} or less" if cheap else
-               f"{SMALL_BATCHES[0]} and {SMALL_BATCHES[1]} differed by under {FLAT_GROWTH:.0%}")
-        hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else \
-            " (fixed buffers hid the activations)"
-        wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if self.batches[-1] > SMALL_BATCHES[-1] else
-                f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
-                "small runs', and may be too shallow." if self.wide_ran_out else "")
-        order = f"+{MARGIN:.0%}"
-        counts = thread_counts(self.threads or plan_threads(self.step))
-        threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
-        fewest, most = self.steps_run or (steps_measured(self.step),) * 2
-        steps = f"{fewest} steps" if fewest == most else f"{fewest} to {most} steps"
-        worse = f"the worst of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worst of {steps}"
-        lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
-        floor = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
-                 if self.rule_slope else "")
-        # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
-        beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
-                  if not self.step.jit and self.device_batch > self.batches[-1] else "")
-        if self.method == "measured":
-            return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
-                    f"allocator, a fresh process per run, {worse}; "
-                    f"{order} for other orders of the step's ops.{wide}")
-        between = "upper-quartile steps" if self.uppers else "worst peaks"
-        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {listed} per device "
-                f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), "
-                f"{lines}: "
-                f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at most "
-                f"{SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})"
-                f"{beyond}; "
-                f"{order} for other orders of the step's ops.{wide}")
+        """One sentence: how the figure was obtained (:func:`snippets.lib.plan_how.plan_how`)."""
+        from snippets.lib.plan_how import plan_how  # it reads this module's constants
+
+        return plan_how(self)
 
     @property
     def caveats(self) -> str:
@@ -558,6 +512,10 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL, progress=progress)
     else:
         flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
+    out = min((s.batch // replicas for (s, _), r in zip(jobs, flat) if not r["completed"]), default=0)
+    if out > target:  # a run past the reader's own batch: the lines stop below it
+        kept = [i for i, (s, _) in enumerate(jobs) if s.batch // replicas < out]
+        jobs, flat, batches = [jobs[i] for i in kept], [flat[i] for i in kept], [b for b in batches if b < out]
     for (s, _), result in zip(jobs, flat):
         if not result["completed"]:
             raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap "
@@ -566,7 +524,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     per = len(counts)  # each batch's figure is the worse of its thread counts, its floor their lower quartile
     groups = [flat[i * per:(i + 1) * per] for i in range(len(batches))]
     wide_ran_out = False
-    wide_why = wide_reason([floor_step(groups[batches.index(b)]) for b in SMALL_BATCHES])
+    wide_why = "" if out else wide_reason([floor_step(groups[batches.index(b)]) for b in SMALL_BATCHES])
     if wide_why:
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
         say((f"the runs at {' and '.join(map(str, SMALL_BATCHES))} hardly differ (fixed buffers can hide the activations)"
@@ -592,7 +550,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
                      floors=floors, by_threads=by_threads, uppers=uppers, threads=counts,
                      rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
-                     wide_ran_out=wide_ran_out, wide_why=wide_why, steps_run=(min(map(len, taken)), max(map(len, taken))))
+                     wide_ran_out=wide_ran_out, wide_why=wide_why, steps_run=(min(map(len, taken)), max(map(len, taken))),
+                     short_of=out if out > target else 0)
 
 
 def stderr_progress(line: str) -> None:

@@ -3,6 +3,12 @@
 :attr:`snippets.lib.model_plan.ModelPlan.caveats` picks among these (the pages print them as
 ``model_plan``'s): TensorFlow's step with or without XLA, Keras on JAX's compiled step, and a step
 run here under a 16-bit policy.
+
+The sources: TensorFlow lets a convolution's cuDNN algorithm take scratch up to
+``TF_CUDNN_WORKSPACE_LIMIT_IN_MB``, default ``1LL << 32`` bytes = 4096 MiB (``GetDnnWorkspaceLimit`` in
+tensorflow/core/kernels/conv_ops*.cc); scratch it cannot get makes autotuning pick another algorithm, so
+this is headroom, not a fixed cost. XLA:GPU assigns its own buffers (an XLA figure here is XLA:CPU's);
+NCCL's buffers and the GPU layout optimizer's NHWC/NCHW transposes exist on a GPU host only.
 """
 
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model
