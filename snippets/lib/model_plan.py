@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 
 from snippets.lib import planner, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
-from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
+from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
@@ -174,14 +174,12 @@ def wide_reason(floors: Sequence[int]) -> str:
 
 
 def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
-    """The inter-op thread counts ``step`` is run at: :data:`COMPILED_THREADS` if Keras compiles
-    it with XLA (``step.jit``, as a GPU host resolves ``"auto"``), else :data:`PLAN_THREADS`."""
+    """``step``'s inter-op thread counts: :data:`COMPILED_THREADS` if XLA compiles it (``step.jit``), else :data:`PLAN_THREADS`."""
     return COMPILED_THREADS if step.jit else PLAN_THREADS
 
 
 def thread_counts(threads: Sequence[int | None]) -> list[int]:
-    """``threads`` as :func:`plan_threads` gives them, with None read as the emulation's default
-    (:data:`snippets.lib.devices.CPU_INTER_OP_THREADS`): the counts the runs really had."""
+    """``threads`` (:func:`plan_threads`) as the runs had them: None is :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`."""
     return [CPU_INTER_OP_THREADS if t is None else t for t in threads]
 
 
@@ -252,14 +250,12 @@ class ModelPlan:
         return self.step.batch // self.replicas
 
     def _first(self) -> int:
-        """Index of the first batch the lines are drawn from: the first of at least :data:`SMALL_BATCHES`' first
-        (a reader's smaller batch gives its own figure only), unless that leaves one run."""
+        """Index of the first batch the lines start from: the first of 16 or more, unless that leaves one run."""
         first = next((i for i, b in enumerate(self.batches) if b >= SMALL_BATCHES[0]), 0)
         return first if first < len(self.batches) - 1 else 0
 
     def _floor_slope(self) -> float:
-        """Bytes per sample between the first fitted (:meth:`_first`) and last batches' :attr:`floors`
-        (their peaks if no floors were recorded), never negative; 0 for one run."""
+        """Bytes per sample between :attr:`floors` (else peaks) at :meth:`_first` and the last batch, at least 0."""
         if len(self.batches) < 2:
             return 0.0
         low, first = self.floors or self.peaks, self._first()
@@ -270,9 +266,8 @@ class ModelPlan:
 
         With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile
         steps (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`)
-        and the last, held to
-        ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the highest of its
-        worst peaks. The slope is the activations' growth, which every order of the ops has; one
+        and the last, held to ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the
+        highest of its worst peaks. The slope is the activations' growth, which every order of the ops has; one
         draw that kept a buffer live longer is a level, and counted once there: through the worst
         peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads, Adam; its other steps
         at most 74.08 MiB) drew a line through 16 and 32 that read 1.81 of the step at 128 (before
@@ -289,9 +284,8 @@ class ModelPlan:
         if not self.by_threads or len(self.batches) < 2:
             slope = max(floor_slope, self.rule_slope) if len(self.batches) > 1 else 0.0
             return [(max(self.peaks) - slope * last, slope)]
-        first = self._first()
+        first, found = self._first(), []
         span = last - self.batches[first]
-        found = []
         for peaks, middle in zip(self.by_threads, self.uppers or self.by_threads):
             slope = max(min(max(0.0, (middle[-1] - middle[first]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
             found.append((max(peaks) - slope * last, slope))
@@ -403,10 +397,57 @@ class ModelPlan:
         return max(per_device, 0) * self.replicas
 
     def how(self) -> str:
-        """One sentence: how the figure was obtained (:func:`snippets.lib.plan_how.plan_how`)."""
-        from snippets.lib.plan_how import plan_how  # it reads this module's constants
-
-        return plan_how(self)
+        """One sentence: how the figure was obtained (a ``rule`` plan: its own note)."""
+        where = (f"under MirroredStrategy ({self.device_batch} samples per replica)"
+                 if self.step.strategy == "mirrored" else "on one device")
+        xla = "XLA:CPU-compiled step" if self.step.jit else "step without XLA"
+        if self.method == "rule":
+            return self.rule_note
+        listed = " and ".join(filter(None, [", ".join(map(str, self.batches[:-1])), str(self.batches[-1])]))
+        b1, b2 = SMALL_BATCHES
+        if self.method == "compiled":
+            devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
+                       "on each, its partitioned program with the gradients' all-reduce"
+                       if self.replicas > 1 else "one device")
+            slope = (f"other batches on the line through those of {b1} or more, at least the "
+                     f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
+                     if self.rule_slope and len(self.batches) > 1 else "")
+            return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
+                    f"whole step jit-compiled as fit does, its state donated) at batch "
+                    f"{listed} per device, its inputs given as shapes (no data); "
+                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
+        cheap = self.wide_why == "cheap"
+        why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
+               if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
+        hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
+        wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if self.batches[-1] > b2 else
+                f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
+                "small runs', and may be too shallow." if self.wide_ran_out else "") + (
+            f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
+            "stop below it." if self.short_of else "")
+        counts = thread_counts(self.threads or plan_threads(self.step))
+        threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
+        fewest, most = self.steps_run or (steps_measured(self.step),) * 2
+        steps = f"{fewest} steps" if fewest == most else f"{fewest} to {most} steps"
+        worse = f"the worst of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worst of {steps}"
+        lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
+        floor = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
+                 if self.rule_slope else "")
+        # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
+        beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
+                  if not self.step.jit and self.device_batch > self.batches[-1] else "")
+        if self.method == "measured":
+            return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
+                    f"allocator, a fresh process per run, {worse}; "
+                    f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
+        between = "upper-quartile steps" if self.uppers else "worst peaks"
+        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {listed} per device "
+                f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), "
+                f"{lines}: "
+                f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at most "
+                f"{SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})"
+                f"{beyond}; "
+                f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
 
     @property
     def caveats(self) -> str:
