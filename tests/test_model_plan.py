@@ -641,6 +641,22 @@ def test_a_verdict_held_by_the_initialisation_says_so():
     assert "initialisation, above" not in model_report.model_report(held_by_step, 300 * units.MiB, None)
 
 
+def test_the_capacity_planned_for_gets_its_own_largest_batch():
+    # A trial (helper-25): --device-memory 2GiB, or a card outside the four listed, got every card's largest
+    # batch but its own.
+    from snippets.lib import model_report
+
+    step = ModelStep("m:f", "adam", 64, "off", "mirrored", 2)
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (50 * units.MiB, 60 * units.MiB))
+    own = plan.largest_batch(2 * units.GiB)
+    assert 0 < own < min(model_report.largest_batches(plan).values())
+    flat = " ".join(model_report.model_report(plan, 2 * units.GiB, None).split())
+    assert f"Largest batch that fits 2 GiB (each device): {own}, read off the same lines." in flat
+    assert model_report.model_json(plan, 2 * units.GiB, None, "m:f")["largest_batch"] == own
+    # A card among the four has its figure in their line already.
+    assert "Largest batch that fits 2 GiB" not in model_report.model_report(plan, 2 * units.GiB, "A100-80GB")
+
+
 def test_the_checked_line_is_the_one_the_benchmark_published():
     import json
 

@@ -547,7 +547,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
     if run is None:
         shown = thread_counts(counts)
-        say(f"measuring {step.source} at {' and '.join(map(str, batches))} samples per device, at "
+        say(f"measuring {step.source} at {', '.join(map(str, batches[:-1]))} and {batches[-1]} samples per device, at "
             f"{' and '.join(map(str, shown))} inter-op thread{'s' if shown != [1] else ''}, a fresh process "
             f"per run, {PARALLEL} at a time ...")
         flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL, progress=progress)

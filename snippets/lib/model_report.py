@@ -265,6 +265,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
         largest = largest_batches(plan)
+        if card_name not in largest:  # --device-memory, or a card the list below leaves out
+            lines.append(f"Largest batch that fits {h(capacity)} ({against}): {plan.largest_batch(capacity)}, read "
+                         "off the same lines.")
         pool = card_pool(plan)
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
         fits = ", ".join(f"{name} {batch} ({h(pool(name))} per card)".replace(" ", "\xa0")
@@ -318,7 +321,8 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan.as_json(),
             "setup": asdict(setup) if setup else None,
             "capacity": capacity, "fits": plan.total <= capacity, "card": card,
-            "pool": pool if card else None, "largest_global_batch": largest_batches(plan),
+            "pool": pool if card else None, "largest_batch": plan.largest_batch(capacity),
+            "largest_global_batch": largest_batches(plan),
             # Per device, how far the benchmarks held the fitted line: a largest batch past it is further out.
             "line_checked_per_device": model_plan.LINE_CHECKED,
             "remedies": [asdict(r) for r in remedies_found],
@@ -340,6 +344,7 @@ JSON_KEYS = {
     "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
+    "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
     "largest_global_batch": "per card, the largest global batch (samples per step, all replicas) its own pool holds",
     "line_checked_per_device": "the per-device batch up to which the benchmarks held a fitted line",
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
