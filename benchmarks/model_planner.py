@@ -243,6 +243,14 @@ def linearity_configurations(names: Sequence[str]):
             yield name, base
 
 
+def small_line(small: Sequence[dict], batch: int) -> float:
+    """The line through ``small``, runs at the planner's small batches (one thread, one order), at ``batch``
+    samples per device, no margins: bytes."""
+    peaks = tuple(r["step_peak"] for r in small)
+    slope = max(0.0, (peaks[-1] - peaks[0]) / (model_plan.SMALL_BATCHES[-1] - model_plan.SMALL_BATCHES[0]))
+    return max(peaks) + slope * (batch - model_plan.SMALL_BATCHES[-1])
+
+
 def linearity(cache: dict) -> list[dict]:
     """For each :data:`LINEARITY` architecture: the line through the runs at the planner's batches
     against runs at large batches, all at one inter-op thread (one order), without margins: ``{"architecture",
@@ -252,12 +260,10 @@ def linearity(cache: dict) -> list[dict]:
         small = [cache.get(key(base.at_batch(b), 1, False)) for b in model_plan.SMALL_BATCHES]
         if not all(r and r["completed"] for r in small):
             continue
-        plan = model_plan.ModelPlan(base.at_batch(1), "extrapolated", model_plan.SMALL_BATCHES,
-                                    tuple(r["step_peak"] for r in small))
         for b in LINEARITY[name]:
             big = cache.get(key(base.at_batch(b), 1, False))
             if big and big["completed"]:
-                line = plan.state + plan.per_sample * b
+                line = small_line(small, b)
                 out.append({"architecture": name, "batch_per_device": b, "line": round(line),
                             "measured": big["step_peak"], "ratio": line / big["step_peak"]})
     return out
@@ -450,9 +456,7 @@ def decide_check(cache: dict, decide_run: dict | None) -> dict | None:
     plan = decide_run["plan"]["plan"]
     measured = max(r["step_peak"] for r in own)
     per_device = plan["step"]["batch"] // plan["step"]["devices"]
-    fitted = model_plan.ModelPlan(ModelStep(**plan["step"]), "extrapolated", model_plan.SMALL_BATCHES,
-                                  tuple(r["step_peak"] for r in small))
-    line = fitted.state + fitted.per_sample * per_device
+    line = small_line(small, per_device)
     one = own[CHECK_THREADS.index(1)]["step_peak"]
     return {"batch_per_device": per_device, "planned": plan["step_peak"],
             "measured": measured, "ratio": plan["step_peak"] / measured,
