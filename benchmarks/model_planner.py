@@ -27,7 +27,7 @@ with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the pl
 without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
 it planned before). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
-after every rule was made, are published apart again (``fresh``), with both optimizers
+after every rule but the last (a batch between two runs on their chord), are published apart again (``fresh``), with both optimizers
 (:data:`FRESH_OPTIMIZERS`). The reader's command for a 224 px ResNet50 (:data:`DECIDE_RESNET`) is timed
 with ``--time-decide``, and its plan held against that replica's step at its own batch, several GiB
 (:func:`decide_check`).
@@ -120,7 +120,7 @@ def architecture(name: str) -> zoo.Architecture:
 #: Optimizers the held-out architectures (:data:`snippets.lib.zoo.HOLDOUT`) are measured with, in every mode.
 HOLDOUT_OPTIMIZERS = OPTIMIZERS[:1]
 
-#: Optimizers the architectures measured after every rule (:data:`snippets.lib.zoo.FRESH`) are measured with,
+#: Optimizers the architectures measured after every rule but the last (:data:`snippets.lib.zoo.FRESH`) are measured with,
 #: in every mode: both, as the rows (Adam first; RMSprop after, no rule for batches above 32 changed in between).
 FRESH_OPTIMIZERS = OPTIMIZERS
 
@@ -384,6 +384,12 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             if plan.wide_why == "cheap":
                 # And without the run at the wide batch that a cheap one adds (model_plan.WIDE_PEAK).
                 row["ratio_without_cheap"] = planned(cache, base, replicas, cheap=False).peak_at(b) / worst
+                # And between the runs on the lines no lower than the chord, as between flat runs
+                # (ModelPlan._measured_peak_at), not on the chord alone.
+                row["ratio_on_lines"] = replace(plan, wide_why="flat").peak_at(b) / worst
+            elif plan.wide_why == "flat":
+                # And the other way: between flat runs on the chord alone, as between cheap ones.
+                row["ratio_on_chord"] = replace(plan, wide_why="cheap").peak_at(b) / worst
             out.append(row)
     return out
 
@@ -503,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = {}
     cache = data.get("runs", {})
     # A run of an older snippets.lib.model_step is measured again (stale).
-    # Measured apart: HOLDOUT with Adam (a rule came from them), FRESH with both (measured after every rule).
+    # Measured apart: HOLDOUT with Adam (a rule came from them), FRESH with both (measured after every rule but the last).
 
     def every(make, *cached, names=names, optimizers=args.optimizers):
         """``make``'s jobs (:func:`jobs`, :func:`wide_jobs`) for the rows' architectures and the ones measured apart."""

@@ -319,8 +319,10 @@ def plan_spread(path: Path = MODEL_PLANNER) -> str:
     lines = [[row["architecture"], row["strategy"], row["batch_per_device"], len(row["planned"]), f"{row['spread']:.2f}",
               f"{min(row['planned']) / row['measured']:.2f}-{max(row['planned']) / row['measured']:.2f}"]
              for row in json.loads(path.read_text(encoding="utf-8")).get("plan_spread", [])]
+    # The ratio kept as text: tabulate would print 1.00 as "1".
     return tabulate(lines, headers=["architecture", "strategy", "per device", "plans", "highest/lowest",
-                                    "planned/measured"])
+                                    "planned/measured"], disable_numparse=[4],
+                    colalign=("left", "left", "right", "right", "right", "left"))
 
 
 def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:

@@ -1,27 +1,27 @@
 """Plan the reader's own model: its step peak measured at small batches and extrapolated in the batch.
 
-A training step's peak is the state the step keeps (weights, gradients,
-optimizer slots, the update's temporaries), which does not depend on the
-batch, plus what the batch makes (activations and their gradients), which
-grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs
-(benchmarks, ``model_planner``). So the planner runs the reader's real step
-(:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``, each at one and
-at eight inter-op threads (:func:`plan_threads`) in a fresh capped process, fits a
-line ``peak(b) = state + per_sample * b`` for each thread count through its
-runs (through ``b1`` and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or a run at
-:data:`WIDE_BATCH` is cheap: :func:`wide_reason`) and reads the highest line at the reader's batch (a peak is the larger
-of the backward pass's, which grows with the batch, and the update's, which
-does not, so it is convex in the batch: the steepest order carries). A
-smaller batch is run as well, for its own figure. Every figure carries how it was obtained
+A training step's peak is the state the step keeps (weights, gradients, optimizer slots, the update's
+temporaries), which does not depend on the batch, plus what the batch makes (activations and their
+gradients), which grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs (benchmarks,
+``model_planner``). So the planner runs the reader's real step (:mod:`snippets.lib.model_step`) at two
+small per-device batches ``b1 < b2``, each at one and eight inter-op threads (:func:`plan_threads`) in a
+fresh capped process, fits a line ``peak(b) = state + per_sample * b`` for each thread count through its
+runs (and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or it is cheap: :func:`wide_reason`) and
+reads the highest line at the reader's batch (a peak is the larger of the backward pass's, which grows
+with the batch, and the update's, which does not, so it is convex in the batch: the steepest order
+carries). A smaller batch is run as well, for its own figure. Every figure says how it was obtained
 (:attr:`ModelPlan.method`, :meth:`ModelPlan.how`):
 
 ``measured``
     the reader's own per-device batch was run.
+``interpolated``
+    the reader's batch lies between two runs (after a run at :data:`WIDE_BATCH`): the chord
+    between their worst peaks where the floors grow, else as ``extrapolated`` but no lower than
+    that chord (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
 ``extrapolated``
-    run at ``b1`` and ``b2``, extrapolated linearly, plus :data:`MARGIN`:
-    one line per inter-op thread count, levelled at its worst peak, its slope
+    beyond the runs: one line per inter-op thread count, levelled at its worst peak, its slope
     between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest
-    line at the reader's batch.
+    line at the reader's batch, plus :data:`MARGIN`.
 ``rule``
     the model's weights are too large to run on this host: weights,
     gradients, slots and the update's temporaries by the rule of
@@ -76,15 +76,12 @@ WIDE_BATCH = 256
 FLAT_GROWTH = 0.10
 
 #: Bytes up to which :data:`WIDE_BATCH` is run whatever the floors, as the line through the floors at the
-#: small batches puts its peak: where that run is cheap, a plan need not rest on a line through small
-#: batches. A fixed buffer can hide part of the activations there, not all, and the floors still grow:
-#: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner; 0.1 MiB of weights): its
-#: replica at one thread peaked at 29.2, 37.0, 62.9 and 125.4 MiB at 16, 32, 64 and 128 samples (on one
-#: device, in a run outside the benchmark: 281.7 at 256, 1127.4 at 1024), and planned through 16 and 32 it read 0.55
-#: of the measured peak at 128.
+#: small batches puts its peak. A fixed buffer can hide part of the activations there, not all, and the
+#: floors still grow: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner) peaked at
+#: 29.2, 37.0, 62.9 and 125.4 MiB at 16, 32, 64 and 128 samples (one replica, one thread; on one device,
+#: outside the benchmark: 281.7 at 256, 1127.4 at 1024); planned through 16 and 32, 0.55 of its peak at 128.
 #: Bytes, not seconds: the same model gets the same runs on any machine. At 1 GiB no run at 256 of the
-#: benchmark's took long (the slowest steps: DenseNet121's and a GRU stack's), and a 64 px ResNet50, whose
-#: line puts 256 near 2 GiB, is left to its two small runs.
+#: benchmark's took long, and a 64 px ResNet50 (its line puts 256 near 2 GiB) keeps its two small runs.
 WIDE_PEAK = 1 << 30
 
 #: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
@@ -99,9 +96,8 @@ WIDE_PEAK = 1 << 30
 PLAN_THREADS = (1, 8)
 
 #: The thread counts for a step XLA compiles: one (None: the emulation's default,
-#: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). The compiled step is one program that
-#: assigns its own buffers; on the benchmark's 52 compiled rows one thread against two moved the
-#: peak by about 1% (0.99-1.01).
+#: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). The compiled step is one program that assigns its own
+#: buffers; on the benchmark's 52 compiled rows one thread against two moved the peak by about 1% (0.99-1.01).
 COMPILED_THREADS = (None,)
 
 #: A thread count's slope is held to at most this many times the slope between the batches' floors
@@ -122,13 +118,13 @@ SLOPE_CAP = 2.0
 #: results, tests/test_model_plan.py); by the same rule a compiled step's rows ask for none.
 EXTRAPOLATION = 0.05
 
-#: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small
-#: CNN's and the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md). A card's
-#: largest batch past it lies where no run checked the line, and the report says so.
+#: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small CNN's and
+#: the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md). A card's largest batch
+#: past it lies where no run checked the line, and the report says so.
 LINE_CHECKED = 256
 
-#: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one
-#: Python thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
+#: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one Python
+#: thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
 PARALLEL = 2
 
 #: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
@@ -142,10 +138,9 @@ MARGIN = 0.10
 
 def upper_step(result: dict) -> int:
     """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
-    Racing threads give a step two or more levels: this sits on the higher unless at most one of 8
-    steps drew it, where a median falls on either and the plan with it (``plan_spread``: a GRU stack replica's
-    five plans at 64 per device moved 1.04x through these), and leaves out one step above the rest (a GRU
-    stack's 96.61 MiB among steps of at most 74.08: :meth:`ModelPlan.lines`)."""
+    Racing threads give a step two or more levels: this sits on the higher unless at most one of 8 steps
+    drew it, where a median falls on either and the plan with it (``plan_spread``: a GRU stack replica's five
+    plans at 64 per device moved 1.04x through these), and leaves out one step above the rest (:meth:`ModelPlan.lines`)."""
     ordered = sorted(result["step_peaks"])
     return ordered[(3 * len(ordered)) // 4]
 
@@ -189,7 +184,7 @@ class ModelPlan:
 
     Attributes:
         step: the reader's configuration (global batch).
-        method: ``"measured"``, ``"extrapolated"`` or ``"rule"`` (module docstring).
+        method: ``"measured"``, ``"interpolated"``, ``"extrapolated"``, ``"rule"`` (module docstring) or ``"compiled"``.
         batches: per-device batches that were run (empty for ``rule``).
         peaks: each run's per-device step peak, bytes (worst of its steps).
         init_peak: per-device allocator peak while building the model, bytes.
@@ -264,18 +259,16 @@ class ModelPlan:
     def lines(self) -> list[tuple[float, float]]:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
 
-        With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile
-        steps (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`)
-        and the last, held to ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the
-        highest of its worst peaks. The slope is the activations' growth, which every order of the ops has; one
-        draw that kept a buffer live longer is a level, and counted once there: through the worst
-        peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads, Adam; its other steps
-        at most 74.08 MiB) drew a line through 16 and 32 that read 1.81 of the step at 128 (before
-        that plan also ran :data:`WIDE_BATCH`: :data:`WIDE_PEAK`; tests/test_model_plan.py keeps the
-        runs). A peak does not fall as the batch grows (a wide MLP, RMSprop, 8 threads, in an earlier
-        measurement: 769 MiB at 16, 643 at 32, 769 again at 64; levelled at 32, the plan read 0.92 of
-        it; tests/test_model_plan.py keeps the case).
-        Without: one line, the floors' slope, the same level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
+        With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile steps
+        (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`) and the
+        last, held to ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the highest of its
+        worst peaks. The slope is the activations' growth, which every order of the ops has; one draw that
+        kept a buffer live longer is a level, counted once there: through the worst peaks, a GRU stack's one
+        step of 96.61 MiB at 32 per device (8 threads, Adam; its others at most 74.08 MiB) drew a line through
+        16 and 32 that read 1.81 of the step at 128. A peak does not fall as the batch grows (a wide MLP,
+        RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64; levelled at 32, the plan read 0.92 of
+        it). tests/test_model_plan.py keeps both. Without: one line, the floors' slope, the same level. No
+        slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
         """
         if not self.batches:
             return []
@@ -335,10 +328,9 @@ class ModelPlan:
         return self._measured_peak_at(device_batch)
 
     def _measured_peak_at(self, device_batch: int) -> int:
-        """Planned per-device step peak at ``device_batch`` samples per device, bytes.
-
-        A measured batch gives its own figure, any other the linear fit; both get
-        :data:`MARGIN`. ``rule`` plans have no batch dependence they can trust.
+        """Planned per-device step peak at ``device_batch`` samples per device, bytes, with :data:`MARGIN`: a
+        batch run, its own figure; between two runs, the chord (floors that grow) or the lines no lower than
+        it (flat floors); beyond them, the lines. ``rule``: the rule's peak, whatever the batch.
         """
         if self.method == "rule":
             return self.rule_peak
@@ -346,15 +338,19 @@ class ModelPlan:
             # The worst order seen at this batch or a smaller one (a peak does not fall as the
             # batch grows: :meth:`lines`); orders not seen still need the margin.
             return round(max(self.peaks[:self.batches.index(device_batch) + 1]) * (1 + MARGIN))
-        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than
-        # the chord between the two runs around it: a peak is convex in the batch, so the chord is above
-        # it, where a line levelled at the last run and drawn down at the rule's steeper slope was not
-        # (a 4-layer MLP planned at 0.91 of its peak at 96; third audit).
+        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than the
+        # chord between the runs around it: a peak is convex in the batch, so the chord is above it (a line
+        # levelled at the last run and drawn down at the rule's steeper slope planned a 4-layer MLP at 0.91
+        # of its peak at 96; third audit). Where the floors grow, the chord alone: the lines, levelled at
+        # WIDE_BATCH and drawn down at the slope from 16, sit above it (DenseNet121's replicas at 64: 1.27 of the
+        # step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord through two draws
+        # can pass under (a wide MLP at 64: 0.945 on it alone): the lines stay. benchmarks.model_planner.rows.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
         chord = max((p0 + (p1 - p0) * (device_batch - b0) / (b1 - b0)
                      for (b0, p0), (b1, p1) in zip(zip(self.batches, self.peaks), zip(self.batches[1:], self.peaks[1:]))
                      if b0 < device_batch < b1), default=0)
-        return round(max(self.line_peak(device_batch), seen, chord) * (1 + MARGIN))
+        lines = 0 if chord and self.wide_why == "cheap" else self.line_peak(device_batch)
+        return round(max(lines, seen, chord) * (1 + MARGIN))
 
     @property
     def step_peak(self) -> int:
@@ -441,12 +437,16 @@ class ModelPlan:
                     f"allocator, a fresh process per run, {worse}; "
                     f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
-        return (f"Extrapolated: real fit steps ({xla}) {where} measured at batches {listed} per device "
-                f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), "
-                f"{lines}: "
-                f"{units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at most "
-                f"{SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})"
-                f"{beyond}; "
+        fitted = (f"{lines}: {units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at "
+                  f"most {SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})")
+        if self.method == "interpolated":  # between two runs: _measured_peak_at
+            b0 = max(b for b in self.batches if b < self.device_batch)
+            b1 = min(b for b in self.batches if b > self.device_batch)
+            chord = f"the chord between the worst peaks at {b0} and {b1} per device"
+            fitted = (f"{chord} (the floors grew: the peak, convex in the batch, lies under it)"
+                      if self.wide_why == "cheap" else f"{fitted}, and no lower than {chord}")
+        return (f"{self.method.capitalize()}: real fit steps ({xla}) {where} measured at batches {listed} per device "
+                f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), {fitted}{beyond}; "
                 f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
 
     @property
@@ -457,7 +457,7 @@ class ModelPlan:
         if self.method == "compiled":
             return f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
         found = GPU_CAVEATS if self.step.jit else CAVEATS
-        half = self.method in ("measured", "extrapolated") and (
+        half = self.method in ("measured", "interpolated", "extrapolated") and (
             self.step.policy in units.POLICIES or self.step.policy in ("float16", "bfloat16"))
         return f"{found} {HALF_CAVEAT}" if half else found
 
@@ -585,7 +585,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per))
     uppers = tuple(tuple(upper_step(group[t]) for group in groups) for t in range(per))
     results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
-    method = "measured" if target in batches else "extrapolated"
+    method = "measured" if target in batches else "interpolated" if target < batches[-1] else "extrapolated"
     return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                      max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                      results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],

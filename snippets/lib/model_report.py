@@ -217,7 +217,7 @@ def largest_batches(plan: model_plan.ModelPlan) -> dict[str, int]:
 
 
 def no_batch_fits(plan: model_plan.ModelPlan, capacity: int) -> bool:
-    """Whether a measured (extrapolated, compiled) plan fits no batch in ``capacity`` bytes per device."""
+    """Whether a measured (interpolated, extrapolated, compiled) plan fits no batch in ``capacity`` bytes per device."""
     return plan.method != "rule" and plan.total > capacity and plan.largest_batch(capacity) == 0
 
 
@@ -250,7 +250,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
              f"{xla}.", *setup_lines(setup),
              f"Step peak per device: {h(plan.step_peak)} ({init}).",
              textwrap.fill(plan.how(), 100, break_on_hyphens=False)]
-    if plan.method in ("measured", "extrapolated"):
+    if plan.method in ("measured", "interpolated", "extrapolated"):
         # What such a figure came to on the benchmark's architectures (TensorFlow's steps; a compiled
         # Keras-on-JAX figure and a rule are other methods, which it did not measure).
         lines.append(textwrap.fill(model_plan.accuracy_line(), 100, break_on_hyphens=False))
@@ -336,7 +336,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
 #: per device, where they are bytes. docs/decide.md prints it; tests/test_model_plan.py holds it to the keys.
 JSON_KEYS = {
     "model": "the --model function or the --model-json file",
-    "method": '"measured", "extrapolated" or "compiled": how the step peak was obtained',
+    "method": '"measured", "interpolated", "extrapolated" or "compiled": how the step peak was obtained',
     "how": "that, in a sentence or two (the text's)",
     "plan": "the plan's own figures, the plan.* keys",
     "setup": "what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes",

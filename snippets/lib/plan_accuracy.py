@@ -24,8 +24,11 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
         same configuration it made from fresh runs (without XLA), of how many architectures and configurations
         (each at two batches), the highest plan over the lowest of one configuration, and the range of those plans
         over measured. ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
-        "before_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, the last two without the cheap run at 256.
-        ``fresh``: None, or ``{"architectures", "min_ratio", "max_ratio"}`` for :data:`snippets.lib.zoo.FRESH`.
+        "before_max", "lines_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, ``before_*`` without the cheap run at
+        256, ``lines_max`` with it but between two runs on the lines, as before the chord (``ratio_on_lines``).
+        ``fresh``: None, or ``{"architectures", "min_ratio", "max_ratio", "moved"}`` for :data:`snippets.lib.zoo.FRESH`,
+        ``moved`` how far the one rule made after them (a batch between two runs on their chord where the
+        floors grow: ``ratio_on_lines``) lowered a row's ratio.
     """
     if not path.exists():
         return None
@@ -45,10 +48,12 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     before = [row.get("ratio_without_cheap", row["ratio"]) for row in apart]
     holdout = {"architectures": len({row["architecture"] for row in apart}),
                "min_ratio": min(row["ratio"] for row in apart), "max_ratio": max(row["ratio"] for row in apart),
-               "before_min": min(before), "before_max": max(before)} if apart else None
+               "before_min": min(before), "before_max": max(before),
+               "lines_max": max(row.get("ratio_on_lines", row["ratio"]) for row in apart)} if apart else None
     later = [row["ratio"] for row in data.get("fresh") or []]
     fresh = {"architectures": len({row["architecture"] for row in data["fresh"]}), "min_ratio": min(later),
-             "max_ratio": max(later)} if later else None
+             "max_ratio": max(later),
+             "moved": max(row.get("ratio_on_lines", row["ratio"]) - row["ratio"] for row in data["fresh"])} if later else None
     return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
             "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
             "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread, "holdout": holdout,
@@ -70,11 +75,11 @@ def accuracy_line(path: Path = ACCURACY) -> str:
     if held:
         line += (f" On {held['architectures']} more measured apart it was {held['min_ratio']:.2f}-"
                  f"{held['max_ratio']:.2f} ({held['before_min']:.2f}-{held['before_max']:.2f} before one of them "
-                 "led to a rule change).")
+                 f"led to the cheap run at 256, up to {held['lines_max']:.2f} before the chord between runs).")
     fresh = found["fresh"]
     if fresh:
-        line += (f" On {fresh['architectures']} measured after every rule was made: {fresh['min_ratio']:.2f}-"
-                 f"{fresh['max_ratio']:.2f}.")
+        line += (f" On {fresh['architectures']} measured after every rule but the last (the chord between two "
+                 f"runs, which moved them by {fresh['moved']:.3f} at most): {fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f}.")
     spread = found["spread"]
     if spread:
         line += (f" Without XLA, threads race, so the same command plans a different peak each run: planned "
