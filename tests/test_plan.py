@@ -772,7 +772,7 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     # One line as each run ends, as it ends (a 224 px ResNet50 takes minutes).
     done = [line for line in out.splitlines() if line.startswith("run ") and " done (" in line]
     assert [line.split(" done")[0] for line in done] == ["run 1 of 2", "run 2 of 2", "run 1 of 1"], out
-    assert all("step peak " in line and line.endswith(" s since measuring began") for line in done)
+    assert all("step peak " in line and line.endswith(" s since these runs began") for line in done)
 
 
 def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):

@@ -570,7 +570,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
         say((f"the runs at {' and '.join(map(str, SMALL_BATCHES))} hardly differ (fixed buffers can hide the activations)"
              if wide_why == "flat" else f"a run at {WIDE_BATCH} is cheap") +
-            f": running {WIDE_BATCH} samples per device too ...")
+            f": running {WIDE_BATCH} samples per device too, {len(wide)} more run{'s' if len(wide) > 1 else ''} ...")
         if run is None:
             more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
         else:

@@ -543,7 +543,7 @@ def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
             figure = "failed: " + result.get("refused", result.get("error", "no reply"))
         print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({per_device} per device, "
               f"{count} inter-op thread{'s' if count != 1 else ''}): {figure}, "
-              f"{time.perf_counter() - began:.0f} s since measuring began", flush=True)
+              f"{time.perf_counter() - began:.0f} s since these runs began", flush=True)
         results.append(result)
 
     results, running = [], []
