@@ -25,7 +25,8 @@ one and two threads is published.
 The architectures of :data:`snippets.lib.zoo.HOLDOUT` (a U-Net, a ViT, a 1-D CNN) are measured the same way
 with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the planner's margins were chosen
 without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
-it planned before). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
+it planned before); the chord between runs was chosen with them, and the other two sets, in view
+(``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
 after every rule but the last (a batch between two runs on their chord), are published apart again (``fresh``), with both optimizers
 (:data:`FRESH_OPTIMIZERS`). The reader's command for a 224 px ResNet50 (:data:`DECIDE_RESNET`) is timed
@@ -385,10 +386,10 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                 # And without the run at the wide batch that a cheap one adds (model_plan.WIDE_PEAK).
                 row["ratio_without_cheap"] = planned(cache, base, replicas, cheap=False).peak_at(b) / worst
                 # And between the runs on the lines no lower than the chord, as between flat runs
-                # (ModelPlan._measured_peak_at), not on the chord alone.
+                # (ModelPlan._measured_peak_at), not on the chord instead.
                 row["ratio_on_lines"] = replace(plan, wide_why="flat").peak_at(b) / worst
             elif plan.wide_why == "flat":
-                # And the other way: between flat runs on the chord alone, as between cheap ones.
+                # And the other way: between flat runs on the chord instead of the lines, as between cheap ones.
                 row["ratio_on_chord"] = replace(plan, wide_why="cheap").peak_at(b) / worst
             out.append(row)
     return out

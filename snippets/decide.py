@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         "are planned by rule (weights, gradients, slots, the update's temporaries, Dense layers' activations), "
         "allocating nothing; a --model (or --model-json) that runs here, trained under single or mirrored, is "
         "measured: its real fit step at two small batches (and a third when they hardly differ or it is cheap) in fresh capped "
-        "processes, extrapolated in the batch (with --backend jax: XLA's compiled analysis of the step).",
+        "processes, extrapolated in the batch, or on the chord between two runs (with --backend jax: XLA's "
+        "compiled analysis of the step).",
         epilog=model_plan.accuracy_line() + " Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, "
         "XLA:GPU's buffer assignment (docs/performance.md).",
     )
@@ -330,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sparse_categorical_crossentropy)")
     parser.add_argument("--method", default="auto", choices=("auto", "rule"),
                         help="--model: auto runs the model's real fit step at two small batches (a third when they "
-                        "hardly differ or it is cheap) in fresh capped processes and extrapolates (single or mirrored; the rule "
+                        "hardly differ or it is cheap) in fresh capped processes and extrapolates, or interpolates between two runs "
+                        "(single or mirrored; the rule "
                         "where it cannot run here); rule counts weights, gradients, slots, the update's temporaries "
                         "and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),

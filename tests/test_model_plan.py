@@ -220,7 +220,7 @@ def test_runs_that_hardly_differ_get_a_third_at_the_wide_batch():
                                         rule_slope=8.62 * units.KiB)
     chord = (1.10 + (2.48 - 1.10) * (96 - 32) / (model_plan.WIDE_BATCH - 32)) * units.MiB
     assert flat_then_up.step_peak >= chord * (1 + model_plan.MARGIN) - 1
-    # A reader's batch of 32 gets the same runs: a card's largest batch is read off the same lines.
+    # A reader's batch of 32 gets the same runs: a card's largest batch is planned from the same runs.
     assert model_plan.plan_model(replace(step, batch=32), run=fake).batches == (16, 32, model_plan.WIDE_BATCH)
     assert not model_plan.wide_reason((500 * units.MiB, 650 * units.MiB))  # grows, and 2.7 GiB at 256
     assert model_plan.wide_reason((100 * units.MiB, 105 * units.MiB)) == "flat"
@@ -275,6 +275,12 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     assert flat.step_peak == round(flat.line_peak(64) * (1 + model_plan.MARGIN)) > plan.step_peak
     assert "per sample (between the runs' upper-quartile steps" in flat.how()
     assert "and no lower than the chord between the worst peaks at 32 and 256 per device" in flat.how()
+    # A capacity below the run at 256 holds the batch its chord fits, not the lower one the lines would (an audit:
+    # the batch planned to fit was above the largest batch reported).
+    assert plan.largest_batch(plan.total) == plan.step.batch
+    for mib in (250, 300, 450, 700):
+        fits = [b for b in range(1, model_plan.WIDE_BATCH + 1) if plan.peak_at(b) <= mib * units.MiB]
+        assert plan.largest_batch(mib * units.MiB) == max(fits) * plan.replicas
     # Past the cheap run, the lines again: extrapolated.
     beyond = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off", "mirrored", 2), run=fake)
     assert beyond.method == "extrapolated" and "Extrapolated: " in beyond.how()
@@ -683,7 +689,7 @@ def test_the_capacity_planned_for_gets_its_own_largest_batch():
     own = plan.largest_batch(2 * units.GiB)
     assert 0 < own < min(model_report.largest_batches(plan).values())
     flat = " ".join(model_report.model_report(plan, 2 * units.GiB, None).split())
-    assert f"Largest batch that fits 2 GiB (each device): {own}, read off the same lines." in flat
+    assert f"Largest batch that fits 2 GiB (each device): {own}, planned from the same runs." in flat
     assert model_report.model_json(plan, 2 * units.GiB, None, "m:f")["largest_batch"] == own
     # A card among the four has its figure in their line already.
     assert "Largest batch that fits 2 GiB" not in model_report.model_report(plan, 2 * units.GiB, "A100-80GB")
@@ -765,7 +771,7 @@ def test_the_cli_text_says_when_no_batch_fits_and_why():
     step = ModelStep("m:f", "adam", 64, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))
     flat = " ".join(model_report.model_report(plan, 50 * units.MiB, None).split())  # the line starts at 60 MiB
-    assert "No batch fits, by the same lines: at 16 per device, the smallest batch run, the step peaks at 242 MiB" in flat
+    assert "No batch fits, by the same plan: at 16 per device, the smallest batch run, the step peaks at 242 MiB" in flat
     assert "No batch fits" not in model_report.model_report(plan, 100 * units.MiB, None)  # batch 3 does
 
 
@@ -776,7 +782,7 @@ def test_the_json_says_when_no_batch_fits_as_the_text_does():
                                 (220 * units.MiB, 380 * units.MiB))
     flat = " ".join(model_report.model_report(plan, 50 * units.MiB, None).split())
     note = model_report.model_json(plan, 50 * units.MiB, None, "m:f")["remedies_note"]
-    assert note.startswith("No batch fits, by the same lines: at 16 per device") and note in flat
+    assert note.startswith("No batch fits, by the same plan: at 16 per device") and note in flat
     for roomy in (100 * units.MiB, 16 * units.GiB):  # batch 3 fits; the reader's batch fits
         assert "remedies_note" not in model_report.model_json(plan, roomy, None, "m:f")
 

@@ -764,7 +764,7 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
                   "rmsprop, which is measured.",
                   "--loss huber is not used: the function compiles the model with mse, which fit trains with.",
                   "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
-    # The reader's batch is one of those run, and the cards' largest batches are read off the same lines as for
+    # The reader's batch is one of those run, and the cards' largest batches are planned from the same runs as for
     # any batch: with the run at WIDE_BATCH this small step makes (cheap: model_plan.wide_reason).
     assert plan["plan"]["method"] == "measured" and plan["plan"]["batches"] == [16, 32, 256]
     assert "Measured" in plan["plan"]["how"] and plan["largest_global_batch"]["A100-80GB"] > 32

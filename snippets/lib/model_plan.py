@@ -16,8 +16,9 @@ carries). A smaller batch is run as well, for its own figure. Every figure says 
     the reader's own per-device batch was run.
 ``interpolated``
     the reader's batch lies between two runs (after a run at :data:`WIDE_BATCH`): the chord
-    between their worst peaks where the floors grow, else as ``extrapolated`` but no lower than
-    that chord (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
+    between their worst peaks where the floors grow, else the lines (without :data:`EXTRAPOLATION`)
+    no lower than that chord; either no lower than a smaller batch's worst peak
+    (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
 ``extrapolated``
     beyond the runs: one line per inter-op thread count, levelled at its worst peak, its slope
     between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest
@@ -140,7 +141,7 @@ def upper_step(result: dict) -> int:
     """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
     Racing threads give a step two or more levels: this sits on the higher unless at most one of 8 steps
     drew it, where a median falls on either and the plan with it (``plan_spread``: a GRU stack replica's five
-    plans at 64 per device moved 1.04x through these), and leaves out one step above the rest (:meth:`ModelPlan.lines`)."""
+    plans at 64 per device moved 1.07x through these), and leaves out one step above the rest (:meth:`ModelPlan.lines`)."""
     ordered = sorted(result["step_peaks"])
     return ordered[(3 * len(ordered)) // 4]
 
@@ -341,10 +342,10 @@ class ModelPlan:
         # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than the
         # chord between the runs around it: a peak is convex in the batch, so the chord is above it (a line
         # levelled at the last run and drawn down at the rule's steeper slope planned a 4-layer MLP at 0.91
-        # of its peak at 96; third audit). Where the floors grow, the chord alone: the lines, levelled at
-        # WIDE_BATCH and drawn down at the slope from 16, sit above it (DenseNet121's replicas at 64: 1.27 of the
-        # step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord through two draws
-        # can pass under (a wide MLP at 64: 0.945 on it alone): the lines stay. benchmarks.model_planner.rows.
+        # of its peak at 96; third audit). Where the floors grow, between any two runs, not the lines: levelled
+        # at WIDE_BATCH and drawn down at the slope from 16, they sit above the chord (DenseNet121's replicas at
+        # 64: 1.27 of the step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord
+        # through two draws can pass under (a wide MLP at 64: 0.945 on it): the lines stay. benchmarks.model_planner.rows.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
         chord = max((p0 + (p1 - p0) * (device_batch - b0) / (b1 - b0)
                      for (b0, p0), (b1, p1) in zip(zip(self.batches, self.peaks), zip(self.batches[1:], self.peaks[1:]))
@@ -365,9 +366,10 @@ class ModelPlan:
     def largest_batch(self, capacity: int) -> int:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none.
 
-        A measured batch keeps its own figure, which can sit below the lines through it (a thread
-        count's slope held by :data:`SLOPE_CAP` or at 0 pins its line at its highest peak), so
-        the planned peak is not monotone there: batch 16 can fit where 17 does not.
+        Found on the lines, then, below the last batch run, among every batch up to it: a batch run keeps
+        its own figure and one between two runs can lie on their chord, both below the lines (a thread
+        count's slope held by :data:`SLOPE_CAP` or at 0 pins its line at its highest peak), so the planned
+        peak is not monotone there: batch 16 can fit where 17 does not.
         """
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
@@ -386,10 +388,8 @@ class ModelPlan:
         per_device = min(per_device, self.batches[-1]) if self.short_of else per_device  # nothing run past it
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
-        for batch in sorted(self.batches, reverse=True):
-            if batch > per_device and max(self.init_peak, self.peak_at(batch)) <= capacity:
-                per_device = batch
-                break
+        per_device = max([per_device, *(b for b in range(max(per_device, 0) + 1, self.batches[-1] + 1)
+                                        if max(self.init_peak, self.peak_at(b)) <= capacity)])
         return max(per_device, 0) * self.replicas
 
     def how(self) -> str:
@@ -440,8 +440,8 @@ class ModelPlan:
         fitted = (f"{lines}: {units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at "
                   f"most {SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})")
         if self.method == "interpolated":  # between two runs: _measured_peak_at
-            b0 = max(b for b in self.batches if b < self.device_batch)
-            b1 = min(b for b in self.batches if b > self.device_batch)
+            b0 = max((b for b in self.batches if b < self.device_batch), default=0)
+            b1 = min((b for b in self.batches if b > self.device_batch), default=self.device_batch)
             chord = f"the chord between the worst peaks at {b0} and {b1} per device"
             fitted = (f"{chord} (the floors grew: the peak, convex in the batch, lies under it)"
                       if self.wide_why == "cheap" else f"{fitted}, and no lower than {chord}")

@@ -224,7 +224,7 @@ def no_batch_fits(plan: model_plan.ModelPlan, capacity: int) -> bool:
 def no_batch_line(plan: model_plan.ModelPlan) -> str:
     """Why a plan that fits no batch (:meth:`snippets.lib.model_plan.ModelPlan.largest_batch` is 0) has no remedy."""
     least = min(plan.batches)
-    return (f"No batch fits, by the same lines: at {least} per device, the smallest batch run, the step peaks at "
+    return (f"No batch fits, by the same plan: at {least} per device, the smallest batch run, the step peaks at "
             f"{units.human_bytes(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink "
             "(a sharded placement, smaller layers: docs/decide.md).")
 
@@ -266,8 +266,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method != "rule":
         largest = largest_batches(plan)
         if card_name not in largest:  # --device-memory, or a card the list below leaves out
-            lines.append(f"Largest batch that fits {h(capacity)} ({against}): {plan.largest_batch(capacity)}, read "
-                         "off the same lines.")
+            lines.append(f"Largest batch that fits {h(capacity)} ({against}): {plan.largest_batch(capacity)}, planned "
+                         "from the same runs.")
         pool = card_pool(plan)
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
         fits = ", ".join(f"{name} {batch} ({h(pool(name))} per card)".replace(" ", "\xa0")
@@ -281,7 +281,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom.")
-        lines.append(textwrap.fill(f"Largest batch that fits (read off the same lines{over}): {fits}.{beyond}",
+        lines.append(textwrap.fill(f"Largest batch that fits (planned from the same runs{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
         lines.append(textwrap.fill(no_batch_line(plan), 100))
@@ -331,7 +331,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "caveats": plan.caveats}
 
 
-#: What each key of a measured, extrapolated or compiled plan's ``--json`` holds (:func:`model_json`), and,
+#: What each key of a measured, interpolated, extrapolated or compiled plan's ``--json`` holds (:func:`model_json`), and,
 #: under ``plan.``, each key of :meth:`snippets.lib.model_plan.ModelPlan.as_json`. Figures are bytes,
 #: per device, where they are bytes. docs/decide.md prints it; tests/test_model_plan.py holds it to the keys.
 JSON_KEYS = {
@@ -355,7 +355,8 @@ JSON_KEYS = {
     "plan.how": "as how",
     "plan.batches": "the per-device batches run (compiled, for a compiled plan)",
     "plan.peaks": "each of those batches' step peak, bytes (run: the worst step of its runs)",
-    "plan.per_sample": "bytes per sample per device: the slope of the line highest at the reader's batch, before margins",
+    "plan.per_sample": ("bytes per sample per device: the slope of the line highest at the reader's batch, before margins "
+                        "(an interpolated step_peak lies on the chord between two runs, not on this line)"),
     "plan.intercept": "that line at batch 0, bytes, before margins: a fit's, which can sit below the weights and slots",
     "plan.floors": ("each batch's lower-quartile step, bytes: a line's slope is at most "
                     f"{model_plan.SLOPE_CAP:g}x the slope between them (at least the rule's); empty if compiled"),

@@ -304,7 +304,7 @@ ARCHITECTURES = {a.target.rsplit(":", 1)[1]: a for a in (
 #: Architectures measured apart: the planner's margins, slope cap and flat growth were chosen on
 #: :data:`ARCHITECTURES`, not on these. Their first measurement planned the 1-D CNN at 0.55 of its peak,
 #: which added the cheap run at 256 (:data:`snippets.lib.model_plan.WIDE_PEAK`); so that rule was made
-#: after seeing them. The benchmark measures them with Adam in every mode and publishes them apart
+#: after seeing them, as was the last (a batch between two runs on their chord). The benchmark measures them with Adam in every mode and publishes them apart
 #: (docs/performance.md, both ranges).
 HOLDOUT = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:unet", "sparse_categorical_crossentropy", "U-Net, transposed convolutions + skips"),
