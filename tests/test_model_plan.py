@@ -281,6 +281,12 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     for mib in (250, 300, 450, 700):
         fits = [b for b in range(1, model_plan.WIDE_BATCH + 1) if plan.peak_at(b) <= mib * units.MiB]
         assert plan.largest_batch(mib * units.MiB) == max(fits) * plan.replicas
+    # The remedies say which: a smaller batch on a chord, a micro-batch that was run on its own run.
+    from snippets.lib import model_remedies
+
+    found = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, 300 * units.MiB, 2, units.MiB)}
+    assert found["batch 120"] == "the chord between the measured runs at that batch", found
+    assert found["gradient_accumulation_steps=2"].startswith("the measured run at 32 per device"), found
     # Past the cheap run, the lines again: extrapolated.
     beyond = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off", "mirrored", 2), run=fake)
     assert beyond.method == "extrapolated" and "Extrapolated: " in beyond.how()

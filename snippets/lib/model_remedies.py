@@ -58,11 +58,20 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         return []
     found = []
     b, replicas = plan.device_batch, plan.replicas
-    basis = "compiled line" if plan.method == "compiled" else "measured line"
+
+    def basis(per_device: int) -> str:
+        """What ``plan.peak_at(per_device)`` rests on (ModelPlan._measured_peak_at)."""
+        if plan.method == "compiled":
+            return "compiled line"
+        if per_device in plan.batches:
+            return "measured run"
+        between = plan.batches[0] < per_device < plan.batches[-1]
+        return "chord between the measured runs" if between and plan.wide_why == "cheap" else "measured line"
+
     largest = plan.largest_batch(capacity)
     if 0 < largest < plan.step.batch:
         found.append(BatchRemedy(f"batch {largest}", plan.peak_at(largest // replicas),
-                                 f"the {basis} at that batch",
+                                 f"the {basis(largest // replicas)} at that batch",
                                  "fewer samples per update: retune the learning rate"))
     # A step that accumulates already was measured with its accumulators: k more micro-batches add none.
     k0 = plan.step.accumulation
@@ -75,7 +84,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if peak <= capacity:
             found.append(BatchRemedy(f"gradient_accumulation_steps={k0 * k} (batch {plan.step.batch // k} per step, "
                                      f"same effective batch {plan.step.batch * k0})", peak,
-                                     f"the {basis} at {b // k} per device{accumulators}",
+                                     f"the {basis(b // k)} at {b // k} per device{accumulators}",
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
@@ -90,7 +99,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         peak = plan.peak_at(plan.step.batch // more) + (trainable_bytes if single else 0)
         if plan.step.strategy == "mirrored" or plan.step.xla == "off":
             peak = max(peak, plan.init_peak)
-        how = f"the {basis} at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
+        how = f"the {basis(plan.step.batch // more)} at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
         if plan.step.jit:
             how += ("; from the XLA-compiled step, while Keras compiles none under a strategy: measure it with "
                     "--strategy mirrored")
