@@ -287,6 +287,9 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     found = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, 300 * units.MiB, 2, units.MiB)}
     assert found["batch 120"] == "the chord between the measured runs at that batch", found
     assert found["gradient_accumulation_steps=2"].startswith("the measured run at 32 per device"), found
+    # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
+    tight = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, plan.peak_at(8), 2, units.MiB)}
+    assert any(how.startswith("the measured line, drawn below its runs") for how in tight.values()), tight
     # Past the cheap run, the lines again: extrapolated.
     beyond = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off", "mirrored", 2), run=fake)
     assert beyond.method == "extrapolated" and "Extrapolated: " in beyond.how()
@@ -695,7 +698,12 @@ def test_the_capacity_planned_for_gets_its_own_largest_batch():
     own = plan.largest_batch(2 * units.GiB)
     assert 0 < own < min(model_report.largest_batches(plan).values())
     flat = " ".join(model_report.model_report(plan, 2 * units.GiB, None).split())
-    assert f"Largest batch that fits 2 GiB (each device): {own}, planned from the same runs." in flat
+    # The global batch, as the cards' line gives it, and per replica (a trial, helper-27, read it as per device).
+    assert (f"Largest global batch that fits 2 GiB (each device): {own} ({own // 2} per replica), planned from the "
+            "same runs.") in flat
+    single = replace(plan, step=replace(step, strategy="single", devices=1))
+    assert (f"Largest batch that fits 2 GiB (each device): {single.largest_batch(2 * units.GiB)}, planned from the "
+            "same runs.") in " ".join(model_report.model_report(single, 2 * units.GiB, None).split())
     assert model_report.model_json(plan, 2 * units.GiB, None, "m:f")["largest_batch"] == own
     # A card among the four has its figure in their line already.
     assert "Largest batch that fits 2 GiB" not in model_report.model_report(plan, 2 * units.GiB, "A100-80GB")

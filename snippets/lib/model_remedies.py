@@ -65,7 +65,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             return "compiled line"
         if per_device in plan.batches:
             return "measured run"
-        between = plan.batches[0] < per_device < plan.batches[-1]
+        if per_device < plan.batches[0]:
+            return "measured line, drawn below its runs"
+        between = per_device < plan.batches[-1]
         return "chord between the measured runs" if between and plan.wide_why == "cheap" else "measured line"
 
     largest = plan.largest_batch(capacity)

@@ -266,8 +266,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method != "rule":
         largest = largest_batches(plan)
         if card_name not in largest:  # --device-memory, or a card the list below leaves out
-            lines.append(f"Largest batch that fits {h(capacity)} ({against}): {plan.largest_batch(capacity)}, planned "
-                         "from the same runs.")
+            own = plan.largest_batch(capacity)
+            per = f" ({own // plan.replicas} per replica)" if plan.replicas > 1 else ""
+            lines.append(f"Largest {'global ' if per else ''}batch that fits {h(capacity)} ({against}): {own}{per}, "
+                         "planned from the same runs.")
         pool = card_pool(plan)
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
         fits = ", ".join(f"{name} {batch} ({h(pool(name))} per card)".replace(" ", "\xa0")

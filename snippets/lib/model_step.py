@@ -403,9 +403,9 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
     With ``parallel`` > 1, that many jobs run at once (a model's build and tracing are one Python
     thread each, so two overlap on two cores), and the host's share is split: a job given no cap
     gets :func:`default_cap` / ``parallel`` (jobs given a cap run one at a time, each under it). A job whose step came within :data:`CAP_BOUND` of that
-    share, or ran out of it, is run again alone under the whole :func:`default_cap`: a cap that
-    binds changes the figure (the executor waits for frees and finishes lower), so it is not kept.
-    The benchmark that publishes the planner's accuracy runs two such processes side by side too.
+    share, or ran out of it, is run again alone under the whole :func:`default_cap`: a cap that binds moves the
+    figure (down, the executor waiting for frees; or up: a CNN read 575 MiB under a 576 MiB cap, 476 under
+    2000), so it is not kept. The benchmark that publishes the planner's accuracy runs two such processes too.
 
     Args:
         jobs: ``(step, cap)`` or ``(step, cap, inter_op_threads)`` tuples; ``cap`` as
@@ -442,7 +442,7 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
     return results
 
 
-#: A step peak above this fraction of its cap may have been held down by the cap (:func:`measure_many`).
+#: A step peak above this fraction of its cap may have been moved by it, down or up to it (:func:`measure_many`).
 CAP_BOUND = 0.8
 
 
@@ -492,8 +492,7 @@ def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int,
 
 
 def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
-    """In :func:`measure_many`'s child: import TensorFlow once, then fork a process per job,
-    ``parallel`` at a time; the results in the jobs' order."""
+    """In :func:`measure_many`'s child: import TensorFlow once, fork a run per job, ``parallel`` at once, in order."""
     from snippets.lib import devices  # first: it sets the environment TensorFlow reads on import
 
     import tensorflow  # noqa: F401  (imported once, before the forks)
@@ -562,10 +561,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snippets.lib.model_step",
                                      description="Measure fit steps of a Keras model under a capped allocator, "
                                      "in this process, and print the result as JSON.")
-    parser.add_argument("--step", help="a ModelStep as JSON")
-    parser.add_argument("--jobs", help="(internal, measure_many) a JSON list of [step, cap, threads, steps]")
-    parser.add_argument("--parallel", type=int, default=1, help="(internal, measure_many) jobs at once")
-    parser.add_argument("--cap", default="4096MiB", metavar="SIZE", help="the process's allocator cap")
+    parser.add_argument("--step", help="a ModelStep as JSON (decide --json's plan.step: xla as decide resolved it)")
+    parser.add_argument("--jobs", help="(internal) a JSON list of [step, cap, threads, steps]")
+    parser.add_argument("--parallel", type=int, default=1, help="(internal) jobs at once")
+    parser.add_argument("--cap", default="4096MiB", metavar="SIZE", help="the process's allocator cap (one near the "
+                        "step's need moves its figure: a peak under a generous cap, a verdict under a tight one)")
     parser.add_argument("--steps", type=int, default=2, help="training steps measured")
     parser.add_argument("--real-strategy", action="store_true",
                         help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
