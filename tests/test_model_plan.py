@@ -290,6 +290,11 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
     tight = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, plan.peak_at(8), 2, units.MiB)}
     assert any(how.startswith("the measured line, drawn below its runs") for how in tight.values()), tight
+    # More replicas: the fewest that fit (a trial, helper-27: only twice as many were offered), up to one host's 8.
+    labels = [r.label for r in model_remedies.batch_remedies(plan, 220 * units.MiB, 2, units.MiB)]
+    assert "MirroredStrategy over 8 (batch 16 per replica)" in labels and not any("over 4" in x for x in labels)
+    assert not any("MirroredStrategy" in x for x in
+                   (r.label for r in model_remedies.batch_remedies(plan, 200 * units.MiB, 2, units.MiB)))
     # Past the cheap run, the lines again: extrapolated.
     beyond = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off", "mirrored", 2), run=fake)
     assert beyond.method == "extrapolated" and "Extrapolated: " in beyond.how()

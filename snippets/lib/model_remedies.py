@@ -43,7 +43,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
       (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
       field case F22), the smallest ``k`` that fits; a step already accumulating over ``k0``
       (``plan.step.accumulation``) was measured with its accumulators, so ``k0 x k`` steps add none;
-    - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used):
+    - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used), else twice or four times
+      that, up to 8 (one host's GPUs), the fewest that fit and divide the batch:
       ``B / N`` samples per replica, the lines at that batch (plus the all-reduced gradient when they
       are a single device's; an estimate when they are an XLA step's, which a strategy does not
       compile).
@@ -92,8 +93,12 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
                                      "statistics come from each micro-batch"))
             break
-    more = max(devices, 2 * replicas)
-    if more > replicas and plan.step.batch % more == 0:
+    # The fewest that fit, up to four times as many: MirroredStrategy is one host's GPUs (8 on a DGX H100 or A100).
+    for more in (max(devices, 2 * replicas) << i for i in range(3)):
+        if more > max(devices, 8):
+            break
+        if more <= replicas or plan.step.batch % more:
+            continue
         # Measured on one device, the lines lack a replica's all-reduced gradient (one copy of the
         # trainable weights, step_ledger.copy_on_aggregation); and under a strategy Keras compiles no
         # XLA step for jit_compile="auto", so a line from a compiled step is another program's.
@@ -109,6 +114,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             found.append(BatchRemedy(f"MirroredStrategy over {more} (batch {plan.step.batch // more} per replica)",
                                      peak, how, f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
                                      "statistics per replica", estimate=plan.step.jit))
+            break
     if plan.step.policy in (None, "float32"):
         peak = mixed_precision_peak(plan, trainable_bytes)
         if peak <= capacity:
