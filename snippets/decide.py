@@ -35,11 +35,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 
-from snippets.lib import (cli, hardware, model_plan, model_remedies, model_report, optimizers, pictures, placements,
-                          planner, private, splits, units)
+from snippets.lib import (cli, fork_server, hardware, model_plan, model_remedies, model_report, optimizers, pictures,
+                          placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
-from snippets.lib.model_step import ModelError, ModelStep, check_step
+from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 # The rule plan's text likewise; the pages print it as decide's (decide.report, decide.budget_table).
@@ -424,6 +424,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
     except (ValueError, MemoryError, RuntimeError) as error:
         parser.error(str(error).splitlines()[0])
+    if ((args.model or args.model_json) and args.method == "auto" and args.strategy in ("single", "mirrored")
+            and args.backend != "jax"):
+        # Its TensorFlow import overlaps this process's reading the model; unused (a rule plan), it ends at exit.
+        fork_server.prestart(SERVER)
     try:
         _model_kwargs(args)  # bad JSON refused before the model's module (and TensorFlow) is imported
         if args.model_json and args.model_kwargs:

@@ -52,21 +52,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from snippets.lib import allocator, optimizers, placements, units
+from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line
 from snippets.lib.model_batch import batch_of, recording_calls
 
 ROOT = Path(__file__).resolve().parents[2]
+
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -398,7 +394,8 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
 
     One child Python imports TensorFlow, then forks one process per job before TensorFlow's
     runtime starts (as the test harness's fork server does): each figure still comes from a
-    process and an allocator nothing else has used, without paying the import (6-10 s) per figure.
+    process and an allocator nothing else has used, without paying the import per figure; the child
+    stays for the next call (:mod:`snippets.lib.fork_server`), so a plan's later runs skip it too.
 
     With ``parallel`` > 1, that many jobs run at once (a model's build and tracing are one Python
     thread each, so two overlap on two cores), and the host's share is split: a job given no cap
@@ -446,43 +443,16 @@ def measure_many(jobs: Sequence[tuple], steps: int = 2, timeout: float = 1800, p
 CAP_BOUND = 0.8
 
 
-#: How :func:`_fork_jobs`' child marks a progress line on its standard output.
-PROGRESS = "progress: "
+#: The module whose ``--serve`` runs :func:`snippets.lib.fork_server.serve` with this module's runs: this one.
+SERVER = "snippets.lib.model_step"
 
 
 def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int,
                progress: Callable[[str], None] | None = None) -> list[dict]:
-    """``(step, cap_bytes, threads)`` jobs in :func:`_fork_jobs`'s child process, ``parallel`` at once;
-    its progress lines to ``progress`` as they come."""
+    """``(step, cap_bytes, threads)`` jobs through :func:`snippets.lib.fork_server.server`'s child, ``parallel``
+    at once; its progress lines to ``progress`` as they come."""
     payload = [[asdict(step), f"{cap // units.MiB}MiB", threads, steps] for step, cap, threads in jobs]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    # A session of its own: on a timeout the child's forked runs are ended with it, not orphaned. Its
-    # stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe.
-    with tempfile.TemporaryFile("w+") as errors:
-        child = subprocess.Popen([sys.executable, "-m", "snippets.lib.model_step", "--jobs", json.dumps(payload),
-                                  "--parallel", str(parallel)], stdout=subprocess.PIPE, stderr=errors,
-                                 text=True, env=env, start_new_session=True)
-        timer = threading.Timer(timeout, os.killpg, (child.pid, signal.SIGKILL))
-        timer.start()
-        lines = []
-        try:
-            for line in child.stdout:
-                if line.startswith(PROGRESS):
-                    (progress or (lambda _: None))(line[len(PROGRESS):].rstrip())
-                else:
-                    lines.append(line)
-            child.wait()
-        finally:
-            timer.cancel()
-        if child.returncode == -signal.SIGKILL:
-            raise RuntimeError(f"no result in {timeout:.0f} s")
-        errors.seek(0)
-        stderr = errors.read()
-    lines = "".join(lines).strip().splitlines()
-    if not (lines and lines[-1].startswith("[")):
-        raise RuntimeError((stderr.strip().splitlines() or ["the measuring process failed"])[-1])
-    results = json.loads(lines[-1])
+    results = fork_server.server(SERVER).run(payload, parallel, timeout, progress or (lambda line: None))
     for reply in results:
         if "refused" in reply:
             raise ModelError(reply["refused"])
@@ -491,68 +461,29 @@ def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int,
     return results
 
 
-def _fork_jobs(payload: list, parallel: int = 1) -> list[dict]:
-    """In :func:`measure_many`'s child: import TensorFlow once, fork a run per job, ``parallel`` at once, in order."""
-    from snippets.lib import devices  # first: it sets the environment TensorFlow reads on import
+def _run_job(fields: dict, cap: str, threads: int | None, steps: int) -> dict:
+    """In a process :func:`snippets.lib.fork_server.fork_jobs` forked: one run, its reply (refusals and errors in one line)."""
+    from snippets.lib import devices
 
-    import tensorflow  # noqa: F401  (imported once, before the forks)
+    try:
+        if threads:
+            os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)  # read when the runtime starts
+        devices.configure(1, cap, "cpu")
+        return measure(check_step(ModelStep(**fields)), steps)
+    except ModelError as error:
+        return {"refused": str(error)}
+    except BaseException as error:  # noqa: BLE001 (reported to the parent in one line)
+        return {"error": f"{type(error).__name__}: {error_line(error)}"}
 
-    def start(fields, cap, threads, steps):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                if threads:
-                    os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)  # read when the runtime starts
-                devices.configure(1, cap, "cpu")
-                out = measure(check_step(ModelStep(**fields)), steps)
-            except ModelError as error:
-                out = {"refused": str(error)}
-            except BaseException as error:  # noqa: BLE001 (reported to the parent in one line)
-                out = {"error": f"{type(error).__name__}: {error_line(error)}"}
-            with os.fdopen(write, "w") as pipe:
-                pipe.write(json.dumps(out))
-            os._exit(0)
-        os.close(write)
-        return pid, os.fdopen(read), ModelStep(**fields).label()
 
-    def finish(pid, pipe, label):
-        with pipe:
-            text = pipe.read()
-        os.waitpid(pid, 0)
-        try:
-            return json.loads(text) if text else {"error": f"the process measuring {label} died"}
-        except ValueError:
-            return {"error": f"the process measuring {label} died while replying"}
+def _describe(fields: dict, threads: int | None) -> tuple[str, str]:
+    """A run's label, and how a progress line names it."""
+    from snippets.lib import devices
 
-    began = time.perf_counter()
-
-    def done(child, fields, threads):
-        result = finish(*child)
-        step = ModelStep(**fields)
-        per_device = step.batch // step.devices if step.strategy == "mirrored" else step.batch
-        count = threads or devices.CPU_INTER_OP_THREADS
-        peak = result.get("step_peak")
-        if peak is not None:
-            figure = f"step peak {units.human_bytes(peak)}"
-        elif result.get("failed_phase"):
-            figure = f"ran out of its cap ({result['failed_phase']})"
-        else:
-            figure = "failed: " + result.get("refused", result.get("error", "no reply"))
-        print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({per_device} per device, "
-              f"{count} inter-op thread{'s' if count != 1 else ''}): {figure}, "
-              f"{time.perf_counter() - began:.0f} s since these runs began", flush=True)
-        results.append(result)
-
-    results, running = [], []
-    for job in payload:
-        if len(running) == parallel:
-            done(*running.pop(0))
-        running.append((start(*job), job[0], job[2]))
-    for child in running:
-        done(*child)
-    return results
+    step = ModelStep(**fields)
+    per_device = step.batch // step.devices if step.strategy == "mirrored" else step.batch
+    count = threads or devices.CPU_INTER_OP_THREADS
+    return step.label(), f"{per_device} per device, {count} inter-op thread{'s' if count != 1 else ''}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -562,19 +493,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Measure fit steps of a Keras model under a capped allocator, "
                                      "in this process, and print the result as JSON.")
     parser.add_argument("--step", help="a ModelStep as JSON (decide --json's plan.step: xla as decide resolved it)")
-    parser.add_argument("--jobs", help="(internal) a JSON list of [step, cap, threads, steps]")
-    parser.add_argument("--parallel", type=int, default=1, help="(internal) jobs at once")
+    parser.add_argument("--serve", action="store_true", help="(internal) serve measure_many: snippets.lib.fork_server")
     parser.add_argument("--cap", default="4096MiB", metavar="SIZE", help="the process's allocator cap (one near the "
                         "step's need moves its figure: a peak under a generous cap, a verdict under a tight one)")
     parser.add_argument("--steps", type=int, default=2, help="training steps measured")
     parser.add_argument("--real-strategy", action="store_true",
                         help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
     args = parser.parse_args(argv)
-    if args.jobs:
-        jobs = json.loads(args.jobs)
-        if any(not isinstance(job[1], str) for job in jobs):  # configure reads a bare number as MiB
-            parser.error("--jobs: give each cap as a size such as 4096MiB, not a bare number")
-        print(json.dumps(_fork_jobs(jobs, args.parallel)), flush=True)
+    if args.serve:
+        fork_server.serve(_run_job, _describe)
         os._exit(0)
     if not args.step:
         parser.error("give --step (a ModelStep as JSON)")

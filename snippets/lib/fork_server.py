@@ -1,0 +1,205 @@
+"""A process that has imported TensorFlow and forks a fresh process per measuring run, kept for the next runs.
+
+Importing TensorFlow takes seconds (about 3 s on the 2-core CI machine), and a plan's runs come in up
+to three sets: its small batches, then a run at 256 (:data:`snippets.lib.model_plan.WIDE_BATCH`), then
+any run again alone (``measure_many``, in the module that serves). One child serves them all, and the
+planner's command starts it while it reads the model's weights (:func:`prestart`). Each run is still a
+process forked from one whose TensorFlow runtime never started, so each figure comes from an allocator
+nothing else has used (:mod:`snippets.lib.model_step`'s docstring says why that matters).
+
+The child is ``python -m <module> --serve``, a module whose ``--serve`` calls :func:`serve` (the measuring
+one: it gives its own name, so this module imports none): it reads one JSON line per set of runs on its
+standard input and answers with :data:`PROGRESS` lines as runs end, then one :data:`RESULTS` line.
+A child started under another working directory or environment is not reused (a test may change them).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from snippets.lib import units
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: How the child marks a progress line, and the line with a set's results, on its standard output.
+PROGRESS = "progress: "
+RESULTS = "results: "
+
+
+#: Prefixes of the environment variables a measuring run reads (TensorFlow's, Keras's, XLA's, CUDA's, the
+#: interpreter's): a child started under others is not reused. Not the rest, which TensorFlow's own import
+#: sets in the parent (TF2_BEHAVIOR, TPU_*), nor TF_CPP_MIN_LOG_LEVEL, logging only, which the child sets.
+READ = ("TF_", "KERAS_", "XLA_", "JAX_", "CUDA_", "PYTHON")
+
+
+def _key() -> tuple:
+    return os.getcwd(), tuple(sorted((name, value) for name, value in os.environ.items()
+                                     if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL"))
+
+
+class Server:
+    """One ``--serve`` child (module docstring); :meth:`run` one set of runs through it."""
+
+    def __init__(self, module: str) -> None:
+        self.module, self.key = module, _key()
+        self.killed = False
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        # Its stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe; a
+        # session of its own, so that a timeout ends its forked runs with it.
+        self.errors = tempfile.TemporaryFile("w+")
+        self.child = subprocess.Popen([sys.executable, "-m", module, "--serve"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
+                                      text=True, env=env, start_new_session=True)
+
+    def alive(self) -> bool:
+        """Whether the child still runs, under this process's working directory and environment."""
+        return self.child.poll() is None and self.key == _key()
+
+    def kill(self) -> None:
+        self.killed = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.child.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """End the child: its standard input closed ends its loop; killed if it has not ended within 5 s."""
+        with contextlib.suppress(OSError):
+            self.child.stdin.close()
+        try:
+            self.child.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.child.wait()
+        self.errors.close()
+
+    def run(self, payload: list, parallel: int, timeout: float, progress: Callable[[str], None]) -> list[dict]:
+        """The results of ``payload`` (``[step fields, cap, threads, steps]`` each), ``parallel`` runs at once.
+
+        Raises:
+            RuntimeError: no results within ``timeout`` seconds (the child and its runs are killed), or
+                the child ended without them (its last line on stderr).
+        """
+        timer = threading.Timer(timeout, self.kill)
+        timer.start()
+        try:
+            self.child.stdin.write(json.dumps([payload, parallel]) + "\n")
+            self.child.stdin.flush()
+            for line in self.child.stdout:
+                if line.startswith(PROGRESS):
+                    progress(line[len(PROGRESS):].rstrip())
+                elif line.startswith(RESULTS):
+                    return json.loads(line[len(RESULTS):])
+        except OSError:  # the child ended while being written to: said below
+            pass
+        finally:
+            timer.cancel()
+        self.child.wait()
+        if self.killed:
+            raise RuntimeError(f"no result in {timeout:.0f} s")
+        self.errors.seek(0)
+        raise RuntimeError((self.errors.read().strip().splitlines() or ["the measuring process failed"])[-1])
+
+
+_warm: Server | None = None
+
+
+def server(module: str) -> Server:
+    """The child of ``module`` (module docstring) to run a set through: the one started before if it still
+    serves, else a new one."""
+    global _warm
+    if _warm is None or _warm.module != module or not _warm.alive():
+        close()
+        _warm = Server(module)
+    return _warm
+
+
+def prestart(module: str) -> None:
+    """Start ``module``'s child now, so that its TensorFlow import overlaps what the caller does before measuring."""
+    server(module)
+
+
+@atexit.register
+def close() -> None:
+    """End the child, if any (at exit too)."""
+    global _warm
+    if _warm is not None:
+        _warm, old = None, _warm
+        old.close()
+
+
+def serve(run_job: Callable[[dict, str, int | None, int], dict],
+          describe: Callable[[dict, int | None], tuple[str, str]]) -> None:
+    """The child's loop: import TensorFlow once, then for each line on stdin fork its runs and print the results.
+
+    ``run_job(fields, cap, threads, steps)`` measures one run in a forked process; ``describe(fields, threads)``
+    gives its label and how its progress line names it (``"32 per device, 1 inter-op thread"``).
+    """
+    from snippets.lib import devices  # noqa: F401 (first: it sets the environment TensorFlow reads on import)
+
+    import tensorflow  # noqa: F401  (imported once, before the forks)
+
+    for line in sys.stdin:
+        payload, parallel = json.loads(line)
+        print(RESULTS + json.dumps(fork_jobs(payload, parallel, run_job, describe)), flush=True)
+
+
+def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, str, int | None, int], dict],
+              describe: Callable[[dict, int | None], tuple[str, str]]) -> list[dict]:
+    """In the child: fork a process per job, ``parallel`` at a time; the results in the jobs' order, each
+    ``run_job``'s, or ``{"error": ...}`` if its process died."""
+
+    def start(fields, cap, threads, steps):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            out = run_job(fields, cap, threads, steps)
+            with os.fdopen(write, "w") as pipe:
+                pipe.write(json.dumps(out))
+            os._exit(0)
+        os.close(write)
+        return pid, os.fdopen(read), describe(fields, threads)[0]
+
+    def finish(pid, pipe, label):
+        with pipe:
+            text = pipe.read()
+        os.waitpid(pid, 0)
+        try:
+            return json.loads(text) if text else {"error": f"the process measuring {label} died"}
+        except ValueError:
+            return {"error": f"the process measuring {label} died while replying"}
+
+    began = time.perf_counter()
+    results, running = [], []
+
+    def done(child, fields, threads):
+        result = finish(*child)
+        peak = result.get("step_peak")
+        if peak is not None:
+            figure = f"step peak {units.human_bytes(peak)}"
+        elif result.get("failed_phase"):
+            figure = f"ran out of its cap ({result['failed_phase']})"
+        else:
+            figure = "failed: " + result.get("refused", result.get("error", "no reply"))
+        print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({describe(fields, threads)[1]}): {figure}, "
+              f"{time.perf_counter() - began:.0f} s since these runs began", flush=True)
+        results.append(result)
+
+    for job in payload:
+        if len(running) == parallel:
+            done(*running.pop(0))
+        running.append((start(*job), job[0], job[2]))
+    for child in running:
+        done(*child)
+    return results

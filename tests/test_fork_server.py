@@ -1,0 +1,25 @@
+"""snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork."""
+
+from snippets.lib import fork_server, model_step, units
+from snippets.lib.model_step import ModelStep, measure_many
+
+STEP = ModelStep("snippets.lib.zoo:small_cnn", "adam", 16, "off", loss="sparse_categorical_crossentropy",
+                 kwargs=(("size", 32),))
+
+
+def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_process(monkeypatch):
+    fork_server.close()
+    fork_server.prestart(model_step.SERVER)
+    child = fork_server.server(model_step.SERVER).child.pid
+    first = measure_many([(STEP, units.GiB, 1)])
+    second = measure_many([(STEP, units.GiB, 1), (STEP.at_batch(32), units.GiB, 1)])
+    assert fork_server.server(model_step.SERVER).child.pid == child  # no second TensorFlow import
+    # Each run's pool held nothing before its model: a process and an allocator nothing else has used.
+    assert all(r["completed"] and r["baseline"] < units.MiB for r in (*first, *second))
+    # Another environment a run reads: another child, the old one ended.
+    old = fork_server.server(model_step.SERVER)
+    monkeypatch.setenv("TF_FORK_SERVER_TEST", "1")
+    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
+    assert fork_server.server(model_step.SERVER).child.pid != child and old.child.poll() is not None
+    fork_server.close()
+    assert fork_server._warm is None
