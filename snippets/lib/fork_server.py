@@ -53,7 +53,7 @@ class Server:
 
     def __init__(self, module: str) -> None:
         self.module, self.key = module, _key()
-        self.killed = False
+        self.killed, self.lock = False, threading.Lock()
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         # Its stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe; a
@@ -90,6 +90,10 @@ class Server:
             RuntimeError: no results within ``timeout`` seconds (the child and its runs are killed), or
                 the child ended without them (its last line on stderr).
         """
+        with self.lock:  # one set at a time: the child answers in order on one stdout
+            return self._run(payload, parallel, timeout, progress)
+
+    def _run(self, payload: list, parallel: int, timeout: float, progress: Callable[[str], None]) -> list[dict]:
         timer = threading.Timer(timeout, self.kill)
         timer.start()
         try:
