@@ -23,3 +23,18 @@ def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_proc
     assert fork_server.server(model_step.SERVER).child.pid != child and old.child.poll() is not None
     fork_server.close()
     assert fork_server._warm is None
+
+
+def test_a_set_left_midway_does_not_hand_its_results_to_the_next_call():
+    # An audit: a progress callback that raised (or a Ctrl-C) left the child answering the old set, and the next
+    # call read the old results as its own.
+    import pytest
+
+    def stop(line):
+        raise RuntimeError("stopped by the reader")
+
+    with pytest.raises(RuntimeError, match="stopped by the reader"):
+        measure_many([(STEP, units.GiB, 1), (STEP.at_batch(24), units.GiB, 1)], progress=stop)
+    again = measure_many([(STEP.at_batch(8), units.GiB, 1)])
+    assert [r["step"]["batch"] for r in again] == [8] and again[0]["completed"]
+    fork_server.close()

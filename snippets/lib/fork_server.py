@@ -10,7 +10,10 @@ nothing else has used (:mod:`snippets.lib.model_step`'s docstring says why that 
 The child is ``python -m <module> --serve``, a module whose ``--serve`` calls :func:`serve` (the measuring
 one: it gives its own name, so this module imports none): it reads one JSON line per set of runs on its
 standard input and answers with :data:`PROGRESS` lines as runs end, then one :data:`RESULTS` line.
-A child started under another working directory or environment is not reused (a test may change them).
+A child started under another working directory, or other TF_, KERAS_, XLA_, JAX_, CUDA_ or PYTHON*
+variables, is not reused (a test may change them); other variables a builder reads, and edits to this
+project's own modules, reach the runs only through a new child: :func:`close`. The planner closes it
+when a plan's runs are done (a notebook would otherwise keep about 700 MiB idle).
 """
 
 from __future__ import annotations
@@ -73,14 +76,11 @@ class Server:
             os.killpg(self.child.pid, signal.SIGKILL)
 
     def close(self) -> None:
-        """End the child: its standard input closed ends its loop; killed if it has not ended within 5 s."""
+        """End the child and any run it forked (nothing in them needs a clean exit)."""
+        self.kill()
         with contextlib.suppress(OSError):
             self.child.stdin.close()
-        try:
-            self.child.wait(5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            self.child.wait()
+        self.child.wait()
         self.errors.close()
 
     def run(self, payload: list, parallel: int, timeout: float, progress: Callable[[str], None]) -> list[dict]:
@@ -96,6 +96,8 @@ class Server:
     def _run(self, payload: list, parallel: int, timeout: float, progress: Callable[[str], None]) -> list[dict]:
         timer = threading.Timer(timeout, self.kill)
         timer.start()
+        self.errors.seek(0, os.SEEK_END)
+        since = self.errors.tell()  # this set's errors only
         try:
             self.child.stdin.write(json.dumps([payload, parallel]) + "\n")
             self.child.stdin.flush()
@@ -106,13 +108,20 @@ class Server:
                     return json.loads(line[len(RESULTS):])
         except OSError:  # the child ended while being written to: said below
             pass
+        except BaseException:
+            # Left mid-set (an interrupt, a failing progress callback): the child would hand this set's
+            # results to the next call (an audit), so it goes.
+            self.kill()
+            self.child.wait()
+            raise
         finally:
             timer.cancel()
         self.child.wait()
         if self.killed:
             raise RuntimeError(f"no result in {timeout:.0f} s")
-        self.errors.seek(0)
-        raise RuntimeError((self.errors.read().strip().splitlines() or ["the measuring process failed"])[-1])
+        self.errors.seek(since)
+        raise RuntimeError((self.errors.read().strip().splitlines() or
+                            [f"the measuring process ended (return code {self.child.returncode})"])[-1])
 
 
 _warm: Server | None = None
@@ -168,6 +177,7 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
         pid = os.fork()
         if pid == 0:
             os.close(read)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the child's command pipe: input() gets EOF
             out = run_job(fields, cap, threads, steps)
             with os.fdopen(write, "w") as pipe:
                 pipe.write(json.dumps(out))

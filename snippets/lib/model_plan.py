@@ -45,7 +45,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from snippets.lib import planner, units
+from snippets.lib import fork_server, planner, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
@@ -571,14 +571,14 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         say((f"the runs at {' and '.join(map(str, SMALL_BATCHES))} hardly differ (fixed buffers can hide the activations)"
              if wide_why == "flat" else f"a run at {WIDE_BATCH} is cheap") +
             f": running {WIDE_BATCH} samples per device too, {len(wide)} more run{'s' if len(wide) > 1 else ''} ...")
-        if run is None:
-            more = measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
-        else:
-            more = [run(s, cap, inter_op_threads=threads) for s, threads in wide]
+        more = (measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
+                if run is None else [run(s, cap, inter_op_threads=threads) for s, threads in wide])
         wide_ran_out = not all(r["completed"] for r in more)  # the plan is the small runs', and says so
         if not wide_ran_out:
             batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
             groups.append(more)
+    if run is None:
+        fork_server.close()  # its ~700 MiB idle would stay as long as a notebook's kernel (an audit)
     results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
     taken = [r["step_peaks"] for group in groups for r in group]
     floors = tuple(floor_step(group) for group in groups)
