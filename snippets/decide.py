@@ -424,15 +424,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
     except (ValueError, MemoryError, RuntimeError) as error:
         parser.error(str(error).splitlines()[0])
+    try:
+        # Refused before the model's module, TensorFlow, or the measuring child's import of it (an audit).
+        _model_kwargs(args)
+        if args.model_json and args.model_kwargs:
+            raise ValueError("--model-kwargs passes keyword arguments to --model's function; a --model-json file "
+                             "takes none: drop --model-kwargs, or plan the function with --model")
+    except ValueError as error:
+        cli.fail(parser, str(error))
     if ((args.model or args.model_json) and args.method == "auto" and args.strategy in ("single", "mirrored")
             and args.backend != "jax"):
         # Its TensorFlow import overlaps this process's reading the model; unused (a rule plan), it ends at exit.
         fork_server.prestart(SERVER)
     try:
-        _model_kwargs(args)  # bad JSON refused before the model's module (and TensorFlow) is imported
-        if args.model_json and args.model_kwargs:
-            raise ValueError("--model-kwargs passes keyword arguments to --model's function; a --model-json file "
-                             "takes none: drop --model-kwargs, or plan the function with --model")
         weights = _weights(args)
         from_source = bool(args.model or args.model_json) and args.optimizer is None
         source = "file" if args.model_json else "function"

@@ -295,6 +295,12 @@ def printing():
     return model
 
 
+def unfinished_line():
+    """Prints a word with no newline and flushes it, as a progress bar does."""
+    print("building ...", end="", flush=True)
+    return tiny()
+
+
 def accumulating():
     """Compiles with Adam accumulating gradients over 4 steps."""
     model = tiny()

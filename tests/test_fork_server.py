@@ -38,3 +38,14 @@ def test_a_set_left_midway_does_not_hand_its_results_to_the_next_call():
     again = measure_many([(STEP.at_batch(8), units.GiB, 1)])
     assert [r["step"]["batch"] for r in again] == [8] and again[0]["completed"]
     fork_server.close()
+
+
+def test_a_builders_output_does_not_swallow_a_progress_line():
+    # An audit: a builder's flushed print without a newline ran into the next progress line on the child's
+    # stdout, and that line was lost; the runs' own stdout now goes nowhere.
+    step = ModelStep("tests.plan_builders:unfinished_line", "adam", 16, "off", loss="mse")
+    lines = []
+    results = measure_many([(step, units.GiB, 1), (step.at_batch(32), units.GiB, 1)], progress=lines.append)
+    assert all(r["completed"] for r in results)
+    assert [line.split(" done ")[0] for line in lines] == ["run 1 of 2", "run 2 of 2"], lines
+    fork_server.close()

@@ -735,6 +735,21 @@ def test_compile_options_the_plan_leaves_out_are_named(kernel):
     assert model_setup("mse", None).notes == ()  # nothing left out, nothing said
 
 
+def refused_before_the_child(argv: list[str]) -> tuple[int, bool]:
+    """Kernel side: ``decide``'s exit status, and whether it left no measuring child started."""
+    from snippets.lib import fork_server
+
+    fork_server.close()
+    code, _ = run_plan_cli(argv)
+    return code, fork_server._warm is None
+
+
+def test_bad_model_kwargs_are_refused_before_the_measuring_child_starts(kernel):
+    # An audit: the child's TensorFlow import (about 700 MiB) began before a bad --model-kwargs was read.
+    argv = ["--model", "tests.plan_builders:tiny", "--model-kwargs", "{size", "--optimizer", "adam"]
+    assert kernel.call(refused_before_the_child, argv) == (2, True)
+
+
 def test_a_model_json_file_takes_no_model_kwargs(kernel):
     code, out = kernel.call(run_plan_cli, ["--model-json", "any.json", "--model-kwargs", '{"size": 3}'])
     assert code == 2 and [line for line in out.splitlines() if line.strip()] == [

@@ -125,16 +125,18 @@ class Server:
 
 
 _warm: Server | None = None
+_starting = threading.Lock()
 
 
 def server(module: str) -> Server:
     """The child of ``module`` (module docstring) to run a set through: the one started before if it still
     serves, else a new one."""
     global _warm
-    if _warm is None or _warm.module != module or not _warm.alive():
-        close()
-        _warm = Server(module)
-    return _warm
+    with _starting:  # two threads would each start one, and the first would be left running
+        if _warm is None or _warm.module != module or not _warm.alive():
+            close()
+            _warm = Server(module)
+        return _warm
 
 
 def prestart(module: str) -> None:
@@ -178,6 +180,8 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
         if pid == 0:
             os.close(read)
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the child's command pipe: input() gets EOF
+            # Nor its answers: a builder's print without a newline would run into the next progress line (an audit).
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
             out = run_job(fields, cap, threads, steps)
             with os.fdopen(write, "w") as pipe:
                 pipe.write(json.dumps(out))
