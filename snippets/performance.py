@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from snippets.lib import model_plan, units
+from snippets.lib import model_plan, plan_accuracy, units
 from snippets.lib.model_step import ModelStep
 
 #: The published measurements (committed).
@@ -126,13 +126,15 @@ def host_threads(path: Path = MODEL_PLANNER) -> dict[str, str | int] | None:
 
 
 def _runs(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int, path: Path):
-    """The completed runs (not the real strategy's pool) of one configuration at one batch per device:
-    ``(key fields, run)`` pairs, the key's fields as :func:`benchmarks.model_planner.key` lists them."""
+    """The completed runs of one configuration at one batch per device, not the real strategy's pool nor
+    the sets after the first (:data:`snippets.lib.plan_accuracy.REDRAW_TAG`): ``(key fields, run)`` pairs,
+    the key's fields as :func:`benchmarks.model_planner.key` lists them."""
     for key, run in json.loads(path.read_text(encoding="utf-8"))["runs"].items():
         fields = json.loads(key)
         step, real = fields[0], fields[2]
         replicas = step["devices"] if step["strategy"] == "mirrored" else 1
         if (not real and run.get("completed") and step["model"].endswith(f":{architecture}")
+                and not (len(fields) > 3 and fields[3] >= plan_accuracy.REDRAW_TAG)
                 and (step["optimizer"], step["strategy"], step["xla"]) == (optimizer, strategy, xla)
                 and step["batch"] == batch_per_device * replicas):
             yield fields, run
@@ -335,3 +337,21 @@ def decide_check(path: Path = MODEL_PLANNER) -> dict | None:
     ``{"batch_per_device", "planned", "measured", "ratio", "peaks", "line", "line_ratio"}``, bytes), or None
     if not measured."""
     return json.loads(path.read_text(encoding="utf-8")).get("decide_check")
+
+
+def measured_sets(path: Path = MODEL_PLANNER) -> str:
+    """How far "measured" itself moved, as a table: for each row the benchmark measured again (``REDRAWN`` in
+    benchmarks/model_planner.py, each time a whole set of its runs): its batch per device, its plan and
+    "measured" of each set in whole MiB, the highest set over the lowest ("moved"), and the range of
+    planned / measured over the sets ("ratio")."""
+    from tabulate import tabulate
+
+    lines = [[f"{row['architecture']}, {row['optimizer']}", row["strategy"], row["batch_per_device"],
+              f"{row['planned'] / units.MiB:.0f}", ", ".join(f"{m / units.MiB:.0f}" for m in row["measured_sets"]),
+              f"{max(row['measured_sets']) / min(row['measured_sets']):.2f}",
+              f"{row['planned'] / max(row['measured_sets']):.2f}-{row['planned'] / min(row['measured_sets']):.2f}"]
+             for row in planner_rows(path) if "measured_sets" in row]
+    # Whole MiB, as numbers: the table stays as wide as the page's code blocks.
+    return tabulate(lines, headers=["architecture, optimizer", "strategy", "batch", "planned", "each set", "moved",
+                                    "ratio"],
+                    disable_numparse=True, colalign=("left", "left", "right", "right", "left", "right", "left"))

@@ -643,6 +643,31 @@ def test_repeated_plans_are_published_and_none_reads_under_0_95():
     assert f"moved by up to {found['max'] - 1:.0%}, at {found['min_ratio']:.2f}-" in model_plan.accuracy_line()
 
 
+def test_measured_again_on_the_rows_at_the_edges_moved_less_than_they_missed_by():
+    import json
+
+    from benchmarks import model_planner
+
+    rows = json.loads(model_plan.ACCURACY.read_text())["rows"]
+    redrawn = [row for row in rows if "measured_sets" in row]
+    assert {(r["architecture"], r["optimizer"], r["strategy"], r["xla"], r["batch_per_device"]) for r in redrawn} == set(
+        model_planner.REDRAWN)
+    # Every row outside 0.95-1.25, or within 0.02 of its floor, was measured again.
+    assert {id(r) for r in rows if not 0.97 <= r["ratio"] <= 1.25} <= {id(r) for r in redrawn}
+    for row in redrawn:
+        sets = row["measured_sets"]
+        assert len(sets) == model_planner.REDRAWS + 1 and sets[0] == row["measured"]
+        assert len(set(sets)) > 1 or row["xla"] == "on"  # each set its own runs
+    # What performance.md says: "measured" moved by 1.09 at most; the deep MLP's misses lie within that (each
+    # row inside 1.25 against one of its sets), the wide MLP's and the Transformer replica's do not; none under 0.95.
+    assert max(max(r["measured_sets"]) / min(r["measured_sets"]) for r in redrawn) <= 1.10
+    lowest = {(r["architecture"], r["strategy"], r["batch_per_device"]): r["planned"] / max(r["measured_sets"])
+              for r in redrawn if r["ratio"] > 1.25}
+    assert {key for key, ratio in lowest.items() if ratio > 1.25} == {
+        ("wide_mlp", "single", 128), ("transformer_classifier", "mirrored", 128)}
+    assert all(r["planned"] / max(r["measured_sets"]) >= 0.95 for r in redrawn)
+
+
 def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
     from snippets.lib import model_report
 

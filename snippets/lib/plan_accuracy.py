@@ -12,6 +12,10 @@ from pathlib import Path
 #: Where ``python -m benchmarks.model_planner`` publishes the planner against the allocator (committed).
 ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "model_planner.json"
 
+#: In its runs, the draws of a row's sets of "measured" after the first (``REDRAWN``, ``target_jobs`` in
+#: benchmarks/model_planner.py) count from this many times the set's number: the readers of one set leave them out.
+REDRAW_TAG = 100
+
 
 def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
