@@ -400,8 +400,8 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                 # "Measured" of each set of its runs, the first the one above (REDRAWN).
                 sets = [target_runs(cache, step, draw) for draw in range(REDRAWS + 1)]
                 if None not in sets:
-                    row["measured_sets"] = [max(r["step_peak"] for r in [*found[0].values(), *found[1], *found[2]])
-                                            for found in sets]
+                    row["measured_sets"] = [max(r["step_peak"] for r in [*one[0].values(), *one[1], *one[2]])
+                                            for one in sets]
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]
