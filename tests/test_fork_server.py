@@ -49,3 +49,20 @@ def test_a_builders_output_does_not_swallow_a_progress_line():
     assert all(r["completed"] for r in results)
     assert [line.split(" done ")[0] for line in lines] == ["run 1 of 2", "run 2 of 2"], lines
     fork_server.close()
+
+
+def _sleeping(fields, cap, threads, steps):
+    import time
+
+    started = time.monotonic()
+    time.sleep(fields["sleep"])
+    return {"sleep": fields["sleep"], "started": started, "ended": time.monotonic()}
+
+
+def test_the_next_run_starts_when_any_run_ends_and_results_keep_the_jobs_order():
+    # Two at a time: the third job takes the place of the quick second one, not of the long first one
+    # (a core would otherwise idle behind it).
+    payload = [[{"sleep": seconds}, "1GiB", None, 2] for seconds in (3.0, 0.2, 0.2)]
+    results = fork_server.fork_jobs(payload, 2, _sleeping, lambda fields, threads: ("a run", "a run"))
+    assert [r["sleep"] for r in results] == [3.0, 0.2, 0.2]
+    assert results[2]["started"] < results[0]["ended"]

@@ -22,6 +22,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -199,10 +200,11 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
             return {"error": f"the process measuring {label} died while replying"}
 
     began = time.perf_counter()
-    results, running = [], []
+    results: list[dict | None] = [None] * len(payload)
+    waiting, running = list(enumerate(payload)), {}
 
-    def done(child, fields, threads):
-        result = finish(*child)
+    def done(index, child, fields, threads):
+        result = results[index] = finish(*child)
         peak = result.get("step_peak")
         if peak is not None:
             figure = f"step peak {units.human_bytes(peak)}"
@@ -210,14 +212,16 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
             figure = f"ran out of its cap ({result['failed_phase']})"
         else:
             figure = "failed: " + result.get("refused", result.get("error", "no reply"))
-        print(f"{PROGRESS}run {len(results) + 1} of {len(payload)} done ({describe(fields, threads)[1]}): {figure}, "
-              f"{time.perf_counter() - began:.0f} s since these runs began", flush=True)
-        results.append(result)
+        print(f"{PROGRESS}run {sum(r is not None for r in results)} of {len(payload)} done "
+              f"({describe(fields, threads)[1]}): {figure}, {time.perf_counter() - began:.0f} s since these runs began",
+              flush=True)
 
-    for job in payload:
-        if len(running) == parallel:
-            done(*running.pop(0))
-        running.append((start(*job), job[0], job[2]))
-    for child in running:
-        done(*child)
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            index, job = waiting.pop(0)
+            child = start(*job)
+            running[child[1].fileno()] = (index, child, job[0], job[2])
+        # The next job starts when any run ends, not the oldest: a core would wait idle behind a longer run.
+        ready, _, _ = select.select(list(running), [], [])
+        done(*running.pop(ready[0]))
     return results
