@@ -693,6 +693,32 @@ def test_what_the_function_prints_goes_to_stderr_and_the_json_stays_whole():
     assert not [line for line in err.splitlines() if startup_noise(line)], err
 
 
+def test_the_pages_check_of_a_plan_runs_as_shown_and_its_step_comes_near_the_plan(tmp_path):
+    # A trial: no page showed how to hold a plan against a run of its step. decide.md's two commands, as a
+    # reader pastes them into a shell whose `python` is the project's, run from another directory.
+    import json
+    import os
+
+    from snippets.lib.errors import startup_noise
+
+    text = (ROOT / "docs" / "decide.md").read_text()
+    block = text.split("To check a plan on this machine", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (tmp_path / "bin" / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    done = subprocess.run(["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan, measured = json.loads((tmp_path / "plan.json").read_text())["plan"], json.loads(done.stdout)
+    assert measured["completed"] and measured["step"] == plan["step"]
+    assert 0.95 <= plan["step_peak"] / measured["step_peak"] <= 1.5  # the plan's 10% margin, another draw
+    # model_step by hand prints no TensorFlow start-up lines, and no warning about a shuffle it cannot do.
+    assert not [line for line in done.stderr.splitlines() if startup_noise(line)], done.stderr
+    assert "shuffle" not in done.stderr, done.stderr
+
+
 def test_the_functions_gradient_accumulation_is_measured_and_its_ema_is_named():
     from snippets.lib import planner
     from snippets.lib.model_source import SourceFacts

@@ -355,14 +355,14 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
             model.optimizer.build(model.trainable_variables)
         try:
             try:
-                model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+                model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)  # a dataset: no shuffle
             except Exception as error:  # noqa: BLE001 (the reader's train_step can raise anything)
                 if is_oom(error) or alone is None or index:
                     raise
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.
                 dataset, alone, model.train_function = alone, None, None
                 try:
-                    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)
+                    model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
                 except Exception as again:  # noqa: BLE001
                     if is_oom(again):
                         raise
@@ -494,7 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snippets.lib.model_step",
                                      description="Measure fit steps of a Keras model under a capped allocator, "
                                      "in this process, and print the result as JSON.")
-    parser.add_argument("--step", help="a ModelStep as JSON (decide --json's plan.step: xla as decide resolved it)")
+    parser.add_argument("--step", help="a ModelStep as JSON (decide --json's plan.step: its xla is decide's choice, "
+                        "and an 'auto' there resolves here as it did there)")
     parser.add_argument("--serve", action="store_true", help="(internal) serve measure_many: snippets.lib.fork_server")
     parser.add_argument("--cap", default="4096MiB", metavar="SIZE", help="the process's allocator cap (one near the "
                         "step's need moves its figure: a peak under a generous cap, a verdict under a tight one)")
@@ -511,10 +512,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         step = check_step(ModelStep(**json.loads(args.step)))
     except (ValueError, TypeError) as error:
         parser.error(str(error).splitlines()[0])
-    from snippets.lib import devices
+    from snippets.lib import cli
 
-    count = step.devices if args.real_strategy else 1
-    setup = devices.configure(count, args.cap, "cpu")
+    with cli.quiet_tensorflow_start():  # a reader running this by hand sees its own lines, not TensorFlow's start
+        from snippets.lib import devices
+
+        setup = devices.configure(step.devices if args.real_strategy else 1, args.cap, "cpu")
     try:
         reply = measure(step, args.steps, setup.devices if args.real_strategy else ())
     except ModelError as error:
