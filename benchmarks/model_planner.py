@@ -149,7 +149,7 @@ def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
     at the planner's thread counts (:func:`snippets.lib.model_plan.plan_threads`) and the targets
     at one and at two (TensorFlow's default on this machine; ``None``) inter-op threads come first,
     configuration by configuration, then the targets' extra draws without XLA (:data:`REPEATS`,
-    :data:`HOST_THREADS`); then the real strategy's pool peaks and the linearity runs."""
+    :data:`HOST_THREADS`), the sets of :data:`REDRAWN`; then the real strategy's pool peaks and the linearity runs."""
     for name, base in configurations(names, optimizers):
         replicas = base.devices if base.strategy == "mirrored" else 1
         for b in model_plan.SMALL_BATCHES:

@@ -153,7 +153,8 @@ def _peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per
 def run_peaks(architecture: str, optimizer: str, strategy: str, xla: str, batch_per_device: int,
               path: Path = MODEL_PLANNER) -> list[str]:
     """Each run that "measured" takes for one configuration at one batch per device (one and two
-    inter-op threads, every draw and without XLA the 8-thread runs; not the real strategy's pool), or
+    inter-op threads, every draw of the first set and without XLA the 8-thread runs; not the real
+    strategy's pool, nor the sets of ``REDRAWN``), or
     at one of the planner's batches (:data:`snippets.lib.model_plan.SMALL_BATCHES`) the runs the
     planner takes, its worst step peak, ascending, as text."""
     return [units.human_bytes(peak) for peak in _peaks(architecture, optimizer, strategy, xla, batch_per_device, path)]

@@ -648,6 +648,11 @@ def test_measured_again_on_the_rows_at_the_edges_moved_less_than_they_missed_by(
 
     from benchmarks import model_planner
 
+    # A key's fourth field, a draw or (at draw 0) the steps, stays under the tag that marks the later sets.
+    from snippets.lib import model_step, plan_accuracy
+
+    assert max(model_planner.REPEATS, model_planner.HOST_REPEATS, model_planner.PLAN_REPEATS,
+               model_planner.HOST_STEPS, model_step.MAX_STEPS) < plan_accuracy.REDRAW_TAG
     rows = json.loads(model_plan.ACCURACY.read_text())["rows"]
     redrawn = [row for row in rows if "measured_sets" in row]
     assert {(r["architecture"], r["optimizer"], r["strategy"], r["xla"], r["batch_per_device"]) for r in redrawn} == set(

@@ -201,7 +201,7 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
 
     began = time.perf_counter()
     results: list[dict | None] = [None] * len(payload)
-    waiting, running = list(enumerate(payload)), {}
+    waiting, running, ends = list(enumerate(payload)), {}, select.poll()  # poll: select stops at descriptor 1024
 
     def done(index, child, fields, threads):
         result = results[index] = finish(*child)
@@ -221,7 +221,9 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
             index, job = waiting.pop(0)
             child = start(*job)
             running[child[1].fileno()] = (index, child, job[0], job[2])
+            ends.register(child[1].fileno(), select.POLLIN)
         # The next job starts when any run ends, not the oldest: a core would wait idle behind a longer run.
-        ready, _, _ = select.select(list(running), [], [])
-        done(*running.pop(ready[0]))
+        fd = ends.poll()[0][0]
+        ends.unregister(fd)
+        done(*running.pop(fd))
     return results

@@ -350,8 +350,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                 and not model.optimizer.built):
             # Under a strategy Keras's fit builds the slots before its first step (module docstring): inside
             # step 0's window, and one trace instead of two. The real strategy's fit does so in its scope.
-            # Not on one device, where fit does not: it would save a trace (a 224 px ResNet50's run at 16,
-            # one thread: 19.5 s, not 28.5) but move the step (step 1 at 1668 MiB, not 1742, in each of two runs).
+            # Not on one device, where fit does not: it would save a trace (a 224 px ResNet50's run at 16, one
+            # thread: 8-9 s of 24-28) but move the step (step 1 at 1659-1679 MiB over five runs, not 1742).
             model.optimizer.build(model.trainable_variables)
         try:
             try:

@@ -14,6 +14,7 @@ ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "mod
 
 #: In its runs, the draws of a row's sets of "measured" after the first (``REDRAWN``, ``target_jobs`` in
 #: benchmarks/model_planner.py) count from this many times the set's number: the readers of one set leave them out.
+#: A key's fourth field is that draw, or its steps when the draw is 0: both stay under it (tests/test_model_plan.py).
 REDRAW_TAG = 100
 
 
