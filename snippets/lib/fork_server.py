@@ -47,6 +47,14 @@ RESULTS = "results: "
 READ = ("TF_", "KERAS_", "XLA_", "JAX_", "CUDA_", "PYTHON")
 
 
+def child_env(**changes: str) -> dict[str, str]:
+    """This process's environment with ``changes``, for a child ``python -m snippets...``: the project's root and
+    the working directory lead ``PYTHONPATH`` (the project's modules, and a reader's module run from where they are)."""
+    env = {**os.environ, **changes}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
 def _key() -> tuple:
     return os.getcwd(), tuple(sorted((name, value) for name, value in os.environ.items()
                                      if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL"))
@@ -58,8 +66,7 @@ class Server:
     def __init__(self, module: str) -> None:
         self.module, self.key = module, _key()
         self.killed, self.lock = False, threading.Lock()
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env = child_env(TF_CPP_MIN_LOG_LEVEL="3")
         # Its stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe; a
         # session of its own, so that a timeout ends its forked runs with it.
         self.errors = tempfile.TemporaryFile("w+")

@@ -24,11 +24,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 
-from snippets.lib import planner, units
+from snippets.lib import fork_server, planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import batch_of
 from snippets.lib.model_plan import SMALL_BATCHES, ModelPlan, rule_slope, runs_here
-from snippets.lib.model_step import (ROOT, ModelError, ModelStep, build, check_step, compiled_loss, default_cap,
+from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap,
                                      own_train_step)
 
 
@@ -126,11 +126,10 @@ def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float 
         ModelError: the model was refused (one line). RuntimeError: the process failed otherwise.
     """
     check_step(step)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = fork_server.child_env(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
     if step.strategy == "mirrored":
         env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
                                      f"--xla_force_host_platform_device_count={step.devices}"]).strip()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.getcwd(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
         done = subprocess.run([sys.executable, "-m", "snippets.lib.jax_step", json.dumps([asdict(step), list(batches)])],
                               capture_output=True, text=True, check=False, env=env, timeout=timeout)

@@ -61,9 +61,6 @@ from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line
 from snippets.lib.model_batch import batch_of, recording_calls
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
 
