@@ -7,6 +7,8 @@ test process: launch_local starts ps, worker and chief processes and must
 leave none behind, whether the chief succeeds or time runs out.
 """
 
+import socket
+
 import psutil
 import pytest
 
@@ -18,17 +20,48 @@ from snippets import parameter_server as ps
 PS = "/job:ps/replica:0/task:{}/device:CPU:0"
 
 #: Kernel side: the kernel's cluster, started on first use and kept (tf.distribute.Server
-#: cannot be stopped, and several strategies can share its resolver).
+#: cannot be stopped, and several strategies can share its resolver), and the port
+#: definitions it was started on, one per attempt.
 _resolver = None
+_attempts: list[dict] = []
+
+
+def clashing_on_first_call(held: socket.socket, task: str):
+    """``local_cluster`` whose first cluster puts ``task``'s last address on ``held``'s port, which is taken."""
+    real = loopback.local_cluster
+
+    def local_cluster(*args, **kwargs):
+        definition = real(*args, **kwargs)
+        if not _attempts:
+            definition[task][-1] = f"{loopback.LOOPBACK}:{held.getsockname()[1]}"
+        _attempts.append(definition)
+        return definition
+    return local_cluster
 
 
 def cluster_resolver():
-    """Kernel side: the kernel's cluster; the in-process ps tasks share one allocator capped at 200 MiB."""
+    """Kernel side: the kernel's cluster; the in-process ps tasks share one allocator capped at 200 MiB.
+
+    Its first ports put ps task 1 on a port this kernel holds, as another process on the host
+    could take it between the choice and the bind: the cluster starts again on new ports.
+    """
     global _resolver
     if _resolver is None:
         devices.configure(1, "200MiB", mode="cpu")
-        _resolver = loopback.start_in_process_cluster(workers=1, ps=2)
+        with socket.socket() as held:
+            held.bind((loopback.LOOPBACK, 0))
+            real, loopback.local_cluster = loopback.local_cluster, clashing_on_first_call(held, "ps")
+            try:
+                _resolver = loopback.start_in_process_cluster(workers=1, ps=2)
+            finally:
+                loopback.local_cluster = real
     return _resolver
+
+
+def ports_tried() -> list[dict]:
+    """Kernel side: the port definitions the kernel's cluster was started on, and the one it serves on."""
+    cluster_resolver()
+    return [*_attempts, _resolver.cluster_spec().as_dict()]
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +98,11 @@ def test_F15_min_size_partitioner_shards_a_variable_and_a_keras_embedding(cluste
     kind, shape, rows = result["embedding"]
     assert (kind, shape) == ("ShardedVariable", (8192, 64))
     assert rows == [(PS.format(0), (4096, 64), 1048576), (PS.format(1), (4096, 64), 1048576)]
+
+
+def test_a_taken_port_starts_the_in_process_cluster_again_on_new_ports(cluster):
+    first, second, serving = cluster.call(ports_tried)  # two attempts, and the second one serves
+    assert serving == second and first["ps"][1] != second["ps"][1]
 
 
 def f16_fit_refusal():
@@ -266,3 +304,55 @@ def test_multi_process_cluster_is_cleaned_up_on_timeout():
     with pytest.raises(loopback.ClusterError, match="the chief did not finish within 1 s") as info:
         ps.launch_local(workers=1, ps=1, steps=1, timeout=1)
     assert len(info.value.pids) == 3 and not _alive(info.value.pids)
+
+
+#: A stand-in for a cluster task, without TensorFlow: it binds its own TF_CONFIG address as a
+#: tf.distribute.Server does, and fails with the same line when the port is taken; the chief
+#: waits until every other task listens, then prints its JSON line.
+FAKE_TASK = """
+import json, os, socket, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+me = config["task"]
+host, port = config["cluster"][me["type"]][me["index"]].split(":")
+server = socket.socket()
+try:
+    server.bind((host, int(port)))
+except OSError:
+    sys.exit(print("UNKNOWN: Could not start gRPC server", file=sys.stderr) or 1)
+server.listen()
+if me["type"] != "chief":
+    time.sleep(600)
+for kind, addresses in config["cluster"].items():
+    for address in addresses if kind != "chief" else []:
+        for _ in range(200):
+            try:
+                socket.create_connection((address.split(":")[0], int(address.split(":")[1])), 1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            sys.exit(f"{address} never listened")
+print(json.dumps({"served": config["cluster"]}))
+"""
+
+
+def test_a_taken_port_starts_the_local_cluster_again_on_new_ports(monkeypatch):
+    with socket.socket() as held:
+        held.bind((loopback.LOOPBACK, 0))
+        _attempts.clear()
+        monkeypatch.setattr(loopback, "local_cluster", clashing_on_first_call(held, "ps"))
+        result = loopback.launch_local(["-c", FAKE_TASK], workers=1, ps=2, timeout=60)
+        taken = f"{loopback.LOOPBACK}:{held.getsockname()[1]}"
+    first, second = _attempts
+    assert first["ps"][1] == taken and result["chief"]["served"] == second
+    assert len(result["pids"]) == 4 and not _alive(result["pids"])
+
+
+def test_a_task_that_fails_otherwise_is_not_started_again(monkeypatch):
+    _attempts.clear()
+    with socket.socket() as held:  # bound, not taken by any task: only counts the attempts
+        held.bind((loopback.LOOPBACK, 0))
+        monkeypatch.setattr(loopback, "local_cluster", clashing_on_first_call(held, "chief"))
+        with pytest.raises(loopback.ClusterError, match="exited with code 3"):
+            loopback.launch_local(["-c", "import sys; sys.exit(3)"], workers=1, ps=2, timeout=60)
+    assert len(_attempts) == 1

@@ -45,6 +45,13 @@ class ClusterError(RuntimeError):
     pids: list[int] = []
 
 
+#: What ``tf.distribute.Server`` says when its port was taken between :func:`free_port` choosing it and
+#: the server binding it (another test process on the host may pick the same free port meanwhile): a
+#: clash, not a fault, so a cluster is started again on new ports, at most :data:`PORT_ATTEMPTS` times.
+PORT_TAKEN = "Could not start gRPC server"
+PORT_ATTEMPTS = 3
+
+
 def make_partitioner(kind: str, value: int, max_shards: int | None = None):
     """Build a ``tf.distribute.experimental.partitioners`` object.
 
@@ -123,9 +130,16 @@ def start_in_process_cluster(workers: int = 1, ps: int = 2):
                 f"an in-process cluster of {_in_process['counts'][0]} worker(s) and {_in_process['counts'][1]} "
                 f"ps task(s) already runs in this process; servers cannot be stopped: reuse it, or start a new process")
         return _in_process["resolver"]
-    spec = tf.train.ClusterSpec(local_cluster(workers, ps))
-    servers = [tf.distribute.Server(spec, job_name=job, task_index=index, protocol="grpc", start=True)
-               for job in ("worker", "ps") for index in range(spec.num_tasks(job))]
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        spec = tf.train.ClusterSpec(local_cluster(workers, ps))
+        try:
+            # A server that started before a later one failed serves on until exit: unused, it costs a port.
+            servers = [tf.distribute.Server(spec, job_name=job, task_index=index, protocol="grpc", start=True)
+                       for job in ("worker", "ps") for index in range(spec.num_tasks(job))]
+            break
+        except tf.errors.UnknownError as error:
+            if PORT_TAKEN not in str(error) or attempt == PORT_ATTEMPTS:
+                raise
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
     _in_process.update(counts=(workers, ps), resolver=resolver, servers=servers)
     return resolver
@@ -181,14 +195,26 @@ def launch_local(task: Sequence[str], workers: int = 1, ps: int = 2, timeout: fl
     Returns:
         ``{"chief": <the chief's JSON>, "pids": [int]}``.
 
+    A task whose port was taken before it bound it (:data:`PORT_TAKEN` in its log) starts the
+    whole cluster again on new ports, at most :data:`PORT_ATTEMPTS` times in all.
+
     Raises:
         ClusterError: if a task exits early, the chief fails, or time runs
             out; the message names the task and ends with its log's tail.
     """
     import tempfile
 
-    cluster = local_cluster(workers, ps, chief=True)
     logs = Path(log_dir or tempfile.mkdtemp(prefix="ps-cluster-"))
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _launch_once(task, local_cluster(workers, ps, chief=True), logs, timeout)
+        except ClusterError:
+            if attempt == PORT_ATTEMPTS or not any(PORT_TAKEN in _tail(path, 100_000) for path in logs.glob("*.err")):
+                raise
+
+
+def _launch_once(task: Sequence[str], cluster: dict[str, list[str]], logs: Path, timeout: float) -> dict:
+    """One :func:`launch_local` on ``cluster``'s ports, its logs in ``logs`` (overwritten)."""
     environ = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "GRPC_FAIL_FAST": "use_caller",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, *task]
