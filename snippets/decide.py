@@ -43,8 +43,8 @@ from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
 # The rule plan's text likewise; the pages print it as decide's (decide.report, decide.budget_table).
-from snippets.lib.rule_report import (as_json, budget_table, no_remedy_line, report, rule_how, uncounted, verdict,
-                                       whole_json)
+from snippets.lib.rule_report import (as_json, budget_table, fits_word, no_remedy_line, report, rule_how, uncounted,
+                                       verdict, whole_json)
 
 
 def import_callable(target: str) -> Callable:
@@ -96,7 +96,19 @@ def setup_of(args) -> model_report.ModelSetup:
                                     args.optimizer, facts.own_step if facts else False,
                                     blockers,
                                     "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
-                                    facts.unmeasured if facts else ())
+                                    facts.unmeasured if facts else (), dropped_by_optimizer(args),
+                                    facts.own_policies if facts else None)
+
+
+def dropped_by_optimizer(args) -> list[str]:
+    """What of the model source's optimizer changes memory and a given ``--optimizer`` leaves out: its
+    ``gradient_accumulation_steps`` (an accumulator per trainable variable) and ``use_ema=True`` (a copy of
+    each); empty when the source's own optimizer is planned (``args.accumulation`` set, :func:`main`)."""
+    facts = getattr(args, "source", None)
+    if facts is None or facts.optimizer is None or hasattr(args, "accumulation"):
+        return []
+    return ([f"gradient_accumulation_steps={facts.accumulation}"] if facts.accumulation > 1 else []) + (
+        ["use_ema=True"] if facts.ema else [])
 
 
 def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None = None) -> None:
@@ -164,9 +176,10 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
         if name not in optimizers.OPTIMIZERS:
             raise ValueError(f"{compiles} with {facts.optimizer}, which the planner does not know: pass --optimizer "
                              f"(one of {', '.join(optimizers.OPTIMIZERS)})")
-        note = f"No --optimizer: {compiles} with {name}, which is {done}"
-        if facts.accumulation > 1:
-            note += f" with its gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable variable)"
+        # The accumulators are planned in every method: said with the optimizer, not after "not run" (helper-32).
+        accumulated = (f" and gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable "
+                       "variable, counted)" if facts.accumulation > 1 else "")
+        note = f"No --optimizer: {compiles} with {name}{accumulated}, which is {done}"
         if facts.ema:
             note += (f"; its use_ema=True keeps a copy of each trainable variable "
                      f"({units.human_bytes(trainable_bytes(facts.weights))}), "
@@ -352,8 +365,11 @@ def _user_model(read: Callable, source, name: str) -> SourceFacts:
         raise ValueError(f"{name}: {error}") from None
     except Exception as error:  # noqa: BLE001
         arguments = ("unexpected keyword argument", "required positional argument", "required keyword-only argument")
+        # Python names the function whose call failed ("build() got an unexpected keyword argument"): the
+        # hint is for a call of the reader's function, not for one inside it (helper-32).
+        called = str(error).startswith(f"{name.rpartition(':')[2]}(")
         hint = (" (pass the function's arguments with --model-kwargs '{\"name\": value}')"
-                if isinstance(error, TypeError) and any(words in str(error) for words in arguments) else "")
+                if isinstance(error, TypeError) and called and any(words in str(error) for words in arguments) else "")
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: "
                          f"{error_line(error)}{hint}") from None
 
@@ -476,8 +492,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if plan.method == "compiled" and args.device_memory is None:
                 # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
                 capacity = hardware.jax_pool_bytes(card.name)
+            own = getattr(getattr(args, "source", None), "own_policies", None) or {}
+            half = any(map(units.computes_in_16_bits, own))
             found = ([] if plan.total <= capacity else
-                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights)))[:args.top]
+                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
             if args.json:
                 text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,

@@ -30,6 +30,11 @@ def needs_width(width):
     return keras.Sequential([keras.Input((8,)), keras.layers.Dense(width)])
 
 
+def inner_typo():
+    """A builder whose own code calls another function with a misspelt argument: no --model-kwargs fixes it."""
+    return needs_width(widht=8)
+
+
 def not_a_model():
     """Returns the model's config by mistake, not the model."""
     return tiny().get_config()
@@ -355,5 +360,13 @@ def stateful_rnn():
     """An RNN that keeps its states between batches: Keras makes them from values, not initializers."""
     inputs = keras.Input((10, 4), batch_size=8)
     model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.LSTM(16, stateful=True)(inputs)))
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def bf16_layers():
+    """Gives its layers dtype="mixed_bfloat16" one by one (no global policy), and compiles with Adam."""
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu", dtype="mixed_bfloat16"),
+                              keras.layers.Dense(8, dtype="mixed_bfloat16")])
     model.compile(optimizer="adam", loss="mse")
     return model

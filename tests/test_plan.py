@@ -6,6 +6,7 @@ above the tests that call them) or to a subprocess.
 
 import contextlib
 import io
+import json
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 from harness import ROOT, Kernel
 from snippets import decide
 from snippets.lib import model_source, private, rule_report
+from snippets.lib.plan_caveats import HALF_CAVEAT
 
 SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", "rmsprop",
              "--devices", "4", "--card", "V100-SXM2-32GB", "--strategy", "mirrored", "--batch", "64"]
@@ -207,12 +209,72 @@ def test_model_callable_and_json_agree_with_shapes(kernel, tmp_path):
     assert out.strip().endswith("holds no loss (a model saved before it was compiled): pass --loss (e.g. --loss mse)")
 
 
+def json_of_a_compiling_function() -> tuple:
+    """Kernel side: model_json of a function that compiles (an AdamW object, as keras-io's ViT does) and of one
+    that returns no model, and the weights a fresh reader of that JSON finds against the function's own."""
+    from tests.plan_builders import not_a_model, tiny_adamw
+
+    text = model_source.model_json(tiny_adamw)
+    try:
+        model_source.model_json(not_a_model)
+    except model_source.ModelError as error:
+        refusal = str(error)
+    return (json.loads(text).get("compile_config"), [w.shape for w in model_source.read_json(text).weights],
+            [w.shape for w in model_source.model_weights(tiny_adamw)], refusal)
+
+
+def test_the_notebook_saves_a_compiling_function_as_json(kernel):
+    # helper-32: the notebook's bare StatelessScope refused a function that compiles ("attempting to create
+    # a variable while in a stateless scope"); model_json builds it as --model does, its compile skipped.
+    compiled, rebuilt, built, refusal = kernel.call(json_of_a_compiling_function)
+    assert not compiled and rebuilt == built == [(32, 64), (64,), (64, 8), (8,)]
+    assert refusal.startswith("the function returns") and "not a keras.Model" in refusal
+
+
+def own_policies_read() -> tuple:
+    """Kernel side: :attr:`SourceFacts.own_policies` of layers given their own dtype, of a global policy set in the
+    function, and of the former's model.to_json() file."""
+    from tests.plan_builders import bf16_layers, tiny_mixed
+
+    return (model_source.read_builder(bf16_layers).own_policies, model_source.read_builder(tiny_mixed).own_policies,
+            model_source.read_json(model_source.model_json(bf16_layers)).own_policies)
+
+
+def test_layers_with_a_dtype_of_their_own_are_named_and_not_offered_mixed_precision(kernel):
+    # helper-32: Dense(..., dtype="mixed_bfloat16") layers were reported as "float32 (Keras's default)", and
+    # --policy mixed_float16 as used, though it reaches none of them.
+    layers, global_policy, from_json = kernel.call(own_policies_read)
+    assert layers == from_json == {"mixed_bfloat16": 2} and global_policy == {}
+    args = decide.build_parser().parse_args(["--model", "pkg.mod:build", "--policy", "mixed_float16"])
+    args.source = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, own_policies=layers)
+    notes = decide.setup_of(args).notes
+    assert notes[-1].startswith("2 layers with weights set their own dtype policy (mixed_bfloat16 on 2)")
+    assert "does not reach them" in notes[-1] and notes[-1].endswith(HALF_CAVEAT)
+
+
 def compiled_json_facts() -> tuple:
     """Kernel side: what the planner reads from ``model.to_json()`` of a compiled model (its compile_config),
     from the policy to ``jit_compile`` (the optimizer's accumulation and EMA: tests below)."""
     from tests.plan_builders import tiny_sgd
 
     return model_source.read_json(tiny_sgd().to_json())[1:7]
+
+
+def test_an_optimizer_given_names_the_accumulation_and_ema_it_drops():
+    # helper-32: --optimizer adam over a function compiled with Adam(gradient_accumulation_steps=4) planned
+    # 33.82 MiB without a word; the function's own step peaked at 50.54 MiB.
+    args = decide.build_parser().parse_args(["--model", "pkg.mod:build", "--optimizer", "adam", "--strategy", "single"])
+    args.source = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, accumulation=4, ema=True)
+    assert decide.setup_of(args).notes == (
+        "--optimizer adam is planned: a new adam, without the function's gradient_accumulation_steps=4 or "
+        "use_ema=True (omit --optimizer to plan the function's own optimizer with them).",)
+    args.optimizer = "sgd"
+    assert decide.setup_of(args).notes[0].endswith(
+        "of its compile, only the loss is kept (not its gradient_accumulation_steps=4 or use_ema=True: omit "
+        "--optimizer to plan the function's own optimizer with them).")
+    # Without --optimizer the function's own optimizer is planned, as main() records: nothing dropped.
+    args.accumulation = 4
+    assert decide.dropped_by_optimizer(args) == [] and decide.setup_of(args).notes[0].startswith("--optimizer sgd")
 
 
 def test_a_json_file_of_a_compiled_model_trains_with_its_compile():
@@ -392,6 +454,14 @@ def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, mess
     assert code == 2 and "Traceback" not in out and "usage:" not in out
     assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1], out
     assert not [line for line in lines if line.startswith("run ")], out  # refused before any measuring run
+
+
+def test_a_type_error_inside_the_function_is_not_blamed_on_its_arguments(kernel):
+    # helper-32: a misspelt argument in a call inside the builder was answered "pass the function's arguments
+    # with --model-kwargs"; Python names the function whose call failed, and here it is not the reader's.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:inner_typo", "--optimizer", "adam"])
+    assert code == 2 and out.splitlines()[-1].endswith(
+        "failed: TypeError: needs_width() got an unexpected keyword argument 'widht'"), out
 
 
 def two_heads_batch() -> dict:
@@ -725,8 +795,8 @@ def test_the_functions_gradient_accumulation_is_measured_and_its_ema_is_named():
 
     weights = [planner.Weight((1024, 256)), planner.Weight((256,), trainable=False)]
     assert decide.source_optimizer(SourceFacts(weights, None, "mse", "adam", False, {}, None, 4, True)) == (
-        "adam", "No --optimizer: the function compiles with adam, which is measured with its "
-        "gradient_accumulation_steps=4 (an accumulator per trainable variable); its use_ema=True keeps a copy of "
+        "adam", "No --optimizer: the function compiles with adam and gradient_accumulation_steps=4 (an accumulator "
+        "per trainable variable, counted), which is measured; its use_ema=True keeps a copy of "
         "each trainable variable (1 MiB), which the figures below leave out: add it.")
 
 
@@ -876,8 +946,9 @@ def test_a_rule_plan_counts_the_functions_accumulators_with_the_slots():
     assert code == code_text == 0, out + text
     plan = json.loads(out)
     assert plan["devices"][0]["slots"] == slots
-    assert plan["notes"][0].startswith("No --optimizer: the function compiles with adam, which is planned by rule "
-                                       "with its gradient_accumulation_steps=4")
+    assert plan["notes"][0].startswith("No --optimizer: the function compiles with adam and "
+                                       "gradient_accumulation_steps=4 (an accumulator per trainable variable, "
+                                       "counted), which is planned by rule")
     assert "slots include the accumulators of gradient_accumulation_steps=4" in " ".join(text.split())
     assert "Trains with loss mse (the function's compile)" in text
     # And in the arithmetic: one accumulator per trainable variable, on the device or the host that updates it.

@@ -458,7 +458,7 @@ class ModelPlan:
             return f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
         found = GPU_CAVEATS if self.step.jit else CAVEATS
         half = self.method in ("measured", "interpolated", "extrapolated") and (
-            self.step.policy in units.POLICIES or self.step.policy in ("float16", "bfloat16"))
+            units.computes_in_16_bits(self.step.policy))
         return f"{found} {HALF_CAVEAT}" if half else found
 
     def as_json(self) -> dict:

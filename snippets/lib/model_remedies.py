@@ -34,7 +34,8 @@ class BatchRemedy:
     estimate: bool = False
 
 
-def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes: int) -> list[BatchRemedy]:
+def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes: int,
+                   half: bool = False) -> list[BatchRemedy]:
     """Activation-bound remedies that fit ``capacity`` bytes per device, derived from ``plan``'s lines, smallest change first.
 
     - a smaller batch: the largest that fits (the lines themselves);
@@ -50,7 +51,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
       compile).
 
     - last, and only as an estimate (``estimate=True``): ``mixed_float16`` for a float32 step,
-      :func:`mixed_precision_peak`, which this host cannot measure.
+      :func:`mixed_precision_peak`, which this host cannot measure; not where ``half``: layers of the
+      model compute in 16 bits under a dtype policy of their own
+      (:attr:`snippets.lib.model_source.SourceFacts.own_policies`).
 
     Rematerialisation changes the model's code (``keras.remat`` around the blocks you choose),
     so it is not derived here: measure the changed builder (docs/activations.md).
@@ -115,7 +118,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      peak, how, f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
                                      "statistics per replica", estimate=plan.step.jit))
             break
-    if plan.step.policy in (None, "float32"):
+    if plan.step.policy in (None, "float32") and not half:
         peak = mixed_precision_peak(plan, trainable_bytes)
         if peak <= capacity:
             found.append(BatchRemedy(

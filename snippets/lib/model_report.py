@@ -96,7 +96,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 policy: str | None = None, dtype: str | None = None, function_optimizer: str | None = None,
                 optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
                 source: str = "function", xla: str = "auto", function_jit: bool | None = None,
-                unmeasured: Sequence[str] = ()) -> ModelSetup:
+                unmeasured: Sequence[str] = (), dropped: Sequence[str] = (),
+                own_policies: Mapping[str, int] | None = None) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -123,6 +124,11 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             (:attr:`snippets.lib.model_source.SourceFacts.jit_compile`): see :func:`source_xla`.
         unmeasured: options of the source's compile the planner leaves out
             (:attr:`snippets.lib.model_source.SourceFacts.unmeasured`), named in a note.
+        dropped: options of the source's optimizer that change memory (``gradient_accumulation_steps=4``,
+            ``use_ema=True``), named in a note when ``--optimizer`` replaces it, whatever its name.
+        own_policies: ``{policy: layers}`` built under a dtype policy of their own
+            (:func:`snippets.lib.model_source.own_policies`), named in a note, with
+            :data:`snippets.lib.model_plan.HALF_CAVEAT` where one computes in 16 bits.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -134,6 +140,11 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     ('--optimizer adam is planned: the function compiles with sgd; it compiles no loss, and the step trains with --loss mse.',)
     >>> model_setup("huber", None, function_optimizer="sgd", optimizer="adam").notes
     ('--optimizer adam is planned: the function compiles with sgd; of its compile, only the loss is kept.',)
+    >>> model_setup("mse", None, function_optimizer="adam", optimizer="adam",
+    ...             dropped=["gradient_accumulation_steps=4"]).notes[0]
+    "--optimizer adam is planned: a new adam, without the function's gradient_accumulation_steps=4 (omit --optimizer to plan the function's own optimizer with it)."
+    >>> print(model_setup("mse", None, policy="mixed_float16", own_policies={"mixed_bfloat16": 3}).notes[0])
+    3 layers with weights set their own dtype policy (mixed_bfloat16 on 3), and are built and measured with it: a global policy (--policy, --dtype) does not reach them. Run here under a 16-bit policy: ...
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
@@ -157,10 +168,24 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     elif function_jit is not None and xla != "auto" and (xla == "on") != function_jit:
         notes.append(f"--xla {xla} is planned: {compiles} with jit_compile={function_jit}, which fit keeps "
                      "unless you compile the model again.")
+    # An accumulator per variable, or an EMA copy, is memory: a replacing --optimizer drops it (helper-32).
+    without = (f" (not its {' or '.join(dropped)}: omit --optimizer to plan the function's own optimizer with "
+               f"{'them' if len(dropped) > 1 else 'it'})" if dropped else "")
     if function_optimizer is not None and optimizer is not None and function_optimizer.lower() != optimizer.lower():
         kept = ("of its compile, only the loss is kept" if function_loss else
                 f"it compiles no loss, and the step trains with --loss {loss}" if loss else "it compiles no loss")
-        notes.append(f"--optimizer {optimizer} is planned: {compiles} with {function_optimizer}; {kept}.")
+        notes.append(f"--optimizer {optimizer} is planned: {compiles} with {function_optimizer}; {kept}{without}.")
+    elif function_optimizer is not None and optimizer is not None and dropped:
+        notes.append(f"--optimizer {optimizer} is planned: a new {optimizer}, without the function's "
+                     f"{' or '.join(dropped)} (omit --optimizer to plan the function's own optimizer with "
+                     f"{'them' if len(dropped) > 1 else 'it'}).")
+    if own_policies:
+        count = sum(own_policies.values())
+        listed = ", ".join(f"{name} on {layers}" for name, layers in sorted(own_policies.items()))
+        half = any(map(units.computes_in_16_bits, own_policies))
+        notes.append(f"{count} layer{'s' if count > 1 else ''} with weights set {'their' if count > 1 else 'its'} own "
+                     f"dtype policy ({listed}), and {'are' if count > 1 else 'is'} built and measured with it: a "
+                     f"global policy (--policy, --dtype) does not reach them.{' ' + model_plan.HALF_CAVEAT if half else ''}")
     if unmeasured:
         eager = ("; run_eagerly=True runs fit without tf.function, a step not planned here"
                  if "run_eagerly" in unmeasured else "")
@@ -265,11 +290,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
         largest = largest_batches(plan)
+        source = "compiled steps" if compiled else "runs"
         if card_name not in largest:  # --device-memory, or a card the list below leaves out
             own = plan.largest_batch(capacity)
             per = f" ({own // plan.replicas} per replica)" if plan.replicas > 1 else ""
             lines.append(f"Largest {'global ' if per else ''}batch that fits {h(capacity)} ({against}): {own}{per}, "
-                         "planned from the same runs.")
+                         f"planned from the same {source}.")
         pool = card_pool(plan)
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
         fits = ", ".join(f"{name} {batch} ({h(pool(name))} per card)".replace(" ", "\xa0")
@@ -280,10 +306,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
                  "keeps, which grows with the compute capability")
         beyond = ""
-        if any(batch > model_plan.LINE_CHECKED * plan.replicas for batch in largest.values()):
-            beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
+        if any(batch > line_checked(plan) * plan.replicas for batch in largest.values()):
+            beyond = (f" Past {line_checked(plan)} per device the line runs beyond the batches compiled: plan "
+                      "the batch you choose with --batch to compile it there." if compiled else
+                      f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom.")
-        lines.append(textwrap.fill(f"Largest batch that fits (planned from the same runs{over}): {fits}.{beyond}",
+        lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
         lines.append(textwrap.fill(no_batch_line(plan), 100))
@@ -307,14 +335,20 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
 TF_POOL, JAX_POOL = "TensorFlow's allocator", "JAX's default 75% pool"
 
 
+def line_checked(plan: model_plan.ModelPlan) -> int:
+    """The per-device batch up to which ``plan``'s line was checked: by the benchmarks for a run step
+    (:data:`snippets.lib.model_plan.LINE_CHECKED`), the largest batch compiled for a compiled one (the
+    benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs)."""
+    return max(plan.batches) if plan.method == "compiled" else model_plan.LINE_CHECKED
+
+
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
                remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> dict:
     """:func:`model_report` as a JSON-ready dict, every figure in bytes.
 
     ``card``: the card's name (None: ``--device-memory`` gave the capacity); ``pool`` says whose
     share of it ``capacity`` is. ``largest_global_batch``: per card, samples per step over all
-    replicas; ``line_checked_per_device``: the per-device batch up to which the benchmarks held the
-    fitted line (:data:`snippets.lib.model_plan.LINE_CHECKED`). ``setup``: :class:`ModelSetup`'s fields, or None.
+    replicas; ``line_checked_per_device``: :func:`line_checked`. ``setup``: :class:`ModelSetup`'s fields, or None.
     ``method``, ``how``, ``fits``, ``capacity``, ``card``, ``model``, ``setup`` and ``remedies`` are the keys a
     rule plan's JSON has too (``python -m snippets.decide --json``).
     """
@@ -325,8 +359,8 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "capacity": capacity, "fits": plan.total <= capacity, "card": card,
             "pool": pool if card else None, "largest_batch": plan.largest_batch(capacity),
             "largest_global_batch": largest_batches(plan),
-            # Per device, how far the benchmarks held the fitted line: a largest batch past it is further out.
-            "line_checked_per_device": model_plan.LINE_CHECKED,
+            # Per device, how far the line was checked: a largest batch past it is further out.
+            "line_checked_per_device": line_checked(plan),
             "remedies": [asdict(r) for r in remedies_found],
             # Where the text says that no batch fits, the JSON says it too.
             **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),
@@ -348,7 +382,7 @@ JSON_KEYS = {
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
     "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
     "largest_global_batch": "per card, the largest global batch (samples per step, all replicas) its own pool holds",
-    "line_checked_per_device": "the per-device batch up to which the benchmarks held a fitted line",
+    "line_checked_per_device": "the per-device batch the line was checked up to (the benchmarks'; a compiled plan's largest)",
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
     "caveats": "what the CPU emulation could not show",

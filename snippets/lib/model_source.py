@@ -68,6 +68,27 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
     return weights
 
 
+def model_json(build_model: Callable, *args, **kwargs) -> str:
+    """``model.to_json()`` of the model ``build_model(*args, **kwargs)`` returns, built without allocating
+    (:func:`snippets.lib.seed.shapes_only_model`), for a fresh process to rebuild (``json:`` steps,
+    :class:`snippets.lib.model_step.ModelStep`). A ``compile`` in the function is skipped, so the text
+    holds no ``compile_config``: the step's optimizer and loss are the ones it is given. A notebook's
+    function cannot be imported by another process; its model's JSON can (helper-32: a bare
+    ``StatelessScope`` refused a function that compiles).
+
+    Raises:
+        ModelError: the function returns something that is not a model, or one with no weights yet.
+    """
+    from snippets.lib.seed import shapes_only_model
+
+    model = shapes_only_model(build_model, *args, **kwargs)
+    if not hasattr(model, "to_json"):
+        raise ModelError(f"the function returns {type(model).__name__}, not a keras.Model: return the model it builds")
+    if not model.weights:
+        raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
+    return model.to_json()
+
+
 #: The one line for a tf_keras (Keras 2) model (docs/tf-keras.md plans those).
 TF_KERAS_REFUSAL = ("the function builds a tf_keras (Keras 2) model; the planner reads Keras 3 models "
                     "(import keras, not tf_keras or tf.keras with TF_USE_LEGACY_KERAS): see docs/tf-keras.md for tf_keras")
@@ -126,6 +147,8 @@ class SourceFacts(NamedTuple):
             (:func:`snippets.lib.private.per_position_dense`): the rule counts their activations once per sample.
         unmeasured: the options of its compile, other than the loss, optimizer and ``jit_compile``, that
             it set (``"metrics"``, ``"loss_weights"``, ``"run_eagerly"``, ...): the plan leaves them out.
+        own_policies: ``{policy name: layers}`` for the layers with weights built under a dtype policy of their
+            own (``Dense(8, dtype="mixed_bfloat16")``), other than the global one (:func:`own_policies`).
     """
 
     weights: list
@@ -141,6 +164,7 @@ class SourceFacts(NamedTuple):
     declared_batch: int | None = None
     per_position: int = 0
     unmeasured: tuple = ()
+    own_policies: dict = {}
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -208,6 +232,7 @@ def read_builder(build_model: Callable) -> SourceFacts:
                 seen["unknown_input"] = str(error)
             seen["declared_batch"] = declared_batch(model)
             seen["per_position"] = private.per_position_dense(model)
+            seen["own_policies"] = own_policies(model, keras.config.dtype_policy().name)
         return model
 
     before = keras.config.dtype_policy()
@@ -220,7 +245,20 @@ def read_builder(build_model: Callable) -> SourceFacts:
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
-                       seen.get("unmeasured", ()))
+                       seen.get("unmeasured", ()), seen.get("own_policies", {}))
+
+
+def own_policies(model, global_name: str) -> dict[str, int]:
+    """``{policy name: how many layers}`` of ``model``'s layers that hold weights and were built under a dtype
+    policy other than ``global_name`` (a ``dtype=`` given to the layer): a global policy, ``--policy`` or
+    ``--dtype``, does not reach them, and they are measured as they are (helper-32: layers built with
+    ``dtype="mixed_bfloat16"`` were reported as Keras's default float32)."""
+    found: dict[str, int] = {}
+    for layer in model._flatten_layers(include_self=False):  # every nested layer (keras/src/layers/layer.py)
+        name = getattr(getattr(layer, "dtype_policy", None), "name", None)
+        if name and name != global_name and layer.weights and not getattr(layer, "_layers", None):
+            found[name] = found.get(name, 0) + 1
+    return found
 
 
 #: Keras's error for a class or function a saved config names and the loading process does not know

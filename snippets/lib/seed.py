@@ -61,7 +61,24 @@ def build_seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, d
 
 
 def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
-    """Shapes and dtypes of the variables ``build_model(*args, **kwargs)`` creates, allocating none.
+    """Shapes and dtypes of the variables ``build_model(*args, **kwargs)`` creates, allocating none
+    (:func:`shapes_only_model`)."""
+    model = shapes_only_model(build_model, *args, **kwargs)
+    return [
+        VariableSpec(
+            v.path,
+            tuple(int(d) for d in v.shape),
+            str(v.dtype),
+            type(getattr(v, "_initializer", None)).__name__,  # Keras keeps no public handle
+            bool(v.trainable),
+        )
+        for v in model.weights
+    ]
+
+
+def shapes_only_model(build_model, *args, **kwargs):
+    """What ``build_model(*args, **kwargs)`` returns, built with no variable allocated: enough for its
+    weights' shapes and for ``model.to_json()``, never for a step.
 
     Builds the model under ``keras.StatelessScope(initialize_variables=False)``,
     in which Keras 3 records each variable's shape and dtype but runs no
@@ -100,17 +117,7 @@ def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
     with private.shapes_only(), \
             mock.patch.object(keras.Model, "compile", lambda self, *a, **k: None), \
             mock.patch.object(base, "__init__", unbuilt_optimizer):
-        model = build_model(*args, **kwargs)
-    return [
-        VariableSpec(
-            v.path,
-            tuple(int(d) for d in v.shape),
-            str(v.dtype),
-            type(getattr(v, "_initializer", None)).__name__,  # Keras keeps no public handle
-            bool(v.trainable),
-        )
-        for v in model.weights
-    ]
+        return build_model(*args, **kwargs)
 
 
 #: The seed kernel.

@@ -167,3 +167,13 @@ def human_bytes(nbytes: int) -> str:
 #: variables in float32 and casts a float16 copy for each layer call
 #: (Keras API page "Mixed precision"; field case F10).
 POLICIES = {"mixed_float16": ("float32", "float16"), "mixed_bfloat16": ("float32", "bfloat16")}
+
+
+def computes_in_16_bits(policy: str | None) -> bool:
+    """Whether a Keras dtype policy named ``policy`` computes in 16 bits: a mixed one (:data:`POLICIES`) or
+    ``float16`` / ``bfloat16`` throughout.
+
+    >>> [computes_in_16_bits(p) for p in ("mixed_bfloat16", "float16", "float32", None)]
+    [True, True, False, False]
+    """
+    return policy in POLICIES or policy in ("float16", "bfloat16")
