@@ -159,6 +159,18 @@ def test_xla_full_shape_bytes_agree_with_the_planner(jax_kernel):
     assert got["zeros"]["temporaries"] == 0
 
 
+def cpu_memory_stats():
+    """Kernel side: what JAX's CPU device reports of its memory (docs/decide.md: none)."""
+    import jax
+
+    return jax.local_devices()[0].platform, jax.local_devices()[0].memory_stats()
+
+
+def test_a_cpu_has_no_jax_allocator_peak_to_check_a_compiled_plan_against(jax_kernel):
+    # decide.md: a --backend jax plan is checked on the GPU, where memory_stats() has peak_bytes_in_use.
+    assert jax_kernel.call(cpu_memory_stats) == ("cpu", None)
+
+
 def test_the_test_process_stays_free_of_jax_and_keras():
     import sys
 
