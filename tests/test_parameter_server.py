@@ -48,6 +48,7 @@ def cluster_resolver():
     global _resolver
     if _resolver is None:
         devices.configure(1, "200MiB", mode="cpu")
+        _attempts.clear()  # this start's own attempts: an earlier start that raised clashes again
         with socket.socket() as held:
             held.bind((loopback.LOOPBACK, 0))
             real, loopback.local_cluster = loopback.local_cluster, clashing_on_first_call(held, "ps")
@@ -101,8 +102,9 @@ def test_F15_min_size_partitioner_shards_a_variable_and_a_keras_embedding(cluste
 
 
 def test_a_taken_port_starts_the_in_process_cluster_again_on_new_ports(cluster):
-    first, second, serving = cluster.call(ports_tried)  # two attempts, and the second one serves
-    assert serving == second and first["ps"][1] != second["ps"][1]
+    # The first attempt clashed and the last one serves (a real clash meanwhile could add one between).
+    *attempts, serving = cluster.call(ports_tried)
+    assert len(attempts) >= 2 and serving == attempts[-1] and attempts[0]["ps"][1] != serving["ps"][1]
 
 
 def f16_fit_refusal():
@@ -343,8 +345,7 @@ def test_a_taken_port_starts_the_local_cluster_again_on_new_ports(monkeypatch):
         monkeypatch.setattr(loopback, "local_cluster", clashing_on_first_call(held, "ps"))
         result = loopback.launch_local(["-c", FAKE_TASK], workers=1, ps=2, timeout=60)
         taken = f"{loopback.LOOPBACK}:{held.getsockname()[1]}"
-    first, second = _attempts
-    assert first["ps"][1] == taken and result["chief"]["served"] == second
+    assert len(_attempts) >= 2 and _attempts[0]["ps"][1] == taken and result["chief"]["served"] == _attempts[-1]
     assert len(result["pids"]) == 4 and not _alive(result["pids"])
 
 

@@ -187,7 +187,9 @@ def launch_local(task: Sequence[str], workers: int = 1, ps: int = 2, timeout: fl
     role from ``TF_CONFIG``; the chief prints one JSON line last. Waits for
     the chief at most ``timeout`` seconds, failing early if any task exits.
     Always kills the ps and worker processes (and the chief, if still
-    running) before returning.
+    running) before returning. A task whose port was taken before it bound it
+    (:data:`PORT_TAKEN` in its log) starts the whole cluster again on new ports,
+    at most :data:`PORT_ATTEMPTS` times in all, each with its own ``timeout``.
 
     Args:
         task: the arguments after ``python``, e.g. ``["-m", "snippets.parameter_server", "--task"]``.
@@ -195,21 +197,22 @@ def launch_local(task: Sequence[str], workers: int = 1, ps: int = 2, timeout: fl
     Returns:
         ``{"chief": <the chief's JSON>, "pids": [int]}``.
 
-    A task whose port was taken before it bound it (:data:`PORT_TAKEN` in its log) starts the
-    whole cluster again on new ports, at most :data:`PORT_ATTEMPTS` times in all.
-
     Raises:
         ClusterError: if a task exits early, the chief fails, or time runs
-            out; the message names the task and ends with its log's tail.
+            out; the message names the task and ends with its log's tail
+            (``pids``: the last attempt's processes).
     """
     import tempfile
 
     logs = Path(log_dir or tempfile.mkdtemp(prefix="ps-cluster-"))
     for attempt in range(1, PORT_ATTEMPTS + 1):
+        cluster = local_cluster(workers, ps, chief=True)
         try:
-            return _launch_once(task, local_cluster(workers, ps, chief=True), logs, timeout)
+            return _launch_once(task, cluster, logs, timeout)
         except ClusterError:
-            if attempt == PORT_ATTEMPTS or not any(PORT_TAKEN in _tail(path, 100_000) for path in logs.glob("*.err")):
+            # This cluster's own logs only: a reused log_dir may hold other tasks' from an earlier call.
+            names = [f"{kind}{index}" for kind, addresses in cluster.items() for index in range(len(addresses))]
+            if attempt == PORT_ATTEMPTS or not any(PORT_TAKEN in _tail(logs / f"{name}.err", 100_000) for name in names):
                 raise
 
 
