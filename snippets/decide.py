@@ -357,6 +357,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _callee_names(source, name: str) -> set[str]:
+    """The names Python gives a failed call of the reader's ``source`` in a TypeError: the ``--model`` name
+    ``name`` ends with, and the object's own ``__qualname__`` (an alias's target, a partial's function, a
+    class's ``__init__``). helper-33: an alias and a class lost the --model-kwargs hint."""
+    import inspect
+
+    names = {name.rpartition(":")[2]}
+    target = source
+    while isinstance(target, functools.partial):  # --model-kwargs's, and a module's own partial
+        target = target.func
+    target = inspect.unwrap(target) if callable(target) else None
+    qualname = getattr(target, "__qualname__", None)
+    if qualname:
+        names |= {qualname, f"{qualname}.__init__"} if isinstance(target, type) else {qualname}
+    return names
+
+
 def _user_model(read: Callable, source, name: str) -> SourceFacts:
     # The reader's model code can raise anything; the CLI reports one line.
     try:
@@ -367,7 +384,7 @@ def _user_model(read: Callable, source, name: str) -> SourceFacts:
         arguments = ("unexpected keyword argument", "required positional argument", "required keyword-only argument")
         # Python names the function whose call failed ("build() got an unexpected keyword argument"): the
         # hint is for a call of the reader's function, not for one inside it (helper-32).
-        called = str(error).startswith(f"{name.rpartition(':')[2]}(")
+        called = any(str(error).startswith(f"{callee}(") for callee in _callee_names(source, name))
         hint = (" (pass the function's arguments with --model-kwargs '{\"name\": value}')"
                 if isinstance(error, TypeError) and called and any(words in str(error) for words in arguments) else "")
         raise ValueError(f"building the model from {name} failed: {type(error).__name__}: "
@@ -497,6 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
+            if half and plan.method != "compiled" and not units.computes_in_16_bits(plan.step.policy):
+                # plan.caveats says it for the step's own policy; these layers ran in 16 bits of their own.
+                setup = replace(setup, notes=(*setup.notes, model_plan.HALF_CAVEAT))
             if args.json:
                 text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,
                                                           found, setup), indent=1)

@@ -370,3 +370,40 @@ def bf16_layers():
                               keras.layers.Dense(8, dtype="mixed_bfloat16")])
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+#: The same builder under another name, as a module may export it.
+alias_of_needs_width = needs_width
+
+
+class WidthModel(keras.Model):
+    """A subclassed model given as the builder itself: calling the class builds it (its width is an argument)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.dense = keras.layers.Dense(width)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+class ScaledDense(keras.layers.Layer):
+    """A custom layer with a weight of its own and a Dense inside, as keras-io writes blocks."""
+
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(units, dtype=kwargs.get("dtype"))
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(shape=(), initializer="ones")
+        self.inner.build(input_shape)
+
+    def call(self, x):
+        return self.inner(x) * keras.ops.cast(self.scale, self.compute_dtype)
+
+
+def custom_bf16_block():
+    """One custom layer with dtype="mixed_bfloat16": its own weight and its Dense's, two layers with weights."""
+    model = keras.Sequential([keras.Input((32,)), ScaledDense(8, dtype="mixed_bfloat16")])
+    model.compile(optimizer="adam", loss="mse")
+    return model

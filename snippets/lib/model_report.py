@@ -127,8 +127,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         dropped: options of the source's optimizer that change memory (``gradient_accumulation_steps=4``,
             ``use_ema=True``), named in a note when ``--optimizer`` replaces it, whatever its name.
         own_policies: ``{policy: layers}`` built under a dtype policy of their own
-            (:func:`snippets.lib.model_source.own_policies`), named in a note, with
-            :data:`snippets.lib.model_plan.HALF_CAVEAT` where one computes in 16 bits.
+            (:func:`snippets.lib.model_source.own_policies`), named in a note.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -144,7 +143,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     ...             dropped=["gradient_accumulation_steps=4"]).notes[0]
     "--optimizer adam is planned: a new adam, without the function's gradient_accumulation_steps=4 (omit --optimizer to plan the function's own optimizer with it)."
     >>> print(model_setup("mse", None, policy="mixed_float16", own_policies={"mixed_bfloat16": 3}).notes[0])
-    3 layers with weights set their own dtype policy (mixed_bfloat16 on 3), and are built and measured with it: a global policy (--policy, --dtype) does not reach them. Run here under a 16-bit policy: ...
+    3 layers with weights set their own dtype policy (mixed_bfloat16 on 3): in the model, a global policy (--policy, --dtype) does not reach them.
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
@@ -182,10 +181,10 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     if own_policies:
         count = sum(own_policies.values())
         listed = ", ".join(f"{name} on {layers}" for name, layers in sorted(own_policies.items()))
-        half = any(map(units.computes_in_16_bits, own_policies))
-        notes.append(f"{count} layer{'s' if count > 1 else ''} with weights set {'their' if count > 1 else 'its'} own "
-                     f"dtype policy ({listed}), and {'are' if count > 1 else 'is'} built and measured with it: a "
-                     f"global policy (--policy, --dtype) does not reach them.{' ' + model_plan.HALF_CAVEAT if half else ''}")
+        # A fact of the model, whatever the method: a step run here says the 16-bit caveat apart (decide.main).
+        notes.append(f"{count} layer{'s' if count > 1 else ''} with weights "
+                     f"{'set their' if count > 1 else 'sets its'} own dtype policy ({listed}): in the model, a "
+                     f"global policy (--policy, --dtype) does not reach {'them' if count > 1 else 'it'}.")
     if unmeasured:
         eager = ("; run_eagerly=True runs fit without tf.function, a step not planned here"
                  if "run_eagerly" in unmeasured else "")

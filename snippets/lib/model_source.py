@@ -79,9 +79,15 @@ def model_json(build_model: Callable, *args, **kwargs) -> str:
     Raises:
         ModelError: the function returns something that is not a model, or one with no weights yet.
     """
+    import keras
+
     from snippets.lib.seed import shapes_only_model
 
-    model = shapes_only_model(build_model, *args, **kwargs)
+    before = keras.config.dtype_policy()
+    try:  # a policy the function sets is its model's, not the caller's next one's (as read_builder keeps it)
+        model = shapes_only_model(build_model, *args, **kwargs)
+    finally:
+        keras.config.set_dtype_policy(before)
     if not hasattr(model, "to_json"):
         raise ModelError(f"the function returns {type(model).__name__}, not a keras.Model: return the model it builds")
     if not model.weights:
@@ -256,7 +262,10 @@ def own_policies(model, global_name: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for layer in model._flatten_layers(include_self=False):  # every nested layer (keras/src/layers/layer.py)
         name = getattr(getattr(layer, "dtype_policy", None), "name", None)
-        if name and name != global_name and layer.weights and not getattr(layer, "_layers", None):
+        # Its own variables, not its sublayers' (Layer keeps those apart): a custom layer with an add_weight
+        # and a Dense counts once, and so does the Dense.
+        own = [*getattr(layer, "_trainable_variables", ()), *getattr(layer, "_non_trainable_variables", ())]
+        if name and name != global_name and own:
             found[name] = found.get(name, 0) + 1
     return found
 
