@@ -404,7 +404,8 @@ def _weights(args) -> list[planner.Weight]:
     if args.model:
         build = import_callable(args.model)
         build = functools.partial(build, **_model_kwargs(args))
-        args.source = _read_quietly(read_builder, build, args.model)
+        # Read under --policy, as the step is built (model_source.read_builder).
+        args.source = _read_quietly(functools.partial(read_builder, policy=args.policy), build, args.model)
         return with_precision(args.source.weights, args.dtype)
     if args.model_json:
         try:
@@ -412,7 +413,7 @@ def _weights(args) -> list[planner.Weight]:
                 text = handle.read()
         except OSError as error:
             raise ValueError(f"cannot read --model-json {args.model_json}: {error.strerror}") from None
-        args.source = _read_quietly(read_json, text, args.model_json)
+        args.source = _read_quietly(functools.partial(read_json, policy=args.policy), text, args.model_json)
         return with_precision(args.source.weights, args.dtype)
     shapes = args.shape or [[131072, 65536]]
     return [planner.Weight(units.check_shape(s), args.dtype or "float32", args.initializer) for s in shapes]

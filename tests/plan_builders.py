@@ -407,3 +407,11 @@ def custom_bf16_block():
     model = keras.Sequential([keras.Input((32,)), ScaledDense(8, dtype="mixed_bfloat16")])
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+def float32_head():
+    """Keras's mixed-precision guide's pattern without its global policy: the output layer kept in float32."""
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(8, dtype="float32")])
+    model.compile(optimizer="adam", loss="mse")
+    return model

@@ -245,11 +245,25 @@ def own_policies_read() -> tuple:
             model_source.read_builder(custom_bf16_block).own_policies, keras.config.dtype_policy().name)
 
 
+def under_a_given_policy() -> tuple:
+    """Kernel side: (own_policies, the function's policy) read under --policy mixed_float16, as the step is built:
+    a model with no dtypes, one with a float32 head, a file saved in float32, and a function that sets the policy."""
+    from tests.plan_builders import float32_head, tiny, tiny_mixed
+
+    text = model_source.model_json(tiny)
+    return [(facts.own_policies, facts.policy) for facts in (
+        model_source.read_builder(tiny, "mixed_float16"), model_source.read_builder(float32_head, "mixed_float16"),
+        model_source.read_json(text, "mixed_float16"), model_source.read_builder(tiny_mixed, "mixed_bfloat16"))]
+
+
 def test_layers_with_a_dtype_of_their_own_are_named_and_not_offered_mixed_precision(kernel):
     # helper-32: Dense(..., dtype="mixed_bfloat16") layers were reported as "float32 (Keras's default)", and
     # --policy mixed_float16 as used, though it reaches none of them.
     layers, global_policy, from_json, custom, after = kernel.call(own_policies_read)
     assert layers == from_json == custom == {"mixed_bfloat16": 2} and global_policy == {} and after == "float32"
+    # Read under --policy (helper-33): what it does not reach is named, and it is not taken for the function's.
+    assert kernel.call(under_a_given_policy) == [({}, None), ({"float32": 1}, None), ({"float32": 2}, None),
+                                                 ({}, "mixed_float16")]
     args = decide.build_parser().parse_args(["--model", "pkg.mod:build", "--policy", "mixed_float16"])
     args.source = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, own_policies=layers)
     assert decide.setup_of(args).notes[-1] == (

@@ -190,12 +190,15 @@ def _chosen(name: str, value) -> bool:
     return not (type(value) is type(default) and value == default)
 
 
-def read_builder(build_model: Callable) -> SourceFacts:
+def read_builder(build_model: Callable, policy: str | None = None) -> SourceFacts:
     """:class:`SourceFacts` of the model ``build_model()`` returns, leaving the global policy as it was.
 
     Many scripts call ``keras.config.set_dtype_policy("mixed_float16")`` inside the function that
     builds the model, and compile it; the planner honours both (None: float32, no loss) without
-    keeping the policy set. The loss and optimizer are in words (:func:`snippets.lib.model_batch.loss_name`;
+    keeping the policy set. ``policy`` (``--policy``) is set before the function runs, as the measuring
+    process sets it (:func:`snippets.lib.model_step.build`), so the layers it does not reach (a
+    ``dtype`` of their own, every layer of a ``--model-json`` file) are the ones :attr:`SourceFacts.own_policies`
+    names; a policy is the function's only where it differs from that. The loss and optimizer are in words (:func:`snippets.lib.model_batch.loss_name`;
     None: the function did not compile).
     """
     from unittest import mock
@@ -243,11 +246,15 @@ def read_builder(build_model: Callable) -> SourceFacts:
 
     before = keras.config.dtype_policy()
     try:
+        if policy is not None:
+            keras.config.set_dtype_policy(policy)
+        given = keras.config.dtype_policy().name
         weights = model_weights(recording)
         name = keras.config.dtype_policy().name
     finally:
         keras.config.set_dtype_policy(before)
-    return SourceFacts(weights, (name if name in units.POLICIES else None), loss_name(seen.get("loss")),
+    chosen = name if name in units.POLICIES and name != given else None  # what the function itself set
+    return SourceFacts(weights, chosen, loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
@@ -275,7 +282,7 @@ def own_policies(model, global_name: str) -> dict[str, int]:
 UNREGISTERED = re.compile(r"Could not (?:locate|deserialize) (\w+) '([^']+)'")
 
 
-def read_json(text: str) -> SourceFacts:
+def read_json(text: str, policy: str | None = None) -> SourceFacts:
     """:func:`read_builder` of the model whose config is ``text`` (``model.to_json()``): its weights, not
     allocated, and what its ``compile_config`` holds (the loss and optimizer it was compiled with,
     which ``model_from_json`` compiles it with again)."""
@@ -305,4 +312,4 @@ def read_json(text: str) -> SourceFacts:
             model.compile(**keras.saving.deserialize_keras_object(compile_config))
         return model
 
-    return read_builder(build)
+    return read_builder(build, policy)
