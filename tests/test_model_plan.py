@@ -474,6 +474,25 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     assert "its accumulators measured with it" in more.how
 
 
+def test_a_compiled_plans_remedies_speak_of_keras_on_jax():
+    # helper-33: a --backend jax plan was offered "MirroredStrategy ... Keras compiles none under a strategy"
+    # and a mixed-precision remedy "not measurable: TensorFlow's CPU kernels".
+    one = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "on"), "compiled", (128, 256),
+                               (220 * units.MiB, 380 * units.MiB))
+    found = {r.label.split(" (")[0]: r for r in model_remedies.batch_remedies(one, 280 * units.MiB, 4, units.MiB)}
+    parallel = found["keras.distribution.DataParallel over 4"]
+    assert parallel.estimate and parallel.how.endswith("compile it with --strategy mirrored --devices 4")
+    assert "MirroredStrategy over 4" not in found and "TensorFlow" not in " ".join(r.how for r in found.values())
+    mixed = found["keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built"]
+    assert "the compiled bytes per sample halved" in mixed.how and "--policy mixed_float16" in mixed.how
+    # Compiled for the replicas already (DataParallel over 2): more of them is the same program, no estimate.
+    replicas = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "on", "mirrored", 2), "compiled", (64, 128),
+                                    (220 * units.MiB, 380 * units.MiB))
+    more = next(r for r in model_remedies.batch_remedies(replicas, 280 * units.MiB, 4, units.MiB)
+                if r.label.startswith("keras.distribution.DataParallel"))
+    assert not more.estimate and "compile it" not in more.how
+
+
 def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_an_estimate_from_an_xla_step():
     trainable = 10 * units.MiB
     for xla, estimate in (("off", False), ("on", True)):

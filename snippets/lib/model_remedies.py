@@ -110,23 +110,32 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if plan.step.strategy == "mirrored" or plan.step.xla == "off":
             peak = max(peak, plan.init_peak)
         how = f"the {basis(plan.step.batch // more)} at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
-        if plan.step.jit:
+        # Keras on JAX jits the replicas' step too (keras.distribution.DataParallel): only the one-device
+        # compile is another program's; on TensorFlow a compiled line is, since a strategy compiles none.
+        on_jax = plan.method == "compiled"
+        estimate = single if on_jax else plan.step.jit
+        if on_jax and single:
+            how += f"; from the one-device compiled step: compile it with --strategy mirrored --devices {more}"
+        elif plan.step.jit and not on_jax:
             how += ("; from the XLA-compiled step, while Keras compiles none under a strategy: measure it with "
                     "--strategy mirrored")
         if peak <= capacity:
-            found.append(BatchRemedy(f"MirroredStrategy over {more} (batch {plan.step.batch // more} per replica)",
+            name = "keras.distribution.DataParallel" if on_jax else "MirroredStrategy"
+            found.append(BatchRemedy(f"{name} over {more} (batch {plan.step.batch // more} per replica)",
                                      peak, how, f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
-                                     "statistics per replica", estimate=plan.step.jit))
+                                     "statistics per replica", estimate=estimate))
             break
     if plan.step.policy in (None, "float32") and not half:
         peak = mixed_precision_peak(plan, trainable_bytes)
         if peak <= capacity:
             found.append(BatchRemedy(
                 "keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built", peak,
-                "by rule, the best case: the measured bytes per sample halved (activations in "
-                "16 bits) plus a 16-bit copy of each trainable variable; variables, gradients and slots stay "
-                "float32. Not measurable on this host: TensorFlow's CPU kernels compute half precision through "
-                "float32 copies. Check it with a step on the GPU",
+                f"by rule, the best case: the {'compiled' if plan.method == 'compiled' else 'measured'} bytes per "
+                "sample halved (activations in 16 bits) plus a 16-bit copy of each trainable variable; variables, "
+                "gradients and slots stay float32. " + (
+                    "XLA compiles it too: plan it with --policy mixed_float16 for XLA's own figure"
+                    if plan.method == "compiled" else "Not measurable on this host: TensorFlow's CPU kernels "
+                    "compute half precision through float32 copies. Check it with a step on the GPU"),
                 "float16's 10-bit mantissa under a LossScaleOptimizer (Keras adds it in compile); compute "
                 "capability 7.0 or newer for speed (a V100 has it); mixed_bfloat16 needs no loss scale, and "
                 "its Tensor Core speed needs compute capability 8.0 or newer (an A100; a V100 is 7.0)",

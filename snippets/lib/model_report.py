@@ -248,7 +248,8 @@ def no_batch_fits(plan: model_plan.ModelPlan, capacity: int) -> bool:
 def no_batch_line(plan: model_plan.ModelPlan) -> str:
     """Why a plan that fits no batch (:meth:`snippets.lib.model_plan.ModelPlan.largest_batch` is 0) has no remedy."""
     least = min(plan.batches)
-    return (f"No batch fits, by the same plan: at {least} per device, the smallest batch run, the step peaks at "
+    smallest = "the smallest batch compiled" if plan.method == "compiled" else "the smallest batch run"
+    return (f"No batch fits, by the same plan: at {least} per device, {smallest}, the step peaks at "
             f"{units.human_bytes(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink "
             "(a sharded placement, smaller layers: docs/decide.md).")
 
@@ -315,7 +316,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if no_batch_fits(plan, capacity):
         lines.append(textwrap.fill(no_batch_line(plan), 100))
     if remedies_found:
-        lines.append("Remedies that fit, derived from the measurement (figures per device):")
+        lines.append(f"Remedies that fit, derived from the {'compiled steps' if compiled else 'measurement'} "
+                     "(figures per device):")
         lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
                                 f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ",
                                 break_on_hyphens=False)
