@@ -1,7 +1,7 @@
 """The reader's model read without allocating it: its weights' shapes, and what its function sets.
 
 ``python -m snippets.decide --model`` (and ``--model-json``) first reads the model here, under
-``keras.StatelessScope(initialize_variables=False)`` (:func:`snippets.lib.seed.variable_specs`): its
+``keras.StatelessScope(initialize_variables=False)`` (:func:`shapes_only`): its
 variables' shapes and dtypes, the dtype policy the function set, the loss and optimizer it compiled
 with and whether it chose XLA (``jit_compile``), whether it has a train_step of its own, and the
 layers that keep Keras from compiling its step with XLA on a GPU host. Nothing of the model's size
@@ -37,17 +37,48 @@ VALUE_REFUSAL = ("a layer creates a variable from a value while the model is bui
 
 
 def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:
-    """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them.
+    """The weights ``build_model(*args, **kwargs)`` creates, read without allocating them
+    (:func:`shapes_only`).
 
-    Reads them with :func:`snippets.lib.seed.variable_specs` (under
-    ``keras.StatelessScope(initialize_variables=False)``).
+    Raises:
+        ModelError: as :func:`shapes_only`.
+    """
+    from snippets.lib.seed import specs_of
+
+    return [planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path)
+            for spec in specs_of(shapes_only(build_model, *args, **kwargs))]
+
+
+def model_json(build_model: Callable, *args, **kwargs) -> str:
+    """``model.to_json()`` of the model ``build_model(*args, **kwargs)`` returns, built without allocating
+    (:func:`shapes_only`), for a fresh process to rebuild (``json:`` steps,
+    :class:`snippets.lib.model_step.ModelStep`). A ``compile`` in the function is skipped, so the text
+    holds no ``compile_config``: the step's optimizer and loss are the ones it is given. A notebook's
+    function cannot be imported by another process; its model's JSON can (helper-32: a bare
+    ``StatelessScope`` refused a function that compiles).
+
+    Raises:
+        ModelError: as :func:`shapes_only`.
+    """
+    import keras
+
+    before = keras.config.dtype_policy()
+    try:  # a policy the function sets is its model's, not the caller's next one's (as read_builder keeps it)
+        return shapes_only(build_model, *args, **kwargs).to_json()
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def shapes_only(build_model: Callable, *args, **kwargs):
+    """The model ``build_model(*args, **kwargs)`` returns, built with no variable allocated
+    (:func:`snippets.lib.seed.shapes_only_model`, under ``keras.StatelessScope(initialize_variables=False)``).
 
     Raises:
         ModelError: the function returns something that is not a model (its type named), a
             model with no weights yet (unbuilt), or one that creates a variable from a value
             (:data:`VALUE_REFUSAL`).
     """
-    from snippets.lib.seed import variable_specs
+    from snippets.lib.seed import shapes_only_model
 
     def checked(*args, **kwargs):
         model = build_model(*args, **kwargs)
@@ -57,42 +88,14 @@ def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight
         return model
 
     try:
-        specs = variable_specs(checked, *args, **kwargs)
+        model = shapes_only_model(checked, *args, **kwargs)
     except ValueError as error:
         if STATELESS_VALUE not in str(error):
             raise
         raise ModelError(VALUE_REFUSAL) from None
-    weights = [planner.Weight(spec.shape, spec.dtype, spec.initializer, spec.trainable, spec.path) for spec in specs]
-    if not weights:
-        raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
-    return weights
-
-
-def model_json(build_model: Callable, *args, **kwargs) -> str:
-    """``model.to_json()`` of the model ``build_model(*args, **kwargs)`` returns, built without allocating
-    (:func:`snippets.lib.seed.shapes_only_model`), for a fresh process to rebuild (``json:`` steps,
-    :class:`snippets.lib.model_step.ModelStep`). A ``compile`` in the function is skipped, so the text
-    holds no ``compile_config``: the step's optimizer and loss are the ones it is given. A notebook's
-    function cannot be imported by another process; its model's JSON can (helper-32: a bare
-    ``StatelessScope`` refused a function that compiles).
-
-    Raises:
-        ModelError: the function returns something that is not a model, or one with no weights yet.
-    """
-    import keras
-
-    from snippets.lib.seed import shapes_only_model
-
-    before = keras.config.dtype_policy()
-    try:  # a policy the function sets is its model's, not the caller's next one's (as read_builder keeps it)
-        model = shapes_only_model(build_model, *args, **kwargs)
-    finally:
-        keras.config.set_dtype_policy(before)
-    if not hasattr(model, "to_json"):
-        raise ModelError(f"the function returns {type(model).__name__}, not a keras.Model: return the model it builds")
     if not model.weights:
         raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
-    return model.to_json()
+    return model
 
 
 #: The one line for a tf_keras (Keras 2) model (docs/tf-keras.md plans those).

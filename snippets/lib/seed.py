@@ -63,7 +63,11 @@ def build_seed_model(input_dim: int = SEED_INPUT_DIM, units: int = SEED_UNITS, d
 def variable_specs(build_model, *args, **kwargs) -> list[VariableSpec]:
     """Shapes and dtypes of the variables ``build_model(*args, **kwargs)`` creates, allocating none
     (:func:`shapes_only_model`)."""
-    model = shapes_only_model(build_model, *args, **kwargs)
+    return specs_of(shapes_only_model(build_model, *args, **kwargs))
+
+
+def specs_of(model) -> list[VariableSpec]:
+    """Path, shape, dtype, initializer and trainability of each of ``model.weights``."""
     return [
         VariableSpec(
             v.path,
