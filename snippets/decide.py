@@ -300,9 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
         "allocating nothing; a --model (or --model-json) that runs here, trained under single or mirrored, is "
         "measured: its real fit step at two small batches (and a third when they hardly differ or it is cheap) in fresh capped "
         "processes, extrapolated in the batch, or on the chord between two runs (with --backend jax: XLA's "
-        "compiled analysis of the step).",
-        epilog=model_plan.accuracy_line() + " Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, "
-        "XLA:GPU's buffer assignment (docs/performance.md).",
+        "compiled analysis of the step, not run; other placements, and a model without an optimizer: by rule). "
+        + model_plan.accuracy_line() + " No --backend jax or mixed-precision plan is among those benchmarked. "
+        "Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, the GPU layout optimizer's transposes, "
+        "XLA:GPU's buffer assignment (docs/performance.md): leave headroom for them.",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--shape", type=int, nargs="+", action="append", metavar="DIM",

@@ -579,33 +579,54 @@ def test_the_planned_peak_times_1_10_completes_and_times_0_80_runs_out(verdicts)
 ACCURACY_PAGES = ("docs/decide.md", "docs/memory-budget.md", "docs/performance.md")
 
 
+#: What every answer-first box says the CPU cannot show (model_plan.CAVEATS prints them beside each verdict).
+UNSEEN = ("cuDNN/cuBLAS workspaces", "NCCL buffers", "the GPU layout optimizer's transposes", "XLA:GPU's buffer assignment")
+
+
 def test_answer_first_boxes_state_the_published_accuracy():
     import json
     import re
     from pathlib import Path
 
+    from snippets import decide
+
     root = Path(__file__).resolve().parents[1]
     found = model_plan.published_accuracy()
     assert found is not None, "python -m benchmarks.model_planner has not published its rows"
     span = f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f}"
-    assert span in model_plan.accuracy_line()
-    for page in ACCURACY_PAGES:
-        box = re.search(r'!!! abstract "In short"\n((?:    .*\n|\n)+)', (root / page).read_text()).group(1)
-        text = " ".join(box.split())
-        assert span in text and f"{found['architectures']} " in text, (page, span, text)
-    # performance.md's box also states the held-out architectures' range (benchmarks, model_planner).
-    held = [row["ratio"] for row in json.loads(model_plan.ACCURACY.read_text())["holdout"]]
-    box = re.search(r'!!! abstract "In short"\n((?:    .*\n|\n)+)', (root / "docs/performance.md").read_text()).group(1)
-    before = model_plan.published_accuracy()["holdout"]
-    assert (f"{min(held):.2f}-{max(held):.2f} on three more measured apart ({before['before_min']:.2f}-"
-            f"{before['before_max']:.2f} before") in " ".join(box.split())
-    assert f"up to {before['lines_max']:.2f} before a batch between two runs was planned on their chord" in " ".join(box.split())
-    fresh = model_plan.published_accuracy()["fresh"]
-    assert (f"{fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f} on three measured after every rule but that last one "
-            f"(which moved them by {fresh['moved']:.3f} at most)" in " ".join(box.split()))
+    held, fresh = found["holdout"], found["fresh"]
+    apart = (f"{held['min_ratio']:.2f}-{held['max_ratio']:.2f}", f"{fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f}")
+    batches = " and ".join(str(b) for b in found["batches"])
+    assert found["batches"] == [64, 128] and span in model_plan.accuracy_line()
+    assert f"at {batches} samples" in model_plan.accuracy_line()
     notebook = json.loads((root / "docs/notebooks/plan-your-model.ipynb").read_text())
-    first = "".join(notebook["cells"][0]["source"])
-    assert span in " ".join(first.split()), first
+    boxes = {page: re.search(r'!!! abstract "In short"\n((?:    .*\n|\n)+)', (root / page).read_text()).group(1)
+             for page in ACCURACY_PAGES}
+    quoted = "".join(notebook["cells"][0]["source"]).split("Devices: none")[0]
+    boxes["the notebook"] = re.sub(r"^> ?", "", quoted, flags=re.MULTILINE)  # a quote block, "> " on each line
+    # What the planner covers, its error (with the architectures measured apart, and at which batches, on
+    # which allocator), and what no CPU shows: in every box, the audit's list of what one left out.
+    for place, box in boxes.items():
+        text = " ".join(box.split())
+        assert span in text and f"{found['architectures']} " in text, (place, span, text)
+        assert all(figure in text for figure in apart), (place, apart)
+        assert f"at {batches} samples" in text and "this CPU's capped allocator" in text, place
+        assert all(unseen in text for unseen in UNSEEN), (place, text)
+        assert "float32" in text and "TensorFlow" in text, place
+    for page in ("docs/decide.md", "docs/memory-budget.md"):
+        assert "`--strategy single` or `mirrored`" in " ".join(boxes[page].split()), page
+    # --help's description, printed before the options: the same.
+    description = " ".join(decide.build_parser().description.split())
+    assert " ".join(model_plan.accuracy_line().split()) in description
+    assert all(unseen in description for unseen in UNSEEN) and "by rule" in description
+    # performance.md's box also states the held-out architectures' history (benchmarks, model_planner).
+    box = " ".join(boxes["docs/performance.md"].split())
+    assert (f"{held['min_ratio']:.2f}-{held['max_ratio']:.2f} on three more measured apart ({held['before_min']:.2f}-"
+            f"{held['before_max']:.2f} before") in box
+    assert f"up to {held['lines_max']:.2f} before a batch between two runs was planned on their chord" in box
+    assert (f"{fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f} on three measured after every rule but that last one "
+            f"(which moved them by {fresh['moved']:.3f} at most)" in box)
+    assert f"in {found['rows']} rows ({found['rows'] // 2} configurations at two batches each" in box
     # What the pages say the benchmark found: every compiled step within the issue's 0.95-1.25; no
     # row more than 5% under; without XLA over by at most 45% (steps whose runs at 8 threads rose
     # more steeply between 16 and 32, or held a buffer there, that none of five draws showed at

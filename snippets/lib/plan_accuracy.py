@@ -22,8 +22,8 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
 
     Returns:
-        ``{"rows", "architectures", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout", "fresh"}`` (``worst``: the
-        row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
+        ``{"rows", "architectures", "batches", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout", "fresh"}``
+        (``batches``: the rows' per-device batches, ascending; ``worst``: the row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
         says how each is obtained). ``spread``: None if the benchmark planned nothing twice, else
         ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio"}``: how many plans of the
         same configuration it made from fresh runs (without XLA), of how many architectures and configurations
@@ -60,9 +60,15 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
              "max_ratio": max(later),
              "moved": max(row.get("ratio_on_lines", row["ratio"]) - row["ratio"] for row in data["fresh"])} if later else None
     return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
-            "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
+            "batches": sorted({row["batch_per_device"] for row in rows}), "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
             "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread, "holdout": holdout,
             "fresh": fresh}
+
+
+def _and(numbers: list[int]) -> str:
+    """``[64, 128]`` as ``"64 and 128"``."""
+    words = [str(n) for n in numbers]
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def accuracy_line(path: Path = ACCURACY) -> str:
@@ -74,7 +80,8 @@ def accuracy_line(path: Path = ACCURACY) -> str:
         return "The planner's accuracy on real architectures has not been measured here (make benchmark)."
     line = (f"On {found['architectures']} architectures ({found['rows'] // 2} configurations at two batches each: "
             "CNNs, a Transformer, LSTM, GRU, a recommender, MLPs, the seed layer; Adam and RMSprop; one device "
-            "with XLA on and off, MirroredStrategy over 2 without), planned / measured step peak per device was "
+            "with XLA on and off, MirroredStrategy over 2 without; float32 on TensorFlow), planned / measured step "
+            f"peak per device, both on this CPU's capped allocator at {_and(found['batches'])} samples, was "
             f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f} (over 1: planned high).")
     held = found["holdout"]
     if held:
