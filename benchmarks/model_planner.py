@@ -50,7 +50,7 @@ import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.measure import machine
@@ -106,7 +106,7 @@ def key(step: ModelStep, threads: int | None, real: bool, repeat: int = 0, steps
     """The cache's key of one run; ``repeat`` > 0 for another draw of the same configuration, ``steps``
     the training steps it measured."""
     tail = ([repeat] if repeat else []) + ([steps] if steps != 2 else [])
-    return json.dumps([asdict(step), threads, real] + tail, sort_keys=True)
+    return json.dumps([step.fields(), threads, real] + tail, sort_keys=True)
 
 
 def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat: int = 0,

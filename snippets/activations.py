@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from snippets.lib import hardware, model_step, planner, units
@@ -339,7 +338,7 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "acti
 def jobs_as_json() -> dict[str, dict]:
     """:func:`chapter_jobs` as plain JSON values: each configuration's step fields, cap and the
     inter-op thread counts it is measured at (:data:`THREADS`)."""
-    return json.loads(json.dumps({name: {"step": asdict(step), "cap": cap, "threads": THREADS}
+    return json.loads(json.dumps({name: {"step": step.fields(), "cap": cap, "threads": THREADS}
                                   for name, (step, cap) in chapter_jobs().items()}))
 
 

@@ -179,11 +179,15 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
         # The accumulators are planned in every method: said with the optimizer, not after "not run" (helper-32).
         accumulated = (f" and gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable "
                        "variable, counted)" if facts.accumulation > 1 else "")
-        note = f"No --optimizer: {compiles} with {name}{accumulated}, which is {done}"
+        # Its object, settings and all (global_clipnorm, use_ema...), where a step is measured or compiled.
+        # A model.to_json() file is compiled again from its compile_config, its optimizer's settings in it.
+        own = "" if done == "planned by rule" else " (that optimizer, its settings kept)"
+        note = f"No --optimizer: {compiles} with {name}{accumulated}, which is {done}{own}"
         if facts.ema:
+            # The runs and the compile train with the function's own optimizer object (ModelStep.own_optimizer).
+            held = "which the figures below leave out: add it" if done == "planned by rule" else "which the figures below hold"
             note += (f"; its use_ema=True keeps a copy of each trainable variable "
-                     f"({units.human_bytes(trainable_bytes(facts.weights))}), "
-                     "which the figures below leave out: add it")
+                     f"({units.human_bytes(trainable_bytes(facts.weights))}), {held}")
         return name, note + "."
     if facts.loss is not None:
         return "rmsprop", (f"No --optimizer: {compiles} without naming one, so fit trains with compile's default, "
@@ -216,7 +220,7 @@ def measured_plan(args, weights: Sequence[planner.Weight],
                          "it again without XLA, or plan it with --backend jax")
     step = ModelStep(target, args.optimizer, args.batch, "off" if setup.no_xla else setup.xla, args.strategy, devices,
                      setup.planned_policy, loss, accumulation=getattr(args, "accumulation", 1),
-                     kwargs=tuple(_model_kwargs(args).items()))
+                     kwargs=tuple(_model_kwargs(args).items()), own_optimizer=getattr(args, "own_optimizer", False))
     if setup.loss is None and not setup.loss_from and (args.backend == "jax" or model_plan.runs_here(weights, step)):
         # Known before any run (read_builder saw whether the function compiled): said now, not once a
         # measuring process has started. A model too large to run here is planned by rule, which
@@ -479,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.optimizer = source_optimizer(args.source, source)[0]
             # The function's own optimizer runs, with its accumulation (--optimizer replaces both).
             args.accumulation = args.source.accumulation
+            args.own_optimizer = args.source.optimizer is not None
         per_position = getattr(getattr(args, "source", None), "per_position", 0)
         bound = uncounted(weights, per_position) > 0
         # What would measure the step instead, among the options this command did not give.

@@ -415,3 +415,18 @@ def float32_head():
                               keras.layers.Dense(8, dtype="float32")])
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+def contrastive():
+    """A SimCLR-style head trained by a loss over the pairs within the batch: its B x B logits grow with the
+    square of the batch (helper-34's trial)."""
+    from keras import ops
+
+    def in_batch(y_true, y_pred):
+        z = y_pred / (ops.norm(y_pred, axis=-1, keepdims=True) + 1e-6)
+        logits = ops.matmul(z, ops.transpose(z)) / 0.1
+        return keras.losses.sparse_categorical_crossentropy(ops.arange(ops.shape(z)[0]), logits, from_logits=True)
+
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(32)])
+    model.compile(optimizer="adam", loss=in_batch)
+    return model

@@ -1,5 +1,7 @@
 """snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork."""
 
+from dataclasses import replace
+
 from snippets.lib import fork_server, model_step, units
 from snippets.lib.model_step import ModelStep, measure_many
 
@@ -66,3 +68,14 @@ def test_the_next_run_starts_when_any_run_ends_and_results_keep_the_jobs_order()
     results = fork_server.fork_jobs(payload, 2, _sleeping, lambda fields, threads: ("a run", "a run"))
     assert [r["sleep"] for r in results] == [3.0, 0.2, 0.2]
     assert results[2]["started"] < results[0]["ended"]
+
+
+def test_a_step_of_the_builders_own_optimizer_trains_with_its_settings():
+    # helper-34: Adam(use_ema=True) and Adam(global_clipnorm=1.0) in a builder's compile were measured as a new
+    # Adam() (0.72 and 0.85 of the step). With own_optimizer the run keeps the object: its EMA copy is there.
+    step = ModelStep("tests.plan_builders:averaging", "adam", 16, "off")
+    own, new = measure_many([(replace(step, own_optimizer=True), units.GiB, 1), (step, units.GiB, 1)])
+    assert own["completed"] and new["completed"]
+    trainable = own["weights_bytes"]  # tiny(): every weight trainable
+    assert own["optimizer_bytes"] - new["optimizer_bytes"] == trainable  # the averages: one copy of each
+    assert own["step"]["own_optimizer"] is True and "own_optimizer" not in new["step"]  # keys of older runs stand

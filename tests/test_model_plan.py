@@ -203,8 +203,9 @@ def test_runs_that_hardly_differ_get_a_third_at_the_wide_batch():
 
     step = ModelStep("m:f", "adam", 512, "off")
     plan = model_plan.plan_model(step, run=fake)
-    assert plan.batches == (16, 32, model_plan.WIDE_BATCH)
-    assert plan.step_peak >= peak_mib(512) * units.MiB  # from 16 and 32 alone: 0.6 of it
+    # 512 lies past CHECKED_PAST and is cheap on these lines: run too, after the one at the wide batch.
+    assert plan.batches == (16, 32, model_plan.WIDE_BATCH, 512) and not plan.faster
+    assert plan.line_peak(512) >= peak_mib(512) * units.MiB  # from 16 and 32 alone: 0.6 of it
     assert "The run at 256 was added: 16 and 32 differed by under 10%" in plan.how()
     two = model_plan.plan_model(step, run=lambda *a, **k: fake(*a, **k, fails=True))
     assert two.batches == (16, 32) and two.step_peak < 0.7 * peak_mib(512) * units.MiB  # what it replaced
@@ -409,7 +410,9 @@ def test_a_quick_step_is_run_more_often_and_the_plan_says_how_many():
     plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off"), "extrapolated", (16, 32),
                                 (100 * units.MiB, 260 * units.MiB), threads=(1, 8), steps_run=(2, 8))
     assert "1 and 8 inter-op threads, the worst of 2 to 8 steps" in plan.how()
-    assert plan.as_json()["steps_run"] == [2, 8]
+    from snippets.lib import model_report
+
+    assert model_report.plan_json(plan)["steps_run"] == [2, 8]
 
 
 def test_a_models_own_train_step_that_takes_x_alone_is_measured():
@@ -895,3 +898,79 @@ def test_every_key_of_a_measured_plans_json_has_its_legend():
     found = model_report.model_json(plan, 50 * units.MiB, "V100-PCIE-16GB", "m:f")
     keys = set(found) | {f"plan.{key}" for key in found["plan"]}
     assert keys == set(model_report.JSON_KEYS)  # a key added to either needs its line in the legend
+
+
+def _quadratic(bytes_per_pair: float, fails_past: int = 0):
+    """A fake run whose step holds a B x B term (a loss over the pairs within the batch), as helper-34's
+    contrastive model did: 10 MiB, 8 KiB per sample, ``bytes_per_pair`` per pair; out of the cap past ``fails_past``."""
+    def run(step, cap, inter_op_threads):
+        if fails_past and step.batch > fails_past:
+            return {"completed": False, "failed_phase": "step", "step_peak": None, "step_peaks": []}
+        peak = round(10 * units.MiB + 8 * units.KiB * step.batch + bytes_per_pair * step.batch ** 2)
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+    return run
+
+
+def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_the_largest_batch():
+    from snippets.lib import model_report
+
+    # helper-34: a contrastive loss's B x B logits, planned from 16, 32 and 256 at 0.24 of the step at 4096.
+    step = ModelStep("m:f", "adam", 4096, "off")
+    plan = model_plan.plan_model(step, run=_quadratic(8))
+    truth = 10 * units.MiB + 8 * units.KiB * 4096 + 8 * 4096 ** 2
+    assert plan.batches == (16, 32, model_plan.WIDE_BATCH, 4096) and plan.method == "measured"
+    assert plan.step_peak >= truth and plan.faster[:2] == (4096, truth) and plan.faster[2] < truth / 2
+    capacity = 30 * units.GiB
+    assert plan.largest_batch(capacity) == 4096  # not the line's millions
+    flat = " ".join(plan.how().split())
+    assert "This batch was run too (past 256 per device, and cheap): it peaked at 170 MiB" in flat
+    assert "grows faster than linearly in the batch" in flat and "no larger batch is planned" in flat
+    assert "Larger batches on" not in flat and "Larger batches on a line" in " ".join(
+        model_plan.plan_model(step, run=_quadratic(0)).how().split())
+    text = model_report.model_report(plan, capacity, "a card")
+    assert "None past 4096 per device, the batch run last" in " ".join(text.split())
+    assert model_report.plan_json(plan)["faster"] == list(plan.faster)
+    # A linear step past 256 is run there too, and its lines carry on past it.
+    linear = model_plan.plan_model(step, run=_quadratic(0))
+    assert linear.batches[-1] == 4096 and not linear.faster and linear.largest_batch(capacity) > 100 * 4096
+    assert "Past 4096 per device, the largest batch run, the line runs further" in " ".join(
+        model_report.model_report(linear, capacity, "a card").split())
+    # Not past CHECKED_PAST, or not cheap on the lines: not run (the benchmarks' rows are at 64 and 128).
+    assert model_plan.plan_model(replace(step, batch=model_plan.CHECKED_PAST), run=_quadratic(8)).batches[-1] == 256
+    costly = model_plan.plan_model(replace(step, batch=300_000), run=_quadratic(8))
+    assert costly.batches[-1] == model_plan.WIDE_BATCH and costly.method == "extrapolated"
+    # Out of this host's cap at the reader's batch: said in one line, not planned on the line.
+    with pytest.raises(model_plan.ModelError, match="ran out of this host's .* at 4096 samples per device, which the line"):
+        model_plan.plan_model(step, run=_quadratic(8, fails_past=model_plan.WIDE_BATCH))
+
+
+def test_the_rules_slope_is_counted_at_the_larger_small_batch():
+    from snippets.lib import model_rule
+
+    assert model_rule.SLOPE_BATCH == model_plan.SMALL_BATCHES[-1]
+
+
+def test_an_error_without_a_message_says_where_the_readers_code_raised_it():
+    from snippets.lib import errors
+
+    def builder():
+        raise NotImplementedError  # helper-34's builder met a bare one inside Keras: "NotImplementedError: " and no more
+
+    try:
+        builder()
+    except NotImplementedError as error:
+        line = errors.error_line(error)
+    assert line.startswith("(no message), raised from builder at ") and line.endswith(
+        f"test_model_plan.py:{builder.__code__.co_firstlineno + 1}")
+
+
+def test_the_json_gives_the_largest_batch_of_the_card_planned_for_among_the_others():
+    from snippets.lib import hardware, model_report
+
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off"), "extrapolated", (16, 32),
+                                (100 * units.MiB, 260 * units.MiB))
+    found = model_report.model_json(plan, hardware.allocator_bytes("A100-40GB"), "A100-40GB", "m:f")
+    assert "A100-40GB" not in model_report.BATCH_CARDS  # helper-34: the JSON left it out
+    assert found["largest_global_batch"]["A100-40GB"] == found["largest_batch"] > 0
+    assert set(model_report.BATCH_CARDS) < set(found["largest_global_batch"])

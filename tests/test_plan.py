@@ -639,7 +639,8 @@ def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_
         return SourceFacts([], None, loss, optimizer, False, {}, None)
 
     assert decide.source_optimizer(facts("adam", "mse")) == (
-        "adam", "No --optimizer: the function compiles with adam, which is measured.")
+        "adam", "No --optimizer: the function compiles with adam, which is measured (that optimizer, its settings "
+        "kept).")
     # compile(loss=...) alone: fit trains with compile's default optimizer.
     assert decide.source_optimizer(facts(None, "mse"), "file") == (
         "rmsprop", "No --optimizer: the file's compile_config compiles without naming one, so fit trains with "
@@ -647,7 +648,8 @@ def test_without_optimizer_the_model_trains_with_what_its_source_compiled_or_is_
     assert decide.source_optimizer(facts(None, None)) == (None, None)
     # Keras on JAX (--backend jax) compiles the step, it does not run it.
     assert decide.source_optimizer(facts("adam", "mse"), done="compiled by XLA, not run")[1] == (
-        "No --optimizer: the function compiles with adam, which is compiled by XLA, not run.")
+        "No --optimizer: the function compiles with adam, which is compiled by XLA, not run (that optimizer, its "
+        "settings kept).")
     assert decide.source_optimizer(facts("Lion", "mse"))[0] == "lion"  # a string as the function wrote it
     with pytest.raises(ValueError, match="compiles with Muon, which the planner does not know: pass --optimizer"):
         decide.source_optimizer(facts("Muon", "mse"))
@@ -829,10 +831,15 @@ def test_the_functions_gradient_accumulation_is_measured_and_its_ema_is_named():
     from snippets.lib.model_source import SourceFacts
 
     weights = [planner.Weight((1024, 256)), planner.Weight((256,), trainable=False)]
-    assert decide.source_optimizer(SourceFacts(weights, None, "mse", "adam", False, {}, None, 4, True)) == (
+    facts = SourceFacts(weights, None, "mse", "adam", False, {}, None, 4, True)
+    assert decide.source_optimizer(facts) == (
         "adam", "No --optimizer: the function compiles with adam and gradient_accumulation_steps=4 (an accumulator "
-        "per trainable variable, counted), which is measured; its use_ema=True keeps a copy of "
-        "each trainable variable (1 MiB), which the figures below leave out: add it.")
+        "per trainable variable, counted), which is measured (that optimizer, its settings kept); its "
+        "use_ema=True keeps a copy of each trainable variable (1 MiB), which the figures below hold.")
+    # The rule counts slots by the optimizer's name: not the averages.
+    assert decide.source_optimizer(facts, "file", "planned by rule")[1].endswith(
+        "counted), which is planned by rule; its use_ema=True keeps a copy of each trainable variable (1 MiB), which the "
+        "figures below leave out: add it.")
 
 
 def test_an_accumulating_functions_step_is_measured_through_an_update(kernel):
@@ -845,6 +852,7 @@ def test_an_accumulating_functions_step_is_measured_through_an_update(kernel):
     assert code == 0, out
     plan = json.loads(out[out.index("{"):])
     assert plan["plan"]["step"]["optimizer"] == "adam" and plan["plan"]["step"]["accumulation"] == 4
+    assert plan["plan"]["step"]["own_optimizer"] is True  # the function's Adam object runs, not a new one
     assert "gradient_accumulation_steps=4" in plan["setup"]["notes"][0]
 
 
@@ -1050,3 +1058,16 @@ def test_tensorflows_start_up_lines_are_held_back_and_the_rest_of_stderr_kept(ca
                     b"E0000 00:00:1796362329.341291    9457 cuda_platform.cc:52] failed call to cuInit: (303)\n"
                     b"the reader's own line\n")
     assert capfd.readouterr().err == "the reader's own line\n"
+
+
+def test_a_loss_over_the_pairs_in_a_batch_is_run_at_the_readers_batch_and_stops_the_largest_batch(kernel):
+    import json
+
+    # helper-34: planned from 16, 32 and 256 at 0.24 of its step at 4096, and "fits" a cap that refused it.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:contrastive", "--strategy", "single",
+                                           "--batch", "4096", "--json"])
+    assert code == 0, out
+    plan = json.loads(out[out.index("{"):])
+    batch, peak, line = plan["plan"]["faster"]
+    assert batch == 4096 and peak > 2 * line and plan["plan"]["step_peak"] >= peak
+    assert plan["method"] == "measured" and max(plan["largest_global_batch"].values()) == 4096

@@ -142,6 +142,8 @@ def error_line(error: BaseException) -> str:
     adds "Could not automatically infer the output shape ... Error encountered:" around its inner layer's."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
     lines = [line for line in lines if line]
+    if not lines:
+        return _raised_at(error)
     if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
         said = [line for line in lines[1:]
                 if not line.startswith("Exception encountered when calling") and not line.endswith("Error encountered:")]
@@ -151,3 +153,41 @@ def error_line(error: BaseException) -> str:
         said = [line for line in lines[1:] if not line.startswith(("[[", "Detected at node", "File "))]
         return said[-1] if said else lines[0]
     return lines[0] if lines else ""
+
+
+_NO_KERNEL = re.compile(r"No OpKernel was registered to support Op '(\w+)'")
+_KERNEL_TYPE = re.compile(r"\bT=DT_(\w+)")
+
+
+def missing_cpu_kernel(message: str) -> str | None:
+    """The refusal for a step TensorFlow's CPU build has no kernel for (an op in a dtype a GPU's build
+    runs: ``MaxPool3D`` in float16, helper-34's trial under ``--policy mixed_float16``), or None.
+
+    >>> missing_cpu_kernel("No OpKernel was registered to support Op 'MaxPool3D' used by {{node m}} with "
+    ...                    "these attrs: [data_format=NDHWC, T=DT_HALF, padding=VALID]")[:74]
+    "TensorFlow's CPU build has no MaxPool3D kernel for half, which a GPU's has"
+    >>> missing_cpu_kernel("ResourceExhaustedError: OOM when allocating tensor") is None
+    True
+    """
+    op = _NO_KERNEL.search(message)
+    if op is None:
+        return None
+    dtype = _KERNEL_TYPE.search(message)
+    what = f"{op.group(1)} kernel for {dtype.group(1).lower()}" if dtype else f"{op.group(1)} kernel for these types"
+    return (f"TensorFlow's CPU build has no {what}, which a GPU's has, so this step cannot run on this "
+            "host: plan it with --backend jax or, on one device, --xla on (XLA compiles it), or without --policy "
+            "(its activations in float32: an upper bound)")
+
+
+def _raised_at(error: BaseException) -> str:
+    """For an error without a message (a bare ``NotImplementedError``): where the reader's code raised it,
+    the innermost frame outside the installed packages and the standard library (helper-34's trial printed
+    "NotImplementedError: " and nothing after it)."""
+    import sysconfig
+    import traceback
+
+    libraries = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")})
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(libraries)]
+    if not frames:
+        return "(no message)"
+    return f"(no message), raised from {frames[-1].name} at {frames[-1].filename}:{frames[-1].lineno}"

@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 from snippets.lib import fork_server, planner, units
 from snippets.lib.errors import error_line
@@ -131,7 +131,7 @@ def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float 
         env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
                                      f"--xla_force_host_platform_device_count={step.devices}"]).strip()
     try:
-        done = subprocess.run([sys.executable, "-m", "snippets.lib.jax_step", json.dumps([asdict(step), list(batches)])],
+        done = subprocess.run([sys.executable, "-m", "snippets.lib.jax_step", json.dumps([step.fields(), list(batches)])],
                               capture_output=True, text=True, check=False, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from snippets.lib import fork_server, planner, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
@@ -52,6 +52,7 @@ from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as m
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
+from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 
 #: Per-device batches the planner draws its lines through, whatever the reader's batch. Not smaller: below
 #: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
@@ -123,6 +124,13 @@ EXTRAPOLATION = 0.05
 #: the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md). A card's largest batch
 #: past it lies where no run checked the line, and the report says so.
 LINE_CHECKED = 256
+
+#: A reader's per-device batch past this, beyond the runs, is run too where the lines put it at most at
+#: :data:`WIDE_PEAK` (cheap): past the batches the benchmarks held the lines to (:data:`LINE_CHECKED`), a
+#: peak can grow faster than linearly. A loss over the pairs within a batch (SimCLR's, CLIP's) keeps
+#: B x B logits: planned from 16, 32 and 256, a small contrastive model's step at 4096 read 0.24 of its
+#: peak, and a capped run refused the batch the plan said fit (helper-34's trial).
+CHECKED_PAST = LINE_CHECKED
 
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one Python
 #: thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
@@ -214,6 +222,9 @@ class ModelPlan:
             :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`snippets.lib.model_step.steps_measured`).
         short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap
             (the lines, and the largest batch, stop below it); 0 if none.
+        faster: ``(batch, peak, line)`` when the run at the reader's own batch (:data:`CHECKED_PAST`) peaked
+            above the line through the smaller runs by more than :data:`MARGIN`: its peak grows faster than
+            linearly in the batch, so the largest batch stops at that run (bytes; empty if not).
     """
 
     step: ModelStep
@@ -235,6 +246,7 @@ class ModelPlan:
     wide_why: str = ""
     steps_run: tuple[int, ...] = ()
     short_of: int = 0
+    faster: tuple[int, ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -385,7 +397,7 @@ class ModelPlan:
         else:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
-        per_device = min(per_device, self.batches[-1]) if self.short_of else per_device  # nothing run past it
+        per_device = min(per_device, self.batches[-1]) if self.short_of or self.faster else per_device  # nothing run past it
         while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
             per_device -= 1
         per_device = max([per_device, *(b for b in range(max(per_device, 0) + 1, self.batches[-1] + 1)
@@ -416,11 +428,16 @@ class ModelPlan:
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
-        wide = (f" The run at {self.batches[-1]} was added: {why}{hidden}." if self.batches[-1] > b2 else
+        wide = (f" The run at {WIDE_BATCH} was added: {why}{hidden}." if WIDE_BATCH in self.batches else
                 f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
-            "stop below it." if self.short_of else "")
+            "stop below it." if self.short_of else "") + (
+            f" This batch was run too (past {CHECKED_PAST} per device, and cheap)" + (
+                f": it peaked at {units.human_bytes(self.faster[1])}, above the {units.human_bytes(self.faster[2])} "
+                "the line through the smaller runs put there: the peak grows faster than linearly in the batch "
+                "(as a loss over pairs within the batch does), so no larger batch is planned." if self.faster else ".")
+            if self.device_batch in self.batches and self.device_batch > CHECKED_PAST else "")
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
         fewest, most = self.steps_run or (steps_measured(self.step),) * 2
@@ -432,13 +449,15 @@ class ModelPlan:
         # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
         beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
                   if not self.step.jit and self.device_batch > self.batches[-1] else "")
-        if self.method == "measured":
-            return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
-                    f"allocator, a fresh process per run, {worse}; "
-                    f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
         fitted = (f"{lines}: {units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at "
                   f"most {SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})")
+        if self.method == "measured":
+            # A card's largest batch past this one is still read off the lines.
+            larger = f" Larger batches on {fitted}." if self.device_batch > SMALL_BATCHES[-1] and not self.faster else ""
+            return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
+                    f"allocator, a fresh process per run, {worse}; "
+                    f"+{MARGIN:.0%} for other orders of the step's ops.{wide}{larger}")
         if self.method == "interpolated":  # between two runs: _measured_peak_at
             b0 = max((b for b in self.batches if b < self.device_batch), default=0)
             b1 = min((b for b in self.batches if b > self.device_batch), default=self.device_batch)
@@ -460,45 +479,6 @@ class ModelPlan:
         half = self.method in ("measured", "interpolated", "extrapolated") and (
             units.computes_in_16_bits(self.step.policy))
         return f"{found} {HALF_CAVEAT}" if half else found
-
-    def as_json(self) -> dict:
-        return {"step": asdict(self.step), "method": self.method, "how": self.how(), "batches": list(self.batches),
-                # The line's bytes at batch 0 at the reader's batch (ModelPlan.state): a fit's intercept, not
-                # the weights, gradients and slots it can sit below.
-                "peaks": list(self.peaks), "per_sample": round(self.per_sample), "intercept": round(self.state),
-                # Each batch's lower-quartile step (floor_step): how() caps the slope by the one between them.
-                "floors": list(self.floors),
-                # Whether the planned step is XLA-compiled, as a GPU host resolves --xla auto.
-                "jit": self.step.jit,
-                # A compiled plan compiles the train step only: its initialisation is not known.
-                "init_peak": None if self.method == "compiled" else self.init_peak, "step_peak": self.step_peak,
-                "weights_bytes": self.weights_bytes, "seconds_per_step_cpu": self.seconds_per_step,
-                "steps_run": list(self.steps_run)}
-
-
-def rule_slope(weights: Sequence[planner.Weight], step: ModelStep) -> float:
-    """Bytes per sample per device of the activations the rule counts (:mod:`snippets.lib.planner`:
-    Dense layers only, so a lower bound): the floor under a measured line's slope. Between 16 and
-    32 samples a step can peak in its optimizer's update, which the batch does not grow, so its runs
-    show no slope: a 1 GiB Dense(65536) with Adam read 8 to 536 KiB per sample from one plan to the
-    next, and its largest batch on a 32 GB card 44 thousand to 2.9 million; the rule counts 784 KiB."""
-    batch = SMALL_BATCHES[-1]
-    policy = step.policy if step.policy in units.POLICIES else None
-    return planner.plan(weights, step.optimizer, "single", 1, policy, batch=batch, xla=step.xla)[0].activations / batch
-
-
-def _rule_state(weights: Sequence[planner.Weight], step: ModelStep) -> int:
-    """The rule's per-device peak without activations (bytes): what a run here would hold at least."""
-    budget = planner.plan(weights, step.optimizer, step.strategy, step.devices, step.policy if step.policy in
-                          units.POLICIES else None, batch=max(step.batch, 1), xla=step.xla,
-                          accumulation=step.accumulation)[0]
-    return budget.total - budget.activations
-
-
-def runs_here(weights: Sequence[planner.Weight], step: ModelStep, cap: int | None = None) -> bool:
-    """Whether the model's step can run at a small batch on this host within ``cap`` bytes per device."""
-    cap = cap or default_cap(step)
-    return _rule_state(weights, step) * 1.5 + 256 * units.MiB <= cap
 
 
 def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None, *,
@@ -577,22 +557,42 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         if not wide_ran_out:
             batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
             groups.append(more)
+
+    def assemble(faster: tuple[int, ...] = ()) -> ModelPlan:
+        results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
+        taken = [r["step_peaks"] for group in groups for r in group]
+        uppers = tuple(tuple(upper_step(group[t]) for group in groups) for t in range(per))
+        method = "measured" if target in batches else "interpolated" if target < batches[-1] else "extrapolated"
+        return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
+                         max(r["init_peak"] for r in results), results[0]["weights_bytes"],
+                         groups[-1][-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
+                         floors=tuple(floor_step(group) for group in groups),
+                         by_threads=tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per)),
+                         uppers=uppers, threads=counts, rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
+                         wide_ran_out=wide_ran_out, wide_why=wide_why,
+                         steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,
+                         faster=faster)
+
+    plan = assemble()
+    line = plan.line_peak(target)
+    if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and line <= WIDE_PEAK:
+        checks = [(step, threads) for threads in counts]
+        say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line, and is cheap: "
+            f"running it too, {len(checks)} more run{'s' if len(checks) > 1 else ''} ...")
+        more = (measure_many([(s, cap, threads) for s, threads in checks], parallel=PARALLEL, progress=progress)
+                if run is None else [run(s, cap, inter_op_threads=threads) for s, threads in checks])
+        if not all(r["completed"] for r in more):
+            raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap at "
+                             f"{target} samples per device, which the line through the smaller runs put at "
+                             f"{units.human_bytes(round(line))}: its peak grows faster than linearly in the batch; "
+                             "plan a smaller --batch")
+        batches.append(target)
+        groups.append(more)
+        worst = max(r["step_peak"] for r in more)
+        plan = assemble((target, worst, round(line)) if worst > line * (1 + MARGIN) else ())
     if run is None:
         fork_server.close()  # its ~700 MiB idle would stay as long as a notebook's kernel (an audit)
-    results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
-    taken = [r["step_peaks"] for group in groups for r in group]
-    floors = tuple(floor_step(group) for group in groups)
-    by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per))
-    uppers = tuple(tuple(upper_step(group[t]) for group in groups) for t in range(per))
-    results[-1] = {**results[-1], "seconds_per_step": flat[-1]["seconds_per_step"]}
-    method = "measured" if target in batches else "interpolated" if target < batches[-1] else "extrapolated"
-    return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
-                     max(r["init_peak"] for r in results), results[0]["weights_bytes"],
-                     results[-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
-                     floors=floors, by_threads=by_threads, uppers=uppers, threads=counts,
-                     rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
-                     wide_ran_out=wide_ran_out, wide_why=wide_why, steps_run=(min(map(len, taken)), max(map(len, taken))),
-                     short_of=out if out > target else 0)
+    return plan
 
 
 def stderr_progress(line: str) -> None:

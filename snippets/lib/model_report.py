@@ -305,12 +305,18 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         over += ("; each in JAX's default 75% pool" if compiled else
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
                  "keeps, which grows with the compute capability")
-        beyond = ""
-        if any(batch > line_checked(plan) * plan.replicas for batch in largest.values()):
-            beyond = (f" Past {line_checked(plan)} per device the line runs beyond the batches compiled: plan "
+        beyond, checked = "", line_checked(plan)
+        if plan.faster:
+            beyond = (f" None past {plan.faster[0]} per device, the batch run last: the peak grew faster than "
+                      "linearly up to it.")
+        elif any(batch > checked * plan.replicas for batch in largest.values()):
+            beyond = (f" Past {checked} per device the line runs beyond the batches compiled: plan "
                       "the batch you choose with --batch to compile it there." if compiled else
                       f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
-                      "checked it (docs/performance.md): leave those batches more headroom.")
+                      "checked it (docs/performance.md): leave those batches more headroom."
+                      if checked == model_plan.LINE_CHECKED else
+                      f" Past {checked} per device, the largest batch run, the line runs further than any run checked "
+                      "it: leave those batches more headroom.")
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
@@ -339,8 +345,25 @@ TF_POOL, JAX_POOL = "TensorFlow's allocator", "JAX's default 75% pool"
 def line_checked(plan: model_plan.ModelPlan) -> int:
     """The per-device batch up to which ``plan``'s line was checked: by the benchmarks for a run step
     (:data:`snippets.lib.model_plan.LINE_CHECKED`), the largest batch compiled for a compiled one (the
-    benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs)."""
-    return max(plan.batches) if plan.method == "compiled" else model_plan.LINE_CHECKED
+    benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs), or this plan's largest run past
+    that (:data:`snippets.lib.model_plan.CHECKED_PAST`)."""
+    return max(plan.batches) if plan.method == "compiled" else max(model_plan.LINE_CHECKED, *plan.batches)
+
+
+def plan_json(plan: model_plan.ModelPlan) -> dict:
+    """The plan's own figures (``--json``'s ``plan``: :data:`JSON_KEYS`' ``plan.*``), bytes per device."""
+    return {"step": plan.step.fields(), "method": plan.method, "how": plan.how(), "batches": list(plan.batches),
+            # The line's bytes at batch 0 at the reader's batch (ModelPlan.state): a fit's intercept, not
+            # the weights, gradients and slots it can sit below.
+            "peaks": list(plan.peaks), "per_sample": round(plan.per_sample), "intercept": round(plan.state),
+            # Each batch's lower-quartile step (floor_step): how() caps the slope by the one between them.
+            "floors": list(plan.floors),
+            # Whether the planned step is XLA-compiled, as a GPU host resolves --xla auto.
+            "jit": plan.step.jit,
+            # A compiled plan compiles the train step only: its initialisation is not known.
+            "init_peak": None if plan.method == "compiled" else plan.init_peak, "step_peak": plan.step_peak,
+            "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
+            "steps_run": list(plan.steps_run), "faster": list(plan.faster)}
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
@@ -355,11 +378,12 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     """
     pool = JAX_POOL if plan.method == "compiled" else TF_POOL
     # method and how at the top, where a rule plan's JSON has them (snippets.lib.rule_report.as_json).
-    return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan.as_json(),
+    return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan_json(plan),
             "setup": asdict(setup) if setup else None,
             "capacity": capacity, "fits": plan.total <= capacity, "card": card,
             "pool": pool if card else None, "largest_batch": plan.largest_batch(capacity),
-            "largest_global_batch": largest_batches(plan),
+            # The card planned for among them, also where the list of cards leaves it out (helper-34: an A100-40GB).
+            "largest_global_batch": {**largest_batches(plan), **({card: plan.largest_batch(capacity)} if card else {})},
             # Per device, how far the line was checked: a largest batch past it is further out.
             "line_checked_per_device": line_checked(plan),
             "remedies": [asdict(r) for r in remedies_found],
@@ -369,7 +393,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
 
 
 #: What each key of a measured, interpolated, extrapolated or compiled plan's ``--json`` holds (:func:`model_json`), and,
-#: under ``plan.``, each key of :meth:`snippets.lib.model_plan.ModelPlan.as_json`. Figures are bytes,
+#: under ``plan.``, each key of :func:`plan_json`. Figures are bytes,
 #: per device, where they are bytes. docs/decide.md prints it; tests/test_model_plan.py holds it to the keys.
 JSON_KEYS = {
     "model": "the --model function or the --model-json file",
@@ -382,8 +406,10 @@ JSON_KEYS = {
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
     "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
-    "largest_global_batch": "per card, the largest global batch (samples per step, all replicas) its own pool holds",
-    "line_checked_per_device": "the per-device batch the line was checked up to (the benchmarks'; a compiled plan's largest)",
+    "largest_global_batch": ("per card (the four the text lists, and the one planned for), the largest global batch "
+                             "(samples per step, all replicas) its own pool holds"),
+    "line_checked_per_device": ("the per-device batch the line was checked up to (the benchmarks', or a larger batch "
+                                "this plan ran; a compiled plan's largest)"),
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
     "caveats": "what the CPU emulation could not show",
@@ -403,4 +429,6 @@ JSON_KEYS = {
     "plan.weights_bytes": "the model's variables, bytes",
     "plan.seconds_per_step_cpu": "one step's wall time at the largest batch run, on this CPU; null if compiled",
     "plan.steps_run": "the fewest and the most steps a run took; empty if compiled",
+    "plan.faster": ("[batch, peak, line] when the run at the reader's own batch peaked above the line through the smaller "
+                    "runs by more than the margin (the peak grows faster than linearly: no larger batch is planned); empty if not"),
 }

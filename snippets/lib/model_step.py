@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from snippets.lib import allocator, fork_server, optimizers, placements, units
-from snippets.lib.errors import ModelError, error_line
+from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
 from snippets.lib.model_batch import batch_of, recording_calls
 
 #: Strategies a measured step can run under.
@@ -84,6 +84,12 @@ class ModelStep:
         accumulation: ``gradient_accumulation_steps`` of the optimizer (1: none).
         remat: a ``keras.RematScope`` mode wrapped around the builder call, or None.
         kwargs: the builder's keyword arguments, as ``(name, value)`` pairs (JSON values).
+        own_optimizer: train with the optimizer object the builder compiled, settings and all
+            (``global_clipnorm``, ``use_ema``, a ``LossScaleOptimizer``...), not a new ``optimizer``
+            by name: a new ``Adam()`` for a builder's ``Adam(global_clipnorm=1.0)`` planned a 4-layer
+            MLP at 0.85 of its step, and for ``Adam(use_ema=True)`` at 0.72 (helper-34's trial).
+            ``optimizer`` still names its slots. False where the builder compiled none or
+            ``--optimizer`` replaces it.
     """
 
     model: str
@@ -97,6 +103,7 @@ class ModelStep:
     accumulation: int = 1
     remat: str | None = None
     kwargs: tuple = field(default_factory=tuple)
+    own_optimizer: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "kwargs", tuple(tuple(pair) for pair in self.kwargs))
@@ -105,6 +112,14 @@ class ModelStep:
     def jit(self) -> bool:
         """Whether ``fit``'s step is XLA-compiled on a GPU host (:func:`snippets.lib.placements.resolve_xla`)."""
         return placements.resolve_xla(self.xla, self.strategy)
+
+    def fields(self) -> dict:
+        """The fields as JSON values, ``own_optimizer`` only when set: a step written before that field
+        (the benchmarks' cached runs and published figures are keyed by these) reads as it did."""
+        found = asdict(self)
+        if not self.own_optimizer:
+            del found["own_optimizer"]
+        return found
 
     def at_batch(self, batch: int) -> ModelStep:
         return replace(self, batch=batch)
@@ -194,13 +209,15 @@ def build(step: ModelStep, replica_program: bool = False):
     if loss is None and not own_train_step(model):
         raise ModelError(f"{step.model} returns a model with no compiled loss: compile it with one, "
                          "or pass --loss (e.g. --loss mse)")
-    optimizer = optimizers.make_optimizer(step.optimizer)
+    compiled = getattr(model, "optimizer", None)
+    optimizer = compiled if step.own_optimizer and compiled is not None else optimizers.make_optimizer(step.optimizer)
     if step.accumulation > 1:
         optimizer.gradient_accumulation_steps = step.accumulation
     if replica_program and step.devices > 1:
         from snippets.lib.step_ledger import copy_on_aggregation
 
-        copy_on_aggregation(optimizer)
+        # A LossScaleOptimizer hands its inner optimizer the gradients to aggregate.
+        copy_on_aggregation(getattr(optimizer, "inner_optimizer", optimizer))
     check_compile(model, step.model)
     model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
     return model
@@ -294,7 +311,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     Returns:
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
         "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable",
-        "max_steps"}``; peaks in
+        "max_steps", "optimizer_bytes"}`` (the last, the optimizer's variables after the steps, once completed); peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused).
@@ -305,7 +322,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
 
     device = "CPU:0"
     steps = steps_measured(step, steps)
-    result = {"step": asdict(step), "completed": False, "failed_phase": None, "init_peak": None,
+    result = {"step": step.fields(), "completed": False, "failed_phase": None, "init_peak": None,
               "step_peaks": [], "step_peak": None, "weights_bytes": None, "seconds_per_step": None,
               "jit": step.jit, "real_strategy": bool(replica_devices), "max_steps": MAX_STEPS}
     batch = step.batch if replica_devices or step.strategy == "single" else step.batch // step.devices
@@ -375,6 +392,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         quick += result["seconds_per_step"] if index >= steps else 0
         result["step_peaks"].append(tf.config.experimental.get_memory_info(device)["peak"] - start)
     result["step_peak"] = max(result["step_peaks"])
+    # What the optimizer that trained keeps (slots, an EMA copy, accumulators, its scalars): which one ran.
+    result["optimizer_bytes"] = sum(units.tensor_bytes(tuple(v.shape), str(v.dtype))
+                                    for v in (model.optimizer.variables if model.optimizer else ()))
     result["completed"] = True
     return result
 
@@ -450,7 +470,7 @@ def _run_forks(jobs: Sequence[tuple], steps: int, timeout: float, parallel: int,
                progress: Callable[[str], None] | None = None) -> list[dict]:
     """``(step, cap_bytes, threads)`` jobs through :func:`snippets.lib.fork_server.server`'s child, ``parallel``
     at once; its progress lines to ``progress`` as they come."""
-    payload = [[asdict(step), f"{cap // units.MiB}MiB", threads, steps] for step, cap, threads in jobs]
+    payload = [[step.fields(), f"{cap // units.MiB}MiB", threads, steps] for step, cap, threads in jobs]
     results = fork_server.server(SERVER).run(payload, parallel, timeout, progress or (lambda line: None))
     for reply in results:
         if "refused" in reply:
@@ -472,7 +492,8 @@ def _run_job(fields: dict, cap: str, threads: int | None, steps: int) -> dict:
     except ModelError as error:
         return {"refused": str(error)}
     except BaseException as error:  # noqa: BLE001 (reported to the parent in one line)
-        return {"error": f"{type(error).__name__}: {error_line(error)}"}
+        refusal = missing_cpu_kernel(str(error))
+        return {"refused": refusal} if refusal else {"error": f"{type(error).__name__}: {error_line(error)}"}
 
 
 def _describe(fields: dict, threads: int | None) -> tuple[str, str]:

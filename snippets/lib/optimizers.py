@@ -194,10 +194,13 @@ def name_of(optimizer) -> str:
 
     The settings that add slots decide (``SGD(momentum=0.9)`` is ``"sgd_momentum"``: a momentum slot
     per variable; ``RMSprop(centered=True)`` a mean-gradient slot; ``Adam(amsgrad=True)`` a max slot);
-    the learning rate and its schedule do not. A string is returned as given.
+    the learning rate and its schedule do not. A string is returned as given; a ``LossScaleOptimizer`` is
+    named by the optimizer it wraps (its own state is two scalars: keras/src/optimizers/loss_scale_optimizer.py).
     """
     if isinstance(optimizer, str):
         return optimizer
+    if getattr(optimizer, "inner_optimizer", None) is not None:
+        return name_of(optimizer.inner_optimizer)
     class_name = type(optimizer).__name__
     found = [name for name, (cls, kwargs) in OPTIMIZERS.items() if cls == class_name
              and all(bool(getattr(optimizer, key, None)) == bool(value) for key, value in kwargs.items())]
