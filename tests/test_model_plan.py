@@ -924,7 +924,7 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     capacity = 30 * units.GiB
     assert plan.largest_batch(capacity) == 4096  # not the line's millions
     flat = " ".join(plan.how().split())
-    assert "This batch was run too (past 256 per device, and cheap): it peaked at 170 MiB" in flat
+    assert "This batch was run too (past 256 per device, and cheap). At 4096 per device it peaked at 170 MiB" in flat
     assert "grows faster than linearly in the batch" in flat and "no larger batch is planned" in flat
     assert "Larger batches on" not in flat and "Larger batches on a line" in " ".join(
         model_plan.plan_model(step, run=_quadratic(0)).how().split())
@@ -974,3 +974,35 @@ def test_the_json_gives_the_largest_batch_of_the_card_planned_for_among_the_othe
     assert "A100-40GB" not in model_report.BATCH_CARDS  # helper-34: the JSON left it out
     assert found["largest_global_batch"]["A100-40GB"] == found["largest_batch"] > 0
     assert set(model_report.BATCH_CARDS) < set(found["largest_global_batch"])
+
+
+def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_at_a_faster_growth(monkeypatch):
+    # Keras on JAX compiles the reader's batch itself, but its line through half and all of it hid the contrastive
+    # head's B x B term: helper-34's largest batch, drawn from 2048 and 4096, came out 2.6 times too large.
+    from snippets.lib import jax_step
+
+    def compiled(step, batches):
+        return [{"total": round(10 * units.MiB + 8 * units.KiB * b + 8 * b * b), "weights_bytes": units.MiB}
+                for b in batches]
+
+    monkeypatch.setattr(jax_step, "compiled_fresh", compiled)
+    plan = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
+    assert plan.batches == (1024, 2048, 4096) and plan.faster[0] == 4096
+    assert plan.largest_batch(30 * units.GiB) == 4096 and "so no larger batch is planned" in " ".join(plan.how().split())
+    # The same shape without the B x B term.
+    monkeypatch.setattr(jax_step, "compiled_fresh", lambda step, batches: [
+        {"total": 10 * units.MiB + 8 * units.KiB * b, "weights_bytes": units.MiB} for b in batches])
+    linear = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
+    assert not linear.faster and linear.largest_batch(30 * units.GiB) > 100 * 4096
+    # Up to CHECKED_PAST, half and all of it as before.
+    assert jax_step.plan_on_jax(ModelStep("m:f", "adam", 256, "on")).batches == (128, 256)
+    # Between two compiles, the chord through them (above a convex peak); beyond the reader's batch, the line through
+    # it and its half, which a convex peak makes the steeper.
+    mild = {1024: 30 * units.MiB, 2048: 62 * units.MiB, 4096: 130 * units.MiB}  # 4096: 1.03 of the line, no stop
+    monkeypatch.setattr(jax_step, "compiled_fresh", lambda step, batches: [
+        {"total": mild[b], "weights_bytes": units.MiB} for b in batches])
+    bent = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
+    assert not bent.faster and bent.peak_at(1536) == 46 * units.MiB and bent.peak_at(3072) == 96 * units.MiB
+    assert bent.peak_at(8192) == 130 * units.MiB + 2 * 68 * units.MiB  # 34 KiB per sample, not 1024 -> 4096's 33 KiB
+    told = " ".join(replace(bent, rule_slope=1.0).how().split())
+    assert "other batches between two on the chord, beyond on the line through 2048 and 4096" in told

@@ -27,7 +27,7 @@ from dataclasses import replace
 from snippets.lib import fork_server, planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import batch_of
-from snippets.lib.model_plan import SMALL_BATCHES, ModelPlan, rule_slope, runs_here
+from snippets.lib.model_plan import CHECKED_PAST, MARGIN, SMALL_BATCHES, ModelPlan, rule_slope, runs_here
 from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap,
                                      own_train_step)
 
@@ -148,7 +148,8 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                 weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
     """Plan ``step`` for Keras on JAX (a :class:`~snippets.lib.model_plan.ModelPlan`, method
     ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the reader's batch and
-    at half of it, or at :data:`~snippets.lib.model_plan.SMALL_BATCHES` when that half is smaller (the
+    at half of it (past :data:`~snippets.lib.model_plan.CHECKED_PAST` a quarter too, for
+    :func:`faster_growth`), or at :data:`~snippets.lib.model_plan.SMALL_BATCHES` when that half is smaller (the
     line that gives the largest batch: through 1 sample alone it had no slope, and every card's largest
     batch came out as 1); no step at those batches runs (one ``train_on_batch`` of a sample per replica
     creates the optimizer's slots, :func:`compile_on_jax`).
@@ -175,14 +176,33 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                          "data_parallel (Keras on JAX's DataParallel), without --backend jax")
     per_device = step.batch // replicas
     half = per_device // 2
-    batches = sorted({per_device, *([half] if half >= SMALL_BATCHES[0] else SMALL_BATCHES)})
+    # Past CHECKED_PAST a quarter too: a line through two figures hides a B x B term (helper-34: a contrastive
+    # loss compiled at 4096 was right there, but its largest batch, drawn from 2048, came out 2.6 times too large).
+    quarter = [per_device // 4] if per_device > CHECKED_PAST else []
+    batches = sorted({per_device, *([half] if half >= SMALL_BATCHES[0] else SMALL_BATCHES), *quarter})
     listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
     (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {listed} samples per device ...")
     results = compiled_fresh(step, [b * replicas for b in batches])
     compiled = replace(step, xla="on")
-    return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
-                     weights_bytes=results[0]["weights_bytes"],
-                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0)
+    peaks = tuple(r["total"] for r in results)
+    return ModelPlan(compiled, "compiled", tuple(batches), peaks, weights_bytes=results[0]["weights_bytes"],
+                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0,
+                     faster=faster_growth(batches, peaks) if quarter else ())
+
+
+def faster_growth(batches: Sequence[int], peaks: Sequence[int]) -> tuple[int, ...]:
+    """``(batch, peak, line)`` (:attr:`snippets.lib.model_plan.ModelPlan.faster`) if the last of ``peaks`` (bytes, one per
+    per-device batch of ``batches``, ascending) lies above the line through the two before it by more than
+    :data:`snippets.lib.model_plan.MARGIN`, else ``()``.
+
+    >>> faster_growth((1024, 2048, 4096), (40, 72, 200))  # 136 on the line
+    (4096, 200, 136)
+    >>> faster_growth((1024, 2048, 4096), (40, 72, 140))
+    ()
+    """
+    (b0, b1, b2), (p0, p1, p2) = batches[-3:], peaks[-3:]
+    line = p1 + (p1 - p0) / (b1 - b0) * (b2 - b1)
+    return (b2, p2, round(line)) if p2 > line * (1 + MARGIN) else ()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

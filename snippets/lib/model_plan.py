@@ -24,19 +24,15 @@ carries). A smaller batch is run as well, for its own figure. Every figure says 
     between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest
     line at the reader's batch, plus :data:`MARGIN`.
 ``rule``
-    the model's weights are too large to run on this host: weights,
-    gradients, slots and the update's temporaries by the rule of
-    :mod:`snippets.lib.planner` (held to the allocator within a few % on
-    ``Dense`` layers), activations counted for ``Dense`` layers only, which
-    makes the figure a lower bound for any other layer.
+    the model's weights are too large to run on this host: weights, gradients, slots and the update's temporaries
+    by the rule of :mod:`snippets.lib.planner` (held to the allocator within a few % on ``Dense`` layers),
+    activations counted for ``Dense`` layers only, which makes the figure a lower bound for any other layer.
 
-Under ``mirrored`` a replica holds every variable whole and runs ``B / N``
-of the batch; what is run is one replica's program alone
-(:mod:`snippets.lib.model_step` says why and how).
+Under ``mirrored`` a replica holds every variable whole and runs ``B / N`` of the batch; what is run is one
+replica's program alone (:mod:`snippets.lib.model_step` says why and how).
 
-What the CPU emulation cannot show (cuDNN / cuBLAS workspaces, XLA:GPU's buffer assignment, NCCL's
-buffers, the GPU layout optimizer's transposes) :data:`CAVEATS` says beside every verdict, and
-:mod:`snippets.lib.plan_caveats` gives the sources.
+What the CPU emulation cannot show (cuDNN / cuBLAS workspaces, XLA:GPU's buffer assignment, NCCL's buffers, the GPU
+layout optimizer's transposes) :data:`CAVEATS` says beside every verdict; :mod:`snippets.lib.plan_caveats` the sources.
 """
 
 from __future__ import annotations
@@ -121,15 +117,12 @@ SLOPE_CAP = 2.0
 EXTRAPOLATION = 0.05
 
 #: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small CNN's and
-#: the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md). A card's largest batch
-#: past it lies where no run checked the line, and the report says so.
+#: the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md); past it no run checked it.
 LINE_CHECKED = 256
 
-#: A reader's per-device batch past this, beyond the runs, is run too where the lines put it at most at
-#: :data:`WIDE_PEAK` (cheap): past the batches the benchmarks held the lines to (:data:`LINE_CHECKED`), a
-#: peak can grow faster than linearly. A loss over the pairs within a batch (SimCLR's, CLIP's) keeps
-#: B x B logits: planned from 16, 32 and 256, a small contrastive model's step at 4096 read 0.24 of its
-#: peak, and a capped run refused the batch the plan said fit (helper-34's trial).
+#: A reader's per-device batch past this is run too where the lines put it at most at :data:`WIDE_PEAK` (compiled with a
+#: quarter of it on JAX): a peak can grow faster than linearly. A loss over the pairs in a batch (SimCLR's, CLIP's) keeps
+#: B x B logits: a small contrastive step at 4096 planned from 16, 32 and 256 read 0.24 of its peak (helper-34).
 CHECKED_PAST = LINE_CHECKED
 
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one Python
@@ -222,9 +215,9 @@ class ModelPlan:
             :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`snippets.lib.model_step.steps_measured`).
         short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap
             (the lines, and the largest batch, stop below it); 0 if none.
-        faster: ``(batch, peak, line)`` when the run at the reader's own batch (:data:`CHECKED_PAST`) peaked
-            above the line through the smaller runs by more than :data:`MARGIN`: its peak grows faster than
-            linearly in the batch, so the largest batch stops at that run (bytes; empty if not).
+        faster: ``(batch, peak, line)`` when the run (or compile) at the reader's own batch (:data:`CHECKED_PAST`)
+            peaked above the line through the smaller batches by more than :data:`MARGIN`: its peak grows faster
+            than linearly in the batch, so the largest batch stops there (bytes; empty if not).
     """
 
     step: ModelStep
@@ -258,7 +251,9 @@ class ModelPlan:
         return self.step.batch // self.replicas
 
     def _first(self) -> int:
-        """Index of the first batch the lines start from: the first of 16 or more, unless that leaves one run."""
+        """Index of the batch the lines start from: the first of 16 or more unless that leaves one; past CHECKED_PAST, the half."""
+        if self.method == "compiled" and self.batches and self.batches[-1] > CHECKED_PAST:
+            return len(self.batches) - 2
         first = next((i for i, b in enumerate(self.batches) if b >= SMALL_BATCHES[0]), 0)
         return first if first < len(self.batches) - 1 else 0
 
@@ -337,8 +332,14 @@ class ModelPlan:
             # One buffer assignment: the compiled figure itself, or the line between two of them.
             if device_batch in self.batches:
                 return self.peaks[self.batches.index(device_batch)]
-            return round(self.line_peak(device_batch))
+            return round(self._chord(device_batch) or self.line_peak(device_batch))
         return self._measured_peak_at(device_batch)
+
+    def _chord(self, device_batch: int) -> float:
+        """The line between the batches run (or compiled) on either side of ``device_batch``, bytes; 0 outside them."""
+        return max((p0 + (p1 - p0) * (device_batch - b0) / (b1 - b0) for (b0, p0), (b1, p1)
+                    in zip(zip(self.batches, self.peaks), zip(self.batches[1:], self.peaks[1:])) if b0 < device_batch < b1),
+                   default=0)
 
     def _measured_peak_at(self, device_batch: int) -> int:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes, with :data:`MARGIN`: a
@@ -359,9 +360,7 @@ class ModelPlan:
         # 64: 1.27 of the step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord
         # through two draws can pass under (a wide MLP at 64: 0.945 on it): the lines stay. benchmarks.model_planner.rows.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
-        chord = max((p0 + (p1 - p0) * (device_batch - b0) / (b1 - b0)
-                     for (b0, p0), (b1, p1) in zip(zip(self.batches, self.peaks), zip(self.batches[1:], self.peaks[1:]))
-                     if b0 < device_batch < b1), default=0)
+        chord = self._chord(device_batch)
         lines = 0 if chord and self.wide_why == "cheap" else self.line_peak(device_batch)
         return round(max(lines, seen, chord) * (1 + MARGIN))
 
@@ -413,17 +412,21 @@ class ModelPlan:
             return self.rule_note
         listed = " and ".join(filter(None, [", ".join(map(str, self.batches[:-1])), str(self.batches[-1])]))
         b1, b2 = SMALL_BATCHES
+        grew = (f" At {self.faster[0]} per device it peaked at {units.human_bytes(self.faster[1])}, above the "
+                f"{units.human_bytes(self.faster[2])} the line through the smaller batches put there: the peak grows faster than "
+                "linearly in the batch (as a loss over pairs within the batch does), so no larger batch is planned." if self.faster else "")
         if self.method == "compiled":
             devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
                        "on each, its partitioned program with the gradients' all-reduce"
                        if self.replicas > 1 else "one device")
-            slope = (f"other batches on the line through those of {b1} or more, at least the "
-                     f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
+            through = (f"between two on the chord, beyond on the line through {self.batches[-2]} and {self.batches[-1]}"
+                       if self.batches[-1] > CHECKED_PAST else f"on the line through those of {b1} or more")
+            slope = (f"other batches {through}, at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
                      if self.rule_slope and len(self.batches) > 1 else "")
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
                     f"whole step jit-compiled as fit does, its state donated) at batch "
                     f"{listed} per device, its inputs given as shapes (no data); "
-                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).")
+                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).{grew}")
         cheap = self.wide_why == "cheap"
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
@@ -433,10 +436,7 @@ class ModelPlan:
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
-            f" This batch was run too (past {CHECKED_PAST} per device, and cheap)" + (
-                f": it peaked at {units.human_bytes(self.faster[1])}, above the {units.human_bytes(self.faster[2])} "
-                "the line through the smaller runs put there: the peak grows faster than linearly in the batch "
-                "(as a loss over pairs within the batch does), so no larger batch is planned." if self.faster else ".")
+            f" This batch was run too (past {CHECKED_PAST} per device, and cheap).{grew}"
             if self.device_batch in self.batches and self.device_batch > CHECKED_PAST else "")
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
