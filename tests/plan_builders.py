@@ -430,3 +430,15 @@ def contrastive():
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(32)])
     model.compile(optimizer="adam", loss=in_batch)
     return model
+
+
+def volume():
+    """A 3-D CNN with MaxPool3D, which TensorFlow's CPU build has no float16 kernel for (helper-34's video model)."""
+    return keras.Sequential([keras.Input((8, 8, 8, 1)), keras.layers.Conv3D(4, 3, padding="same"),
+                             keras.layers.MaxPooling3D(2), keras.layers.Flatten(), keras.layers.Dense(2)])
+
+
+def volume_mixed():
+    """:func:`volume` under a mixed_float16 policy the function sets itself."""
+    keras.config.set_dtype_policy("mixed_float16")
+    return volume()

@@ -2,8 +2,10 @@
 
 from dataclasses import replace
 
+import pytest
+
 from snippets.lib import fork_server, model_step, units
-from snippets.lib.model_step import ModelStep, measure_many
+from snippets.lib.model_step import ModelError, ModelStep, measure_many
 
 STEP = ModelStep("snippets.lib.zoo:small_cnn", "adam", 16, "off", loss="sparse_categorical_crossentropy",
                  kwargs=(("size", 32),))
@@ -79,3 +81,16 @@ def test_a_step_of_the_builders_own_optimizer_trains_with_its_settings():
     trainable = own["weights_bytes"]  # tiny(): every weight trainable
     assert own["optimizer_bytes"] - new["optimizer_bytes"] == trainable  # the averages: one copy of each
     assert own["step"]["own_optimizer"] is True and "own_optimizer" not in new["step"]  # keys of older runs stand
+    # A function that compiled an optimizer when read but not when run is refused, not trained with a new one (an audit).
+    with pytest.raises(ModelError, match="compiled no optimizer this time.*pass --optimizer"):
+        measure_many([(ModelStep("tests.plan_builders:tiny", "adam", 16, "off", loss="mse", own_optimizer=True), units.GiB, 1)])
+
+
+def test_an_op_without_a_cpu_kernel_in_its_dtype_is_refused_with_the_ways_to_plan_it():
+    # helper-34: MaxPool3D in float16 runs on a GPU, not on TensorFlow's CPU build. Leaving out --policy plans float32
+    # only when the policy came from --policy; a function's own policy wins over any option (an audit).
+    given = ModelStep("tests.plan_builders:volume", "adam", 16, "off", policy="mixed_float16", loss="mse")
+    with pytest.raises(ModelError, match="no MaxPool3D kernel for half.* or without --policy"):
+        measure_many([(given, units.GiB, 1)])
+    with pytest.raises(ModelError, match="no MaxPool3D kernel for half.* or with the function setting a float32 policy"):
+        measure_many([(replace(given, model="tests.plan_builders:volume_mixed", policy=None), units.GiB, 1)])

@@ -616,12 +616,15 @@ def test_answer_first_boxes_state_the_published_accuracy():
         assert f"at {batches} samples" in text and "this CPU's capped allocator" in text, place
         assert all(unseen in text for unseen in UNSEEN), (place, text)
         assert "float32" in text and "TensorFlow" in text, place
+    for place in ("docs/decide.md", "docs/performance.md", "the notebook"):  # the boxes that list the runs
+        assert f"past {model_plan.CHECKED_PAST}" in " ".join(boxes[place].split()), place  # the reader's batch (an audit)
     for page in ("docs/decide.md", "docs/memory-budget.md"):
         assert "`--strategy single` or `mirrored`" in " ".join(boxes[page].split()), page
     # --help's description, printed before the options: the same.
     description = " ".join(decide.build_parser().description.split())
     assert " ".join(model_plan.accuracy_line().split()) in description
     assert all(unseen in description for unseen in UNSEEN) and "by rule" in description
+    assert f"own batch past {model_plan.CHECKED_PAST} per device" in description
     # performance.md's box also states the held-out architectures' history (benchmarks, model_planner).
     box = " ".join(boxes["docs/performance.md"].split())
     assert (f"{held['min_ratio']:.2f}-{held['max_ratio']:.2f} on three more measured apart ({held['before_min']:.2f}-"
@@ -943,6 +946,28 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     # Out of this host's cap at the reader's batch: said in one line, not planned on the line.
     with pytest.raises(model_plan.ModelError, match="ran out of this host's .* at 4096 samples per device, which the line"):
         model_plan.plan_model(step, run=_quadratic(8, fails_past=model_plan.WIDE_BATCH))
+    # Under MirroredStrategy the reader's share per replica is what is run (the global batch, one replica's program).
+    globals_run = []
+    mirrored = model_plan.plan_model(replace(step, strategy="mirrored", devices=2, batch=8192), run=lambda s, cap, inter_op_threads: (
+        globals_run.append(s.batch) or _quadratic(8)(replace(s, batch=s.batch // 2), cap, inter_op_threads)))
+    assert mirrored.batches[-1] == 4096 and globals_run[-1] == 8192 and mirrored.faster[:2] == (4096, truth)
+    assert mirrored.largest_batch(capacity) == 8192
+    # A cap the line already passes with its margin (a small host) would run out whatever the growth: not run.
+    small_host = model_plan.plan_model(step, cap=plan.faster[2], run=_quadratic(8))
+    assert small_host.batches[-1] == model_plan.WIDE_BATCH and not small_host.faster
+
+
+def test_the_largest_batch_of_a_plan_run_at_a_million_per_device_is_bisected(monkeypatch):
+    # Scanning every batch up to the largest run took 30 s for each card (an audit).
+    batches, peaks = (16, 32, 256, 1_000_000), (11 * units.MiB, 12 * units.MiB, 19 * units.MiB, 500 * units.MiB)
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 1_000_000, "off"), "measured", batches, peaks,
+                                floors=peaks, wide_why="cheap")
+    calls, peak_at = [], model_plan.ModelPlan.peak_at
+    monkeypatch.setattr(model_plan.ModelPlan, "peak_at", lambda self, b: calls.append(b) or peak_at(self, b))
+    found = plan.largest_batch(300 * units.MiB)
+    assert len(calls) < 100
+    # On the chord between 256 and a million, with the margin: 19 + 481 x (b - 256) / 999744 MiB, x 1.1 <= 300 MiB.
+    assert plan.peak_at(found) <= 300 * units.MiB < plan.peak_at(found + 1) and 520_000 < found < 535_000
 
 
 def test_the_rules_slope_is_counted_at_the_larger_small_batch():
@@ -963,6 +988,20 @@ def test_an_error_without_a_message_says_where_the_readers_code_raised_it():
         line = errors.error_line(error)
     assert line.startswith("(no message), raised from builder at ") and line.endswith(
         f"test_model_plan.py:{builder.__code__.co_firstlineno + 1}")
+    # Raised inside this package's own tools (as from Keras inside fit): the reader's frame that called them.
+    import os
+    tools = {}
+    exec(compile("def run(build):\n    build()\n    raise NotImplementedError\n",
+                 os.path.join(os.path.dirname(errors.__file__), "a_tool.py"), "exec"), tools)
+
+    def readers_code():
+        tools["run"](lambda: None)
+
+    try:
+        readers_code()
+    except NotImplementedError as error:
+        line = errors.error_line(error)
+    assert line.endswith(f"test_model_plan.py:{readers_code.__code__.co_firstlineno + 1}"), line
 
 
 def test_the_json_gives_the_largest_batch_of_the_card_planned_for_among_the_others():
@@ -979,7 +1018,7 @@ def test_the_json_gives_the_largest_batch_of_the_card_planned_for_among_the_othe
 def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_at_a_faster_growth(monkeypatch):
     # Keras on JAX compiles the reader's batch itself, but its line through half and all of it hid the contrastive
     # head's B x B term: helper-34's largest batch, drawn from 2048 and 4096, came out 2.6 times too large.
-    from snippets.lib import jax_step
+    from snippets.lib import jax_step, model_report
 
     def compiled(step, batches):
         return [{"total": round(10 * units.MiB + 8 * units.KiB * b + 8 * b * b), "weights_bytes": units.MiB}
@@ -989,6 +1028,11 @@ def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_
     plan = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
     assert plan.batches == (1024, 2048, 4096) and plan.faster[0] == 4096
     assert plan.largest_batch(30 * units.GiB) == 4096 and "so no larger batch is planned" in " ".join(plan.how().split())
+    # Below the quarter, its own figure (a line through two figures of a peak that grows faster falls under it).
+    assert plan.peak_at(16) == plan.peak_at(1023) == plan.peaks[0] and "below 1024 at its figure there" in plan.how()
+    assert "At 4096 per device it came to" in plan.how() and "None past 4096 per device, the batch compiled last" in " ".join(
+        model_report.model_report(plan, 30 * units.GiB, "a card").split())
+    assert plan.largest_batch(plan.peaks[0] - 1) == 0 and plan.largest_batch(plan.peaks[0]) == 1024
     # The same shape without the B x B term.
     monkeypatch.setattr(jax_step, "compiled_fresh", lambda step, batches: [
         {"total": 10 * units.MiB + 8 * units.KiB * b, "weights_bytes": units.MiB} for b in batches])
@@ -1005,4 +1049,10 @@ def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_
     assert not bent.faster and bent.peak_at(1536) == 46 * units.MiB and bent.peak_at(3072) == 96 * units.MiB
     assert bent.peak_at(8192) == 130 * units.MiB + 2 * 68 * units.MiB  # 34 KiB per sample, not 1024 -> 4096's 33 KiB
     told = " ".join(replace(bent, rule_slope=1.0).how().split())
-    assert "other batches between two on the chord, beyond on the line through 2048 and 4096" in told
+    assert "other batches between two on the chord, beyond on the line through 2048 and 4096, at least" in told
+    assert "below 1024 on the line through 1024 and 2048" in told
+    # Below the smallest compile, the line through the two smallest, never under the weights: through the two
+    # largest (the steeper, for a convex peak) an audit read -53 MiB at 16 and "fit" 1023 in 12 MiB at 1.9 MiB.
+    assert bent.peak_at(512) == 14 * units.MiB and bent.peak_at(16) == units.MiB
+    peaks = [bent.peak_at(b) for b in range(1, 8193, 7)]
+    assert peaks == sorted(peaks)  # never falls as the batch grows

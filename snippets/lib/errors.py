@@ -159,13 +159,17 @@ _NO_KERNEL = re.compile(r"No OpKernel was registered to support Op '(\w+)'")
 _KERNEL_TYPE = re.compile(r"\bT=DT_(\w+)")
 
 
-def missing_cpu_kernel(message: str) -> str | None:
+def missing_cpu_kernel(message: str, policy_option: bool = True) -> str | None:
     """The refusal for a step TensorFlow's CPU build has no kernel for (an op in a dtype a GPU's build
     runs: ``MaxPool3D`` in float16, helper-34's trial under ``--policy mixed_float16``), or None.
+    ``policy_option``: the 16-bit policy came from ``--policy``, so leaving it out plans float32; else the
+    function set it, and its policy wins over any option (an audit).
 
     >>> missing_cpu_kernel("No OpKernel was registered to support Op 'MaxPool3D' used by {{node m}} with "
     ...                    "these attrs: [data_format=NDHWC, T=DT_HALF, padding=VALID]")[:74]
     "TensorFlow's CPU build has no MaxPool3D kernel for half, which a GPU's has"
+    >>> missing_cpu_kernel("No OpKernel was registered to support Op 'MaxPool3D' [T=DT_HALF]", False)[-90:]
+    'or with the function setting a float32 policy (its activations in float32: an upper bound)'
     >>> missing_cpu_kernel("ResourceExhaustedError: OOM when allocating tensor") is None
     True
     """
@@ -175,18 +179,20 @@ def missing_cpu_kernel(message: str) -> str | None:
     dtype = _KERNEL_TYPE.search(message)
     what = f"{op.group(1)} kernel for {dtype.group(1).lower()}" if dtype else f"{op.group(1)} kernel for these types"
     return (f"TensorFlow's CPU build has no {what}, which a GPU's has, so this step cannot run on this "
-            "host: plan it with --backend jax or, on one device, --xla on (XLA compiles it), or without --policy "
+            "host: plan it with --backend jax or, on one device, --xla on (XLA compiles it), or "
+            f"{'without --policy' if policy_option else 'with the function setting a float32 policy'} "
             "(its activations in float32: an upper bound)")
 
 
 def _raised_at(error: BaseException) -> str:
     """For an error without a message (a bare ``NotImplementedError``): where the reader's code raised it,
-    the innermost frame outside the installed packages and the standard library (helper-34's trial printed
-    "NotImplementedError: " and nothing after it)."""
+    the innermost frame outside the installed packages, the standard library and this package's own tools, which
+    only call the reader's code or Keras (helper-34's trial printed "NotImplementedError: " and nothing after it)."""
+    import os
     import sysconfig
     import traceback
 
-    libraries = tuple({sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")})
+    libraries = (*{sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}, os.path.dirname(__file__))
     frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(libraries)]
     if not frames:
         return "(no message)"

@@ -49,6 +49,7 @@ from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as m
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
+from snippets.lib.plan_curve import below_first, chord, largest_fitting
 
 #: Per-device batches the planner draws its lines through, whatever the reader's batch. Not smaller: below
 #: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
@@ -332,14 +333,10 @@ class ModelPlan:
             # One buffer assignment: the compiled figure itself, or the line between two of them.
             if device_batch in self.batches:
                 return self.peaks[self.batches.index(device_batch)]
-            return round(self._chord(device_batch) or self.line_peak(device_batch))
+            if device_batch < self.batches[0]:
+                return round(below_first(self.batches, self.peaks, device_batch, self.weights_bytes, bool(self.faster)))
+            return round(chord(self.batches, self.peaks, device_batch) or self.line_peak(device_batch))
         return self._measured_peak_at(device_batch)
-
-    def _chord(self, device_batch: int) -> float:
-        """The line between the batches run (or compiled) on either side of ``device_batch``, bytes; 0 outside them."""
-        return max((p0 + (p1 - p0) * (device_batch - b0) / (b1 - b0) for (b0, p0), (b1, p1)
-                    in zip(zip(self.batches, self.peaks), zip(self.batches[1:], self.peaks[1:])) if b0 < device_batch < b1),
-                   default=0)
 
     def _measured_peak_at(self, device_batch: int) -> int:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes, with :data:`MARGIN`: a
@@ -360,9 +357,9 @@ class ModelPlan:
         # 64: 1.27 of the step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord
         # through two draws can pass under (a wide MLP at 64: 0.945 on it): the lines stay. benchmarks.model_planner.rows.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
-        chord = self._chord(device_batch)
-        lines = 0 if chord and self.wide_why == "cheap" else self.line_peak(device_batch)
-        return round(max(lines, seen, chord) * (1 + MARGIN))
+        between = chord(self.batches, self.peaks, device_batch)
+        lines = 0 if between and self.wide_why == "cheap" else self.line_peak(device_batch)
+        return round(max(lines, seen, between) * (1 + MARGIN))
 
     @property
     def step_peak(self) -> int:
@@ -377,10 +374,10 @@ class ModelPlan:
     def largest_batch(self, capacity: int) -> int:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none.
 
-        Found on the lines, then, below the last batch run, among every batch up to it: a batch run keeps
-        its own figure and one between two runs can lie on their chord, both below the lines (a thread
-        count's slope held by :data:`SLOPE_CAP` or at 0 pins its line at its highest peak), so the planned
-        peak is not monotone there: batch 16 can fit where 17 does not.
+        Found on the lines, then among every batch up to there or the last batch run
+        (:func:`snippets.lib.plan_curve.largest_fitting`): a batch run keeps its own figure and one between two
+        runs can lie on their chord, both below the lines (a thread count's slope held by :data:`SLOPE_CAP` or at 0
+        pins its line at its highest peak), so the planned peak is not monotone there: 16 can fit where 17 does not.
         """
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
@@ -397,11 +394,9 @@ class ModelPlan:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         per_device = min(per_device, self.batches[-1]) if self.short_of or self.faster else per_device  # nothing run past it
-        while per_device > 0 and max(self.init_peak, self.peak_at(per_device)) > capacity:
-            per_device -= 1
-        per_device = max([per_device, *(b for b in range(max(per_device, 0) + 1, self.batches[-1] + 1)
-                                        if max(self.init_peak, self.peak_at(b)) <= capacity)])
-        return max(per_device, 0) * self.replicas
+        # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
+        return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity, self.batches,
+                               max(per_device, self.batches[-1])) * self.replicas
 
     def how(self) -> str:
         """One sentence: how the figure was obtained (a ``rule`` plan: its own note)."""
@@ -412,7 +407,8 @@ class ModelPlan:
             return self.rule_note
         listed = " and ".join(filter(None, [", ".join(map(str, self.batches[:-1])), str(self.batches[-1])]))
         b1, b2 = SMALL_BATCHES
-        grew = (f" At {self.faster[0]} per device it peaked at {units.human_bytes(self.faster[1])}, above the "
+        grew = (f" At {self.faster[0]} per device it {'came to' if self.method == 'compiled' else 'peaked at'} "
+                f"{units.human_bytes(self.faster[1])}, above the "
                 f"{units.human_bytes(self.faster[2])} the line through the smaller batches put there: the peak grows faster than "
                 "linearly in the batch (as a loss over pairs within the batch does), so no larger batch is planned." if self.faster else "")
         if self.method == "compiled":
@@ -421,8 +417,11 @@ class ModelPlan:
                        if self.replicas > 1 else "one device")
             through = (f"between two on the chord, beyond on the line through {self.batches[-2]} and {self.batches[-1]}"
                        if self.batches[-1] > CHECKED_PAST else f"on the line through those of {b1} or more")
-            slope = (f"other batches {through}, at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts; "
-                     if self.rule_slope and len(self.batches) > 1 else "")
+            low = (f"below {self.batches[0]} at its figure there" if self.faster else
+                   f"below {self.batches[0]} on the line through {self.batches[0]} and {self.batches[1]}")
+            rule = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
+                    if self.rule_slope else "")
+            slope = f"other batches {through}{rule}, {low}; " if len(self.batches) > 1 else ""
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
                     f"whole step jit-compiled as fit does, its state donated) at batch "
                     f"{listed} per device, its inputs given as shapes (no data); "
@@ -575,14 +574,15 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
 
     plan = assemble()
     line = plan.line_peak(target)
-    if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and line <= WIDE_PEAK:
+    room = cap or default_cap(step)  # under line x (1 + MARGIN), running out there would say nothing of the growth
+    if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and line * (1 + MARGIN) <= min(WIDE_PEAK, room):
         checks = [(step, threads) for threads in counts]
         say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line, and is cheap: "
             f"running it too, {len(checks)} more run{'s' if len(checks) > 1 else ''} ...")
         more = (measure_many([(s, cap, threads) for s, threads in checks], parallel=PARALLEL, progress=progress)
                 if run is None else [run(s, cap, inter_op_threads=threads) for s, threads in checks])
         if not all(r["completed"] for r in more):
-            raise ModelError(f"the model ran out of this host's {units.human_bytes(cap or default_cap(step))} cap at "
+            raise ModelError(f"the model ran out of this host's {units.human_bytes(room)} cap at "
                              f"{target} samples per device, which the line through the smaller runs put at "
                              f"{units.human_bytes(round(line))}: its peak grows faster than linearly in the batch; "
                              "plan a smaller --batch")

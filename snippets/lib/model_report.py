@@ -307,8 +307,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                  "keeps, which grows with the compute capability")
         beyond, checked = "", line_checked(plan)
         if plan.faster:
-            beyond = (f" None past {plan.faster[0]} per device, the batch run last: the peak grew faster than "
-                      "linearly up to it.")
+            beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
+                      "peak grew faster than linearly up to it.")
         elif any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {checked} per device the line runs beyond the batches compiled: plan "
                       "the batch you choose with --batch to compile it there." if compiled else

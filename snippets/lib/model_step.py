@@ -210,6 +210,8 @@ def build(step: ModelStep, replica_program: bool = False):
         raise ModelError(f"{step.model} returns a model with no compiled loss: compile it with one, "
                          "or pass --loss (e.g. --loss mse)")
     compiled = getattr(model, "optimizer", None)
+    if step.own_optimizer and compiled is None:
+        raise ModelError(f"{step.model} compiled no optimizer this time, though it did when read: pass --optimizer")
     optimizer = compiled if step.own_optimizer and compiled is not None else optimizers.make_optimizer(step.optimizer)
     if step.accumulation > 1:
         optimizer.gradient_accumulation_steps = step.accumulation
@@ -492,7 +494,7 @@ def _run_job(fields: dict, cap: str, threads: int | None, steps: int) -> dict:
     except ModelError as error:
         return {"refused": str(error)}
     except BaseException as error:  # noqa: BLE001 (reported to the parent in one line)
-        refusal = missing_cpu_kernel(str(error))
+        refusal = missing_cpu_kernel(str(error), policy_option=fields.get("policy") not in (None, "float32"))
         return {"refused": refusal} if refusal else {"error": f"{type(error).__name__}: {error_line(error)}"}
 
 
