@@ -102,13 +102,13 @@ def setup_of(args) -> model_report.ModelSetup:
 
 def dropped_by_optimizer(args) -> list[str]:
     """What of the model source's optimizer changes memory and a given ``--optimizer`` leaves out: its
-    ``gradient_accumulation_steps`` (an accumulator per trainable variable) and ``use_ema=True`` (a copy of
-    each); empty when the source's own optimizer is planned (``args.accumulation`` set, :func:`main`)."""
+    ``gradient_accumulation_steps`` (an accumulator per trainable variable), ``use_ema=True`` (a copy of
+    each) and its clipping (the norms' temporaries); empty when the source's own optimizer is planned (``args.accumulation`` set, :func:`main`)."""
     facts = getattr(args, "source", None)
     if facts is None or facts.optimizer is None or hasattr(args, "accumulation"):
         return []
     return ([f"gradient_accumulation_steps={facts.accumulation}"] if facts.accumulation > 1 else []) + (
-        ["use_ema=True"] if facts.ema else [])
+        ["use_ema=True"] if facts.ema else []) + list(facts.clipping)
 
 
 def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None = None) -> None:

@@ -442,3 +442,10 @@ def volume_mixed():
     """:func:`volume` under a mixed_float16 policy the function sets itself."""
     keras.config.set_dtype_policy("mixed_float16")
     return volume()
+
+
+def clipped():
+    """Compiles with Adam clipping the gradients' global norm."""
+    model = tiny()
+    model.compile(optimizer=keras.optimizers.Adam(global_clipnorm=1.0), loss="mse")
+    return model

@@ -184,10 +184,16 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {listed} samples per device ...")
     results = compiled_fresh(step, [b * replicas for b in batches])
     compiled = replace(step, xla="on")
-    peaks = tuple(r["total"] for r in results)
-    return ModelPlan(compiled, "compiled", tuple(batches), peaks, weights_bytes=results[0]["weights_bytes"],
-                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0,
-                     faster=faster_growth(batches, peaks) if quarter else ())
+    faster = faster_growth(batches, [r["total"] for r in results]) if quarter else ()
+    if faster and batches[0] > SMALL_BATCHES[-1]:
+        # Below the quarter no line through these figures holds (helper-39: "no batch fits" a card, at 4 GiB for 16384):
+        # the small batches' own figures.
+        (progress or (lambda line: None))(f"the peak grows faster than linearly: compiling {' and '.join(map(str, SMALL_BATCHES))} per device too ...")
+        results = compiled_fresh(step, [b * replicas for b in SMALL_BATCHES]) + results
+        batches = [*SMALL_BATCHES, *batches]
+    return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
+                     weights_bytes=results[0]["weights_bytes"],
+                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0, faster=faster)
 
 
 def faster_growth(batches: Sequence[int], peaks: Sequence[int]) -> tuple[int, ...]:

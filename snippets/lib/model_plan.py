@@ -49,7 +49,7 @@ from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as m
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
-from snippets.lib.plan_curve import below_first, chord, largest_fitting
+from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
 
 #: Per-device batches the planner draws its lines through, whatever the reader's batch. Not smaller: below
 #: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
@@ -94,9 +94,8 @@ WIDE_PEAK = 1 << 30
 #: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
 PLAN_THREADS = (1, 8)
 
-#: The thread counts for a step XLA compiles: one (None: the emulation's default,
-#: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). The compiled step is one program that assigns its own
-#: buffers; on the benchmark's 52 compiled rows one thread against two moved the peak by about 1% (0.99-1.01).
+#: The thread counts for a step XLA compiles: one (None: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). One program
+#: assigns its buffers: on the benchmark's 52 compiled rows one thread against two moved the peak by about 1% (0.99-1.01).
 COMPILED_THREADS = (None,)
 
 #: A thread count's slope is held to at most this many times the slope between the batches' floors
@@ -196,9 +195,8 @@ class ModelPlan:
         rule_peak: for ``rule``, the planner's per-device step peak, bytes.
         rule_note: for ``rule``, :func:`snippets.lib.rule_report.rule_how`'s sentence.
         largest_variable: the largest trainable variable, bytes (for the record).
-        floors: each batch's floor, the lower-quartile step (:func:`floor_step`) over its steps and
-            thread counts, bytes:
-            the slope between these bounds each thread count's (:data:`SLOPE_CAP`): racing threads
+        floors: each batch's floor, the lower-quartile step (:func:`floor_step`) over its steps and thread counts,
+            bytes: the slope between these bounds each thread count's (:data:`SLOPE_CAP`): racing threads
             add or drop a whole buffer from one run to the next (a recommender's 49 MiB table).
         rule_slope: bytes per sample per device the rule counts (:func:`rule_slope`): no line is
             flatter (0: no weights were given).
@@ -216,9 +214,9 @@ class ModelPlan:
             :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`snippets.lib.model_step.steps_measured`).
         short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap
             (the lines, and the largest batch, stop below it); 0 if none.
-        faster: ``(batch, peak, line)`` when the run (or compile) at the reader's own batch (:data:`CHECKED_PAST`)
-            peaked above the line through the smaller batches by more than :data:`MARGIN`: its peak grows faster
-            than linearly in the batch, so the largest batch stops there (bytes; empty if not).
+        faster: ``(batch, peak, line)`` when the run (or compile) at the reader's batch past :data:`CHECKED_PAST` peaked
+            over the line through the smaller batches by more than :data:`MARGIN`: the peak grows faster than linearly, so
+            the largest batch stops there (bytes; empty if not). At a run short of it, :func:`plan_model` refuses.
     """
 
     step: ModelStep
@@ -415,8 +413,8 @@ class ModelPlan:
             devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
                        "on each, its partitioned program with the gradients' all-reduce"
                        if self.replicas > 1 else "one device")
-            through = (f"between two on the chord, beyond on the line through {self.batches[-2]} and {self.batches[-1]}"
-                       if self.batches[-1] > CHECKED_PAST else f"on the line through those of {b1} or more")
+            through = ("between two on the chord" + ("" if self.faster else f", beyond on the line through {self.batches[-2]} and "
+                       f"{self.batches[-1]}") if self.batches[-1] > CHECKED_PAST else f"on the line through those of {b1} or more")
             low = (f"below {self.batches[0]} at its figure there" if self.faster else
                    f"below {self.batches[0]} on the line through {self.batches[0]} and {self.batches[1]}")
             rule = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
@@ -435,8 +433,9 @@ class ModelPlan:
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
-            f" This batch was run too (past {CHECKED_PAST} per device, and cheap).{grew}"
-            if self.device_batch in self.batches and self.device_batch > CHECKED_PAST else "")
+            (f" This batch was run too (past {CHECKED_PAST} per device, and cheap).{grew}" if self.device_batch == self.batches[-1]
+             else f" A run at {self.batches[-1]}, the largest the lines put within {units.human_bytes(WIDE_PEAK)}, checked them "
+             f"past {CHECKED_PAST}.") if self.batches[-1] > CHECKED_PAST else "")
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
         fewest, most = self.steps_run or (steps_measured(self.step),) * 2
@@ -492,10 +491,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
             the model runs here and for the ``rule`` method. None: measure.
         cap: allocator cap per run, bytes (default :func:`snippets.lib.model_step.default_cap`).
         progress: called with one line before each run (the CLI prints it to stderr).
-        run: ``run(step, cap, inter_op_threads=...)`` measures one configuration in a fresh process and returns
-            :func:`snippets.lib.model_step.measure`'s result; None (the default): all runs through
+        run: ``run(step, cap, inter_op_threads=...)`` measures one configuration in a fresh process (the tests' fakes)
+            and returns :func:`snippets.lib.model_step.measure`'s result; None (the default): all runs through
             :func:`snippets.lib.model_step.measure_many` (one TensorFlow import, a fork per run).
-            The tests and benchmarks pass the harness's kernels.
 
     Raises:
         ModelError: the model cannot be measured as given (one line naming the fix).
@@ -511,27 +509,27 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          weights_bytes=sum(units.tensor_bytes(w.shape, w.dtype) for w in weights),
                          rule_note=rule_how(weights, too_large=True))
     if step.strategy == "mirrored" and step.jit:
-        # The replica's program copies each gradient before the update (step_ledger.copy_on_aggregation)
-        # with an op XLA:CPU does not compile (DeepCopy), and a real MirroredStrategy step compiled by
-        # XLA does not run on the emulated devices either: nothing here can measure it.
+        # The replica's program copies each gradient (step_ledger.copy_on_aggregation) with an op XLA:CPU does not compile
+        # (DeepCopy), and a real MirroredStrategy step compiled by XLA does not run on the emulated devices either.
         raise ModelError("--xla on under --strategy mirrored cannot be measured on this CPU's emulated devices "
                          "(XLA:CPU compiles no DeepCopy, which the all-reduced gradient needs): plan --xla auto "
                          "(Keras turns XLA off for a model created under a strategy), or --backend jax")
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
-    # The lines' batches whatever the reader's, and the reader's own if smaller: a card's largest batch is read
-    # off the lines (drawn through 8 and 16 samples, a small CNN's came out far above what a card held; a trial).
+    # SMALL_BATCHES whatever the reader's batch (a card's largest is read off their lines), and the reader's if smaller.
     batches = sorted({*SMALL_BATCHES, target} if target < SMALL_BATCHES[-1] else set(SMALL_BATCHES))
     counts = plan_threads(step)
+
+    def measured(ats: Sequence[int]) -> list[dict]:  # a run per batch (per device) and thread count, in that order
+        wanted = [(step.at_batch(at * replicas), threads) for at in ats for threads in counts]
+        return (measure_many([(s, cap, threads) for s, threads in wanted], parallel=PARALLEL, progress=progress)
+                if run is None else [run(s, cap, inter_op_threads=threads) for s, threads in wanted])
+
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
-    if run is None:
-        shown = thread_counts(counts)
-        say(f"measuring {step.source} at {', '.join(map(str, batches[:-1]))} and {batches[-1]} samples per device, at "
-            f"{' and '.join(map(str, shown))} inter-op thread{'s' if shown != [1] else ''}, a fresh process "
-            f"per run, {PARALLEL} at a time ...")
-        flat = measure_many([(s, cap, threads) for s, threads in jobs], parallel=PARALLEL, progress=progress)
-    else:
-        flat = [run(s, cap, inter_op_threads=threads) for s, threads in jobs]
+    say(f"measuring {step.source} at {', '.join(map(str, batches[:-1]))} and {batches[-1]} samples per device, at "
+        f"{' and '.join(map(str, thread_counts(counts)))} inter-op thread{'s' if counts != (1,) else ''}, a fresh process "
+        f"per run, {PARALLEL} at a time ...")
+    flat = measured(batches)
     out = min((s.batch // replicas for (s, _), r in zip(jobs, flat) if not r["completed"]), default=0)
     if out > target:  # a run past the reader's own batch: the lines stop below it
         kept = [i for i, (s, _) in enumerate(jobs) if s.batch // replicas < out]
@@ -546,12 +544,10 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     wide_ran_out = False
     wide_why = "" if out else wide_reason([floor_step(groups[batches.index(b)]) for b in SMALL_BATCHES])
     if wide_why:
-        wide = [(step.at_batch(WIDE_BATCH * replicas), threads) for threads in counts]
         say((f"the runs at {' and '.join(map(str, SMALL_BATCHES))} hardly differ (fixed buffers can hide the activations)"
              if wide_why == "flat" else f"a run at {WIDE_BATCH} is cheap") +
-            f": running {WIDE_BATCH} samples per device too, {len(wide)} more run{'s' if len(wide) > 1 else ''} ...")
-        more = (measure_many([(s, cap, threads) for s, threads in wide], parallel=PARALLEL, progress=progress)
-                if run is None else [run(s, cap, inter_op_threads=threads) for s, threads in wide])
+            f": running {WIDE_BATCH} samples per device too, {per} more run{'s' if per > 1 else ''} ...")
+        more = measured([WIDE_BATCH])
         wide_ran_out = not all(r["completed"] for r in more)  # the plan is the small runs', and says so
         if not wide_ran_out:
             batches, flat = [*batches, WIDE_BATCH], [*flat, *more]
@@ -573,23 +569,27 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          faster=faster)
 
     plan = assemble()
-    line = plan.line_peak(target)
-    room = cap or default_cap(step)  # under line x (1 + MARGIN), running out there would say nothing of the growth
-    if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and line * (1 + MARGIN) <= min(WIDE_PEAK, room):
-        checks = [(step, threads) for threads in counts]
-        say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line, and is cheap: "
-            f"running it too, {len(checks)} more run{'s' if len(checks) > 1 else ''} ...")
-        more = (measure_many([(s, cap, threads) for s, threads in checks], parallel=PARALLEL, progress=progress)
-                if run is None else [run(s, cap, inter_op_threads=threads) for s, threads in checks])
-        if not all(r["completed"] for r in more):
-            raise ModelError(f"the model ran out of this host's {units.human_bytes(room)} cap at "
-                             f"{target} samples per device, which the line through the smaller runs put at "
-                             f"{units.human_bytes(round(line))}: its peak grows faster than linearly in the batch; "
-                             "plan a smaller --batch")
-        batches.append(target)
-        groups.append(more)
-        worst = max(r["step_peak"] for r in more)
-        plan = assemble((target, worst, round(line)) if worst > line * (1 + MARGIN) else ())
+    # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest one (from twice
+    # CHECKED_PAST) they do: a contrastive step at 8192, too costly to run, was planned at 0.64 of its peak (helper-39).
+    room = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN)  # over the cap, running out would tell nothing
+    check = last_fitting(lambda b: plan.line_peak(b) <= room, 2 * CHECKED_PAST, target) or target * (plan.line_peak(target) <= room)
+    if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and check:
+        line = plan.line_peak(check)
+        say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line: running "
+            f"{check} per device{' too' if check == target else ', the largest batch the lines put within ' + units.human_bytes(WIDE_PEAK)}, "
+            f"{per} more run{'s' if per > 1 else ''} ...")
+        more = measured([check])
+        worst, done = max((r["step_peak"] or 0 for r in more)), all(r["completed"] for r in more)
+        if done and (check == target or worst <= line * (1 + MARGIN)):
+            batches, groups = [*batches, check], [*groups, more]
+            plan = assemble((target, worst, round(line)) if worst > line * (1 + MARGIN) else ())
+        else:
+            raise ModelError(f"at {check} samples per device the step " + (
+                f"peaked at {units.human_bytes(worst)}, above" if done else
+                f"ran out of this host's {units.human_bytes(cap or default_cap(step))} cap, over") +
+                f" the {units.human_bytes(round(line))} the line through the smaller runs put there: its peak grows faster "
+                "than linearly in the batch (as a loss over pairs within the batch does): plan " +
+                (f"--batch {check * replicas} or less" if done else "a smaller --batch") + ", or --backend jax (compiled, not run)")
     if run is None:
         fork_server.close()  # its ~700 MiB idle would stay as long as a notebook's kernel (an audit)
     return plan

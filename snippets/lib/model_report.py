@@ -308,7 +308,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         beyond, checked = "", line_checked(plan)
         if plan.faster:
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
-                      "peak grew faster than linearly up to it.")
+                      f"peak grew faster than linearly up to it (plan a larger --batch to {'compile' if compiled else 'run'} it).")
         elif any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {checked} per device the line runs beyond the batches compiled: plan "
                       "the batch you choose with --batch to compile it there." if compiled else

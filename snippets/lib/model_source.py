@@ -148,6 +148,8 @@ class SourceFacts(NamedTuple):
             ``"auto"`` to (keras/src/trainers/trainer.py stores the resolved value in its compile config).
         accumulation: the compiled optimizer's ``gradient_accumulation_steps`` (1: none, or not compiled).
         ema: whether the compiled optimizer keeps ``use_ema`` averages (a copy of each trainable variable).
+        clipping: the compiled optimizer's gradient clipping, as ``"global_clipnorm=1.0"`` (its norms' temporaries:
+            a step with ``global_clipnorm`` peaked 1.17 times the same step without, helper-34).
         unknown_input: why a step cannot be run on the model's inputs (a ``keras.Input`` of unknown length,
             :func:`snippets.lib.model_batch.check_inputs`), or None.
         declared_batch: the batch its ``keras.Input(..., batch_size=b)`` fixes
@@ -169,6 +171,7 @@ class SourceFacts(NamedTuple):
     jit_compile: bool | None
     accumulation: int = 1
     ema: bool = False
+    clipping: tuple = ()
     unknown_input: str | None = None
     declared_batch: int | None = None
     per_position: int = 0
@@ -224,6 +227,8 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
         # Settings of keras.optimizers.Optimizer (Keras 3.15) that add state beyond the slots.
         seen["accumulation"] = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
         seen["ema"] = bool(getattr(optimizer, "use_ema", False))
+        seen["clipping"] = tuple(f"{name}={getattr(optimizer, name)}" for name in ("clipnorm", "clipvalue", "global_clipnorm")
+                                 if getattr(optimizer, name, None) is not None)
         given = {**dict(zip(_BEFORE_JIT, args)), **{k: v for k, v in kwargs.items() if k in _BEFORE_JIT}}
         seen["unmeasured"] = tuple(name for name, value in given.items() if _chosen(name, value))
 
@@ -259,7 +264,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     chosen = name if name in units.POLICIES and name != given else None  # what the function itself set
     return SourceFacts(weights, chosen, loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
-                       seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False),
+                       seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False), seen.get("clipping", ()),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
                        seen.get("unmeasured", ()), seen.get("own_policies", {}))
 
