@@ -182,7 +182,8 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
         # Its object, settings and all (global_clipnorm, use_ema...), where a step is measured or compiled.
         # A model.to_json() file is compiled again from its compile_config, its optimizer's settings in it.
         own = "" if done == "planned by rule" else " (that optimizer, its settings kept)"
-        note = f"No --optimizer: {compiles} with {name}{accumulated}, which is {done}{own}"
+        wrapped = " in a LossScaleOptimizer" if facts.loss_scaled else ""  # named by its inner optimizer's slots (helper-39)
+        note = f"No --optimizer: {compiles} with {name}{wrapped}{accumulated}, which is {done}{own}"
         if facts.ema:
             # The runs and the compile train with the function's own optimizer object (ModelStep.own_optimizer).
             held = "which the figures below leave out: add it" if done == "planned by rule" else "which the figures below hold"
@@ -302,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         "verdict and, when it does not fit, ranked remedies. Plain shapes and a model too large to run here "
         "are planned by rule (weights, gradients, slots, the update's temporaries, Dense layers' activations), "
         "allocating nothing; a --model (or --model-json) that runs here, trained under single or mirrored, is "
-        "measured: its real fit step at two small batches (and a third when they hardly differ or it is cheap, and your "
-        "own batch past 256 per device when it is cheap) in fresh capped "
+        "measured: its real fit step at two small batches (and a third when they hardly differ or it is cheap; past 256 "
+        "per device, your own batch or the largest the lines put under 1 GiB) in fresh capped "
         "processes, extrapolated in the batch, or on the chord between two runs (with --backend jax: XLA's "
         "compiled analysis of the step, not run; other placements, and a model without an optimizer: by rule). "
         + model_plan.accuracy_line() + " No --backend jax or mixed-precision plan is among those benchmarked. "

@@ -449,3 +449,11 @@ def clipped():
     model = tiny()
     model.compile(optimizer=keras.optimizers.Adam(global_clipnorm=1.0), loss="mse")
     return model
+
+
+def loss_scaled():
+    """Compiles with a LossScaleOptimizer around an accumulating, clipping Adam, as a mixed_float16 script can."""
+    model = tiny()
+    inner = keras.optimizers.Adam(global_clipnorm=1.0, gradient_accumulation_steps=2)
+    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(inner), loss="mse")
+    return model

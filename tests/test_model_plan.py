@@ -258,7 +258,8 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     peaks = {1: {16: 141.1, 32: 173.4, 256: 740.4}, 8: {16: 196.7, 32: 205.8, 256: 741.1}}
 
     def fake(step, cap, inter_op_threads):
-        peak = round(peaks[inter_op_threads][step.batch // 2] * units.MiB)
+        b = step.batch // 2  # past 256, on the growth between 32 and 256 (2.4 MiB per sample)
+        peak = round(peaks[inter_op_threads].get(b, 741.1 + 2.3 * (b - 256)) * units.MiB)
         return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
                 "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
 
@@ -303,6 +304,12 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     # Past the cheap run, the lines again: extrapolated.
     beyond = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off", "mirrored", 2), run=fake)
     assert beyond.method == "extrapolated" and "Extrapolated: " in beyond.how()
+    # 512 per device is over 1 GiB on the lines, and so is twice 256: the largest batch from 320 they put under it is run
+    # (an audit: nothing was checked), and peaked under them.
+    checked = beyond.batches[-1]
+    assert beyond.batches[:3] == (16, 32, 256) and 320 <= checked < 512
+    assert f"A run at {checked} per device, the largest batch the lines put under 1 GiB less the margin" in " ".join(
+        beyond.how().split())
     assert beyond.step_peak > round(741.1 * units.MiB * (1 + model_plan.MARGIN))
 
 
@@ -624,7 +631,7 @@ def test_answer_first_boxes_state_the_published_accuracy():
     description = " ".join(decide.build_parser().description.split())
     assert " ".join(model_plan.accuracy_line().split()) in description
     assert all(unseen in description for unseen in UNSEEN) and "by rule" in description
-    assert f"own batch past {model_plan.CHECKED_PAST} per device" in description
+    assert f"past {model_plan.CHECKED_PAST} per device, your own batch or the largest the lines put under" in description
     # performance.md's box also states the held-out architectures' history (benchmarks, model_planner).
     box = " ".join(boxes["docs/performance.md"].split())
     assert (f"{held['min_ratio']:.2f}-{held['max_ratio']:.2f} on three more measured apart ({held['before_min']:.2f}-"
@@ -903,13 +910,14 @@ def test_every_key_of_a_measured_plans_json_has_its_legend():
     assert keys == set(model_report.JSON_KEYS)  # a key added to either needs its line in the legend
 
 
-def _quadratic(bytes_per_pair: float, fails_past: int = 0):
+def _quadratic(bytes_per_pair: float, fails_past: int = 0, per_sample: int = 8 * units.KiB):
     """A fake run whose step holds a B x B term (a loss over the pairs within the batch), as helper-34's
-    contrastive model did: 10 MiB, 8 KiB per sample, ``bytes_per_pair`` per pair; out of the cap past ``fails_past``."""
+    contrastive model did: 10 MiB, ``per_sample`` bytes per sample, ``bytes_per_pair`` per pair; out of the cap past
+    ``fails_past``."""
     def run(step, cap, inter_op_threads):
         if fails_past and step.batch > fails_past:
             return {"completed": False, "failed_phase": "step", "step_peak": None, "step_peaks": []}
-        peak = round(10 * units.MiB + 8 * units.KiB * step.batch + bytes_per_pair * step.batch ** 2)
+        peak = round(10 * units.MiB + per_sample * step.batch + bytes_per_pair * step.batch ** 2)
         return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
                 "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
     return run
@@ -943,14 +951,14 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     assert model_plan.plan_model(replace(step, batch=model_plan.CHECKED_PAST), run=_quadratic(8)).batches[-1] == 256
     # Not cheap on the lines: the largest batch they put within WIDE_PEAK is run instead. helper-39: a contrastive step
     # at 8192, its line over 1 GiB, was planned at 0.64 of its peak, "fit" a cap it ran out of, and held 98,978 on a card.
-    with pytest.raises(model_plan.ModelError, match=r"at (\d+) samples per device the step peaked at .* grows faster than "
-                       r"linearly .*: plan --batch \1 or less, or --backend jax"):
+    with pytest.raises(model_plan.ModelError, match=r"at (\d+) samples per device the step peaked at .* may grow faster "
+                       r"than linearly .*, and no run here reaches 300000: plan --batch \1 or less, or --backend jax"):
         model_plan.plan_model(replace(step, batch=300_000), run=_quadratic(8))
     costly = model_plan.plan_model(replace(step, batch=300_000), run=_quadratic(0))  # linear: planned past that run
     checked = costly.batches[-1]
     assert costly.method == "extrapolated" and 2 * model_plan.CHECKED_PAST <= checked < 300_000
     assert 0.9 * model_plan.WIDE_PEAK < costly.peaks[-1] * (1 + model_plan.MARGIN) <= model_plan.WIDE_PEAK
-    assert f"A run at {checked}, the largest the lines put within 1 GiB, checked them past 256." in " ".join(
+    assert f"A run at {checked} per device, the largest batch the lines put under 1 GiB less the margin" in " ".join(
         costly.how().split())
     # Out of this host's cap at the reader's batch: said in one line, not planned on the line.
     with pytest.raises(model_plan.ModelError, match="at 4096 samples per device the step ran out of this host's .* cap, over"):
@@ -965,6 +973,24 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     # it is run instead, and shows the growth.
     with pytest.raises(model_plan.ModelError, match=r"at (3\d\d\d) samples per device the step peaked .*--batch \1 or less"):
         model_plan.plan_model(step, cap=plan.faster[2], run=_quadratic(8))
+
+
+def test_a_check_run_short_of_the_readers_batch_refuses_any_excess_and_says_when_none_was_made():
+    # helper-40's audit: the run short of 32768 per device was accepted within the margin of the line (10%, and 5% more
+    # beyond the runs), and the line carried on to 0.71 of the step there (0.91 with a smaller B x B term).
+    step = ModelStep("m:f", "adam", 32768, "off")
+    with pytest.raises(model_plan.ModelError, match=r"at (4\d\d\d) samples per device the step peaked at .* no run here "
+                       r"reaches 32768: plan --batch \1 or less, or --backend jax"):
+        model_plan.plan_model(step, run=_quadratic(2, per_sample=200 * units.KiB))
+    linear = model_plan.plan_model(step, run=_quadratic(0, per_sample=200 * units.KiB))
+    truth = 10 * units.MiB + 200 * units.KiB * 32768
+    assert 4000 < linear.batches[-1] < 5000 and 1.0 <= linear.step_peak / truth < 1.25
+    assert "peaked under them: past it they run unchecked" in " ".join(linear.how().split())
+    # Even a quarter past 256 over the bound: nothing is run, and the plan says what that leaves unseen.
+    heavy = model_plan.plan_model(replace(step, batch=1024), run=_quadratic(0, per_sample=4 * units.MiB))
+    assert heavy.batches == model_plan.SMALL_BATCHES
+    assert ("No run past 256 per device checked the lines (the lines put one over 1 GiB less the margin, or this "
+            "host's cap): a peak that grows faster than linearly") in " ".join(heavy.how().split())
 
 
 def test_the_largest_batch_of_a_plan_run_at_a_million_per_device_is_bisected(monkeypatch):

@@ -302,6 +302,9 @@ def test_an_optimizer_given_names_the_accumulation_and_ema_it_drops():
     assert decide.setup_of(args).notes[0].endswith(
         "of its compile, only the loss is kept (not its gradient_accumulation_steps=4 or use_ema=True: omit "
         "--optimizer to plan the function's own optimizer with them).")
+    facts = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, loss_scaled=True)
+    assert decide.source_optimizer(facts, "function")[1].startswith(
+        "No --optimizer: the function compiles with adam in a LossScaleOptimizer, which is measured")
     # helper-39: Adam(global_clipnorm=1.0) under --optimizer adam was planned without its clipping and without a word.
     args.source = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, clipping=("global_clipnorm=1.0",))
     assert "(not its global_clipnorm=1.0: omit --optimizer" in decide.setup_of(args).notes[0]  # --optimizer sgd
@@ -848,9 +851,11 @@ def test_the_functions_gradient_accumulation_is_measured_and_its_ema_is_named():
 def test_an_accumulating_functions_step_is_measured_through_an_update(kernel):
     import json
 
-    assert kernel.call(_source_optimizer_state, "tests.plan_builders:accumulating") == (4, False, ())
-    assert kernel.call(_source_optimizer_state, "tests.plan_builders:averaging") == (1, True, ())
-    assert kernel.call(_source_optimizer_state, "tests.plan_builders:clipped") == (1, False, ("global_clipnorm=1.0",))
+    assert kernel.call(_source_optimizer_state, "tests.plan_builders:accumulating") == (4, False, (), False)
+    assert kernel.call(_source_optimizer_state, "tests.plan_builders:averaging") == (1, True, (), False)
+    assert kernel.call(_source_optimizer_state, "tests.plan_builders:clipped") == (1, False, ("global_clipnorm=1.0",), False)
+    # A LossScaleOptimizer's settings are those of the optimizer it wraps (helper-39: labelled "adam" without a word).
+    assert kernel.call(_source_optimizer_state, "tests.plan_builders:loss_scaled") == (2, False, ("global_clipnorm=1.0",), True)
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:accumulating", "--strategy", "single",
                                            "--batch", "16", "--xla", "off", "--json"])
     assert code == 0, out
@@ -860,10 +865,10 @@ def test_an_accumulating_functions_step_is_measured_through_an_update(kernel):
     assert "gradient_accumulation_steps=4" in plan["setup"]["notes"][0]
 
 
-def _source_optimizer_state(target: str) -> tuple[int, bool, tuple]:
-    """Kernel side: ``(accumulation, ema, clipping)`` that :func:`snippets.lib.model_source.read_builder` reads."""
+def _source_optimizer_state(target: str) -> tuple[int, bool, tuple, bool]:
+    """Kernel side: ``(accumulation, ema, clipping, loss_scaled)`` that :func:`snippets.lib.model_source.read_builder` reads."""
     facts = model_source.read_builder(decide.import_callable(target))
-    return facts.accumulation, facts.ema, facts.clipping
+    return facts.accumulation, facts.ema, facts.clipping, facts.loss_scaled
 
 
 def test_compile_options_the_plan_leaves_out_are_named(kernel):

@@ -149,7 +149,7 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     """Plan ``step`` for Keras on JAX (a :class:`~snippets.lib.model_plan.ModelPlan`, method
     ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the reader's batch and
     at half of it (past :data:`~snippets.lib.model_plan.CHECKED_PAST` a quarter too, for
-    :func:`faster_growth`), or at :data:`~snippets.lib.model_plan.SMALL_BATCHES` when that half is smaller (the
+    :func:`faster_growth`, and where that finds faster growth the small batches as well), or at :data:`~snippets.lib.model_plan.SMALL_BATCHES` when that half is smaller (the
     line that gives the largest batch: through 1 sample alone it had no slope, and every card's largest
     batch came out as 1); no step at those batches runs (one ``train_on_batch`` of a sample per replica
     creates the optimizer's slots, :func:`compile_on_jax`).
@@ -185,7 +185,7 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     results = compiled_fresh(step, [b * replicas for b in batches])
     compiled = replace(step, xla="on")
     faster = faster_growth(batches, [r["total"] for r in results]) if quarter else ()
-    if faster and batches[0] > SMALL_BATCHES[-1]:
+    if faster:  # past CHECKED_PAST, so the quarter is above SMALL_BATCHES
         # Below the quarter no line through these figures holds (helper-39: "no batch fits" a card, at 4 GiB for 16384):
         # the small batches' own figures.
         (progress or (lambda line: None))(f"the peak grows faster than linearly: compiling {' and '.join(map(str, SMALL_BATCHES))} per device too ...")

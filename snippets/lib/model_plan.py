@@ -42,7 +42,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from snippets.lib import fork_server, planner, units
-from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
@@ -50,134 +49,9 @@ from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accura
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
-
-#: Per-device batches the planner draws its lines through, whatever the reader's batch. Not smaller: below
-#: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
-#: tensors differently, so a line through small batches bends (benchmarks, model_planner:
-#: through 4 and 16, a Transformer's XLA step was planned at 0.75x and an LSTM's at 0.67x of
-#: the measured peak at 64; through 16 and 32, every one came within the published range).
-SMALL_BATCHES = (16, 32)
-
-#: A third per-device batch, run when the first two hardly differ or when it is cheap (:func:`wide_reason`):
-#: at 16 and 32 samples fixed-size buffers (the optimizer's update, a convolution's scratch) can hide the
-#: activations, so the line through them is flat or too shallow. A CNN under mixed_bfloat16 without
-#: XLA peaked at 26.8 and 29.0 MiB at 16 and 32 samples, then 58.8 at 128 and 117.1 at 256: planned
-#: from 16 and 32 alone, 0.61 of the peak at 512; a model of custom Dense-like layers read 2.31 and
-#: 2.27 MiB, and its largest batch came out as whatever batch the reader asked for.
-WIDE_BATCH = 256
-
-#: The growth of the floors (:func:`floor_step`) from the first batch to the second, as a fraction of
-#: the second, under which :data:`WIDE_BATCH` is run too. Of the lowest steps, on the benchmark's
-#: 78 configurations (the lower quartiles change no configuration's choice) every CNN,
-#: Transformer and recurrent step without XLA grew by 20-46% (VGG16's by at most 3.8%, the MLPs' and
-#: the seed's by under 1%, the recommender's not at all: it fell by up to 7%); the mixed_bfloat16
-#: CNN above by 7.6%.
-FLAT_GROWTH = 0.10
-
-#: Bytes up to which :data:`WIDE_BATCH` is run whatever the floors, as the line through the floors at the
-#: small batches puts its peak. A fixed buffer can hide part of the activations there, not all, and the
-#: floors still grow: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner) peaked at
-#: 29.2, 37.0, 62.9 and 125.4 MiB at 16, 32, 64 and 128 samples (one replica, one thread; on one device,
-#: outside the benchmark: 281.7 at 256, 1127.4 at 1024); planned through 16 and 32, 0.55 of its peak at 128.
-#: Bytes, not seconds: the same model gets the same runs on any machine. At 1 GiB no run at 256 of the
-#: benchmark's took long, and a 64 px ResNet50 (its line puts 256 near 2 GiB) keeps its two small runs.
-WIDE_PEAK = 1 << 30
-
-#: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
-#: figure is the worse. The thread count moves the peak either way: independent ops that run at
-#: once keep their buffers live at once (a CNN at 48 px, batch 64: 113.8 MiB with one thread,
-#: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
-#: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
-#: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
-#: 104 rows without XLA a run at 8 threads peaked up to 1.41x above the runs at 1 and 2; a plan
-#: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
-#: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
-PLAN_THREADS = (1, 8)
-
-#: The thread counts for a step XLA compiles: one (None: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). One program
-#: assigns its buffers: on the benchmark's 52 compiled rows one thread against two moved the peak by about 1% (0.99-1.01).
-COMPILED_THREADS = (None,)
-
-#: A thread count's slope is held to at most this many times the slope between the batches' floors
-#: (:attr:`ModelPlan.floors`). At 16-32 samples one order of the ops can still peak in the update,
-#: which the batch does not grow, while another peaks in the backward pass, whose slope carries (a
-#: 64 px ResNet50 replica, Adam, no XLA: 7.7 MiB per sample at one thread, 5.5 between the lowest
-#: steps; 8.0 between 64 and 128). A slope far above the floors' is a race: a buffer one run held at
-#: the larger batch only (a recommender's 49 MiB embedding gradient read as 3 MiB per sample). Over
-#: the benchmark's 13 architectures, twice keeps the first and drops the second.
-SLOPE_CAP = 2.0
-
-#: Added to the part of a planned peak extrapolated beyond the largest batch run, as a fraction of
-#: it, for a step without XLA. A step's peak is convex in the batch (the larger of an update the
-#: batch does not grow and a backward pass it does), so a slope between small batches can be lower
-#: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16 and
-#: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner), after
-#: :data:`MARGIN`: the smallest multiple of 5% with every row at most 5% under (``margins`` in its
-#: results, tests/test_model_plan.py); by the same rule a compiled step's rows ask for none.
-EXTRAPOLATION = 0.05
-
-#: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small CNN's and
-#: the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md); past it no run checked it.
-LINE_CHECKED = 256
-
-#: A reader's per-device batch past this is run too where the lines put it at most at :data:`WIDE_PEAK` (compiled with a
-#: quarter of it on JAX): a peak can grow faster than linearly. A loss over the pairs in a batch (SimCLR's, CLIP's) keeps
-#: B x B logits: a small contrastive step at 4096 planned from 16, 32 and 256 read 0.24 of its peak (helper-34).
-CHECKED_PAST = LINE_CHECKED
-
-#: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one Python
-#: thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
-PARALLEL = 2
-
-#: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
-#: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
-#: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of 18 to 30 steps at one,
-#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); chosen before
-#: :data:`EXTRAPOLATION`, as the smallest multiple of 5% with no row of the benchmark under 0.95
-#: (``margins``: at 5% the lowest read 0.907).
-MARGIN = 0.10
-
-
-def upper_step(result: dict) -> int:
-    """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
-    Racing threads give a step two or more levels: this sits on the higher unless at most one of 8 steps
-    drew it, where a median falls on either and the plan with it (``plan_spread``: a GRU stack replica's five
-    plans at 64 per device moved 1.07x through these), and leaves out one step above the rest (:meth:`ModelPlan.lines`)."""
-    ordered = sorted(result["step_peaks"])
-    return ordered[(3 * len(ordered)) // 4]
-
-
-def floor_step(runs: Sequence[dict]) -> int:
-    """A batch's floor (:attr:`ModelPlan.floors`): the lower-quartile step of its ``runs``, bytes. Not the
-    lowest: one step can come out a buffer low (a CNN's 33.24 MiB among 36.39-36.77 cut a slope cap to a third)."""
-    ordered = sorted(peak for run in runs for peak in run["step_peaks"])
-    return ordered[len(ordered) // 4]
-
-
-def wide_reason(floors: Sequence[int]) -> str:
-    """Why to run :data:`WIDE_BATCH` too, whatever the reader's batch (a card's largest batch is read off
-    the lines, so they are drawn through the same runs for any batch the reader asks for): ``"flat"``, the
-    floors at :data:`SMALL_BATCHES` (``floors``, bytes: :func:`floor_step`) grew by less than
-    :data:`FLAT_GROWTH` of the second; ``"cheap"``, the line through them puts :data:`WIDE_BATCH` at most at
-    :data:`WIDE_PEAK`; else ``""``."""
-    if len(floors) < 2 or floors[1] <= 0:
-        return ""
-    if (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]:
-        return "flat"
-    b1, b2 = SMALL_BATCHES
-    if floors[1] + (floors[1] - floors[0]) / (b2 - b1) * (WIDE_BATCH - b2) <= WIDE_PEAK:
-        return "cheap"
-    return ""
-
-
-def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
-    """``step``'s inter-op thread counts: :data:`COMPILED_THREADS` if XLA compiles it (``step.jit``), else :data:`PLAN_THREADS`."""
-    return COMPILED_THREADS if step.jit else PLAN_THREADS
-
-
-def thread_counts(threads: Sequence[int | None]) -> list[int]:
-    """``threads`` (:func:`plan_threads`) as the runs had them: None is :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`."""
-    return [CPU_INTER_OP_THREADS if t is None else t for t in threads]
+from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
+    CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, LINE_CHECKED, MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP,
+    SMALL_BATCHES, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -434,8 +308,13 @@ class ModelPlan:
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
             (f" This batch was run too (past {CHECKED_PAST} per device, and cheap).{grew}" if self.device_batch == self.batches[-1]
-             else f" A run at {self.batches[-1]}, the largest the lines put within {units.human_bytes(WIDE_PEAK)}, checked them "
-             f"past {CHECKED_PAST}.") if self.batches[-1] > CHECKED_PAST else "")
+             else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
+             "less the margin (or this host's cap), peaked under them: past it they run unchecked.")
+            if self.batches[-1] > CHECKED_PAST else
+            f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over "
+            f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
+            "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch."
+            if self.device_batch > CHECKED_PAST and not (self.short_of or self.wide_ran_out) else "")
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
         fewest, most = self.steps_run or (steps_measured(self.step),) * 2
@@ -569,26 +448,37 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          faster=faster)
 
     plan = assemble()
-    # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest one (from twice
-    # CHECKED_PAST) they do: a contrastive step at 8192, too costly to run, was planned at 0.64 of its peak (helper-39).
-    room = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN)  # over the cap, running out would tell nothing
-    check = last_fitting(lambda b: plan.line_peak(b) <= room, 2 * CHECKED_PAST, target) or target * (plan.line_peak(target) <= room)
+    # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest batch they do, from
+    # twice CHECKED_PAST (else from a quarter past it): a contrastive step at 8192, too costly to run, was planned at
+    # 0.64 of its peak (helper-39). Over the cap, running out would tell nothing of the growth.
+    room = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN)
+
+    def cheap(b: int) -> bool:
+        return plan.line_peak(b) <= room
+
+    check = target if cheap(target) else (last_fitting(cheap, 2 * CHECKED_PAST, target - 1) or
+                                          last_fitting(cheap, CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1))
     if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and check:
         line = plan.line_peak(check)
         say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line: running "
-            f"{check} per device{' too' if check == target else ', the largest batch the lines put within ' + units.human_bytes(WIDE_PEAK)}, "
-            f"{per} more run{'s' if per > 1 else ''} ...")
+            + ("it too" if check == target else f"{check} per device, the largest batch the lines put under "
+               f"{units.human_bytes(round(room))}") + f", {per} more run{'s' if per > 1 else ''} ...")
         more = measured([check])
         worst, done = max((r["step_peak"] or 0 for r in more)), all(r["completed"] for r in more)
-        if done and (check == target or worst <= line * (1 + MARGIN)):
+        # Short of the reader's batch, any excess over the lines as fitted (without EXTRAPOLATION) refuses: a B x B term
+        # hidden by the margin at the run grows with the square of the batch past it (an audit: accepted within 10% at
+        # 4473, 0.71 of the step at 32768; within the 5% beyond the runs, 0.91).
+        bound = line if check == target else max(c + s * check for c, s in plan.lines())
+        if done and (check == target or worst <= bound):
             batches, groups = [*batches, check], [*groups, more]
             plan = assemble((target, worst, round(line)) if worst > line * (1 + MARGIN) else ())
         else:
             raise ModelError(f"at {check} samples per device the step " + (
                 f"peaked at {units.human_bytes(worst)}, above" if done else
                 f"ran out of this host's {units.human_bytes(cap or default_cap(step))} cap, over") +
-                f" the {units.human_bytes(round(line))} the line through the smaller runs put there: its peak grows faster "
-                "than linearly in the batch (as a loss over pairs within the batch does): plan " +
+                f" the {units.human_bytes(round(bound))} the line through the smaller runs put there: its peak may grow "
+                "faster than linearly in the batch (as a loss over pairs within the batch does)" +
+                (f", and no run here reaches {target}" if check < target else "") + ": plan " +
                 (f"--batch {check * replicas} or less" if done else "a smaller --batch") + ", or --backend jax (compiled, not run)")
     if run is None:
         fork_server.close()  # its ~700 MiB idle would stay as long as a notebook's kernel (an audit)

@@ -146,8 +146,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
 def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
     """Best-case per-device step peak of ``plan``'s float32 step under ``mixed_float16``, bytes.
 
-    The activations a mixed policy keeps are 16-bit: the measured bytes per sample
-    (:attr:`ModelPlan.per_sample`) halve at most; the variables, their gradients and the
+    The activations a mixed policy keeps are 16-bit: the planned bytes above the state (the line's intercept,
+    :attr:`ModelPlan.state`, at least the weights) halve at most; the variables, their gradients and the
     optimizer's slots stay float32 (field case F21, docs/activations.md); each layer computes
     with a 16-bit copy of its kernel, counted as half of ``trainable_bytes``. A lower bound on
     what a GPU would measure: tensors a policy keeps in float32 (the loss, softmax outputs,

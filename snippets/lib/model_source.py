@@ -149,7 +149,8 @@ class SourceFacts(NamedTuple):
         accumulation: the compiled optimizer's ``gradient_accumulation_steps`` (1: none, or not compiled).
         ema: whether the compiled optimizer keeps ``use_ema`` averages (a copy of each trainable variable).
         clipping: the compiled optimizer's gradient clipping, as ``"global_clipnorm=1.0"`` (its norms' temporaries:
-            a step with ``global_clipnorm`` peaked 1.17 times the same step without, helper-34).
+            a step with ``global_clipnorm`` peaked above the same step without, helper-34).
+        loss_scaled: the compiled optimizer is a ``LossScaleOptimizer``, the fields above those of the one it wraps.
         unknown_input: why a step cannot be run on the model's inputs (a ``keras.Input`` of unknown length,
             :func:`snippets.lib.model_batch.check_inputs`), or None.
         declared_batch: the batch its ``keras.Input(..., batch_size=b)`` fixes
@@ -172,6 +173,7 @@ class SourceFacts(NamedTuple):
     accumulation: int = 1
     ema: bool = False
     clipping: tuple = ()
+    loss_scaled: bool = False
     unknown_input: str | None = None
     declared_batch: int | None = None
     per_position: int = 0
@@ -224,11 +226,14 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
         # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
         # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
         seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
-        # Settings of keras.optimizers.Optimizer (Keras 3.15) that add state beyond the slots.
-        seen["accumulation"] = int(getattr(optimizer, "gradient_accumulation_steps", None) or 1)
-        seen["ema"] = bool(getattr(optimizer, "use_ema", False))
-        seen["clipping"] = tuple(f"{name}={getattr(optimizer, name)}" for name in ("clipnorm", "clipvalue", "global_clipnorm")
-                                 if getattr(optimizer, name, None) is not None)
+        # Settings of keras.optimizers.Optimizer (Keras 3.15) that add state beyond the slots, read on the optimizer a
+        # LossScaleOptimizer wraps (its own are the defaults).
+        inner = getattr(optimizer, "inner_optimizer", None) or optimizer
+        seen["accumulation"] = int(getattr(inner, "gradient_accumulation_steps", None) or 1)
+        seen["ema"] = bool(getattr(inner, "use_ema", False))
+        seen["clipping"] = tuple(f"{name}={getattr(inner, name)}" for name in ("clipnorm", "clipvalue", "global_clipnorm")
+                                 if getattr(inner, name, None) is not None)
+        seen["loss_scaled"] = inner is not optimizer
         given = {**dict(zip(_BEFORE_JIT, args)), **{k: v for k, v in kwargs.items() if k in _BEFORE_JIT}}
         seen["unmeasured"] = tuple(name for name, value in given.items() if _chosen(name, value))
 
@@ -265,6 +270,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     return SourceFacts(weights, chosen, loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False), seen.get("clipping", ()),
+                       seen.get("loss_scaled", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
                        seen.get("unmeasured", ()), seen.get("own_policies", {}))
 

@@ -212,8 +212,8 @@ def build(step: ModelStep, replica_program: bool = False):
     compiled = getattr(model, "optimizer", None)
     if step.own_optimizer and compiled is None:
         raise ModelError(f"{step.model} compiled no optimizer this time, though it did when read: pass --optimizer")
-    optimizer = compiled if step.own_optimizer and compiled is not None else optimizers.make_optimizer(step.optimizer)
-    if step.accumulation > 1:
+    optimizer = compiled if step.own_optimizer else optimizers.make_optimizer(step.optimizer)
+    if step.accumulation > 1 and not step.own_optimizer:  # the builder's object has its own (inside a LossScaleOptimizer)
         optimizer.gradient_accumulation_steps = step.accumulation
     if replica_program and step.devices > 1:
         from snippets.lib.step_ledger import copy_on_aggregation

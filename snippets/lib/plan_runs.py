@@ -1,0 +1,144 @@
+"""Which runs a plan of the reader's model makes, and how each run is read.
+
+The per-device batches the planner runs (:data:`SMALL_BATCHES`, :data:`WIDE_BATCH` and why:
+:func:`wide_reason`; the reader's own past :data:`CHECKED_PAST`), the inter-op thread counts
+(:func:`plan_threads`), how many at once (:data:`PARALLEL`), a run's figures (:func:`upper_step`,
+:func:`floor_step`) and the margins a plan adds (:data:`MARGIN`, :data:`EXTRAPOLATION`, :data:`SLOPE_CAP`),
+each with the measurement that chose it. :mod:`snippets.lib.model_plan` draws its lines through them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from snippets.lib.devices import CPU_INTER_OP_THREADS
+from snippets.lib.model_step import ModelStep
+
+#: Per-device batches the planner draws its lines through, whatever the reader's batch. Not smaller: below
+#: about 16 samples fixed-size buffers still weigh, and XLA:CPU's buffer assignment packs small
+#: tensors differently, so a line through small batches bends (benchmarks, model_planner:
+#: through 4 and 16, a Transformer's XLA step was planned at 0.75x and an LSTM's at 0.67x of
+#: the measured peak at 64; through 16 and 32, every one came within the published range).
+SMALL_BATCHES = (16, 32)
+
+#: A third per-device batch, run when the first two hardly differ or when it is cheap (:func:`wide_reason`):
+#: at 16 and 32 samples fixed-size buffers (the optimizer's update, a convolution's scratch) can hide the
+#: activations, so the line through them is flat or too shallow. A CNN under mixed_bfloat16 without
+#: XLA peaked at 26.8 and 29.0 MiB at 16 and 32 samples, then 58.8 at 128 and 117.1 at 256: planned
+#: from 16 and 32 alone, 0.61 of the peak at 512; a model of custom Dense-like layers read 2.31 and
+#: 2.27 MiB, and its largest batch came out as whatever batch the reader asked for.
+WIDE_BATCH = 256
+
+#: The growth of the floors (:func:`floor_step`) from the first batch to the second, as a fraction of
+#: the second, under which :data:`WIDE_BATCH` is run too. Of the lowest steps, on the benchmark's
+#: 78 configurations (the lower quartiles change no configuration's choice) every CNN,
+#: Transformer and recurrent step without XLA grew by 20-46% (VGG16's by at most 3.8%, the MLPs' and
+#: the seed's by under 1%, the recommender's not at all: it fell by up to 7%); the mixed_bfloat16
+#: CNN above by 7.6%.
+FLAT_GROWTH = 0.10
+
+#: Bytes up to which :data:`WIDE_BATCH` is run whatever the floors, as the line through the floors at the
+#: small batches puts its peak. A fixed buffer can hide part of the activations there, not all, and the
+#: floors still grow: keras-io's 1-D CNN for time series (held out, benchmarks.model_planner) peaked at
+#: 29.2, 37.0, 62.9 and 125.4 MiB at 16, 32, 64 and 128 samples (one replica, one thread; on one device,
+#: outside the benchmark: 281.7 at 256, 1127.4 at 1024); planned through 16 and 32, 0.55 of its peak at 128.
+#: Bytes, not seconds: the same model gets the same runs on any machine. At 1 GiB no run at 256 of the
+#: benchmark's took long, and a 64 px ResNet50 (its line puts 256 near 2 GiB) keeps its two small runs.
+WIDE_PEAK = 1 << 30
+
+#: Inter-op thread counts the planner runs each batch of a step without XLA at; each batch's
+#: figure is the worse. The thread count moves the peak either way: independent ops that run at
+#: once keep their buffers live at once (a CNN at 48 px, batch 64: 113.8 MiB with one thread,
+#: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
+#: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
+#: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
+#: 104 rows without XLA a run at 8 threads peaked up to 1.41x above the runs at 1 and 2; a plan
+#: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
+#: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
+PLAN_THREADS = (1, 8)
+
+#: The thread counts for a step XLA compiles: one (None: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`). One program
+#: assigns its buffers: on the benchmark's 52 compiled rows one thread against two moved the peak by about 1% (0.99-1.01).
+COMPILED_THREADS = (None,)
+
+#: A thread count's slope is held to at most this many times the slope between the batches' floors
+#: (:attr:`ModelPlan.floors`). At 16-32 samples one order of the ops can still peak in the update,
+#: which the batch does not grow, while another peaks in the backward pass, whose slope carries (a
+#: 64 px ResNet50 replica, Adam, no XLA: 7.7 MiB per sample at one thread, 5.5 between the lowest
+#: steps; 8.0 between 64 and 128). A slope far above the floors' is a race: a buffer one run held at
+#: the larger batch only (a recommender's 49 MiB embedding gradient read as 3 MiB per sample). Over
+#: the benchmark's 13 architectures, twice keeps the first and drops the second.
+SLOPE_CAP = 2.0
+
+#: Added to the part of a planned peak extrapolated beyond the largest batch run, as a fraction of
+#: it, for a step without XLA. A step's peak is convex in the batch (the larger of an update the
+#: batch does not grow and a backward pass it does), so a slope between small batches can be lower
+#: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16 and
+#: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner), after
+#: :data:`MARGIN`: the smallest multiple of 5% with every row at most 5% under (``margins`` in its
+#: results, tests/test_model_plan.py); by the same rule a compiled step's rows ask for none.
+EXTRAPOLATION = 0.05
+
+#: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small CNN's and
+#: the Transformer's: ``benchmarks.model_planner.LINEARITY``, docs/performance.md); past it no run checked it.
+LINE_CHECKED = 256
+
+#: A reader's per-device batch past this is run too where the lines put it under :data:`WIDE_PEAK` less :data:`MARGIN`,
+#: else the largest batch they do (:func:`snippets.lib.model_plan.plan_model`; on JAX a quarter of it is compiled too): a
+#: peak can grow faster than linearly. A loss over the pairs in a batch (SimCLR's, CLIP's) keeps B x B logits: a small
+#: contrastive step at 4096 planned from 16, 32 and 256 read 0.24 of its peak (helper-34).
+CHECKED_PAST = LINE_CHECKED
+
+#: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one Python
+#: thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
+PARALLEL = 2
+
+#: Added to a planned peak, as a fraction of it: what orders of the step's ops other than the
+#: runs' own add (threads race, so one run's order is not the next one's: the same CNN step read
+#: 264.6 and 295.7 MiB at batch 16). The benchmarks hold the result to the worst of 18 to 30 steps at one,
+#: two and eight threads on :mod:`snippets.lib.zoo` (docs/performance.md); chosen before
+#: :data:`EXTRAPOLATION`, as the smallest multiple of 5% with no row of the benchmark under 0.95
+#: (``margins``: at 5% the lowest read 0.907).
+MARGIN = 0.10
+
+
+def upper_step(result: dict) -> int:
+    """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
+    Racing threads give a step two or more levels: this sits on the higher unless at most one of 8 steps
+    drew it, where a median falls on either and the plan with it (``plan_spread``: a GRU stack replica's five
+    plans at 64 per device moved 1.07x through these), and leaves out one step above the rest (:meth:`ModelPlan.lines`)."""
+    ordered = sorted(result["step_peaks"])
+    return ordered[(3 * len(ordered)) // 4]
+
+
+def floor_step(runs: Sequence[dict]) -> int:
+    """A batch's floor (:attr:`ModelPlan.floors`): the lower-quartile step of its ``runs``, bytes. Not the
+    lowest: one step can come out a buffer low (a CNN's 33.24 MiB among 36.39-36.77 cut a slope cap to a third)."""
+    ordered = sorted(peak for run in runs for peak in run["step_peaks"])
+    return ordered[len(ordered) // 4]
+
+
+def wide_reason(floors: Sequence[int]) -> str:
+    """Why to run :data:`WIDE_BATCH` too, whatever the reader's batch (a card's largest batch is read off
+    the lines, so they are drawn through the same runs for any batch the reader asks for): ``"flat"``, the
+    floors at :data:`SMALL_BATCHES` (``floors``, bytes: :func:`floor_step`) grew by less than
+    :data:`FLAT_GROWTH` of the second; ``"cheap"``, the line through them puts :data:`WIDE_BATCH` at most at
+    :data:`WIDE_PEAK`; else ``""``."""
+    if len(floors) < 2 or floors[1] <= 0:
+        return ""
+    if (floors[1] - floors[0]) < FLAT_GROWTH * floors[1]:
+        return "flat"
+    b1, b2 = SMALL_BATCHES
+    if floors[1] + (floors[1] - floors[0]) / (b2 - b1) * (WIDE_BATCH - b2) <= WIDE_PEAK:
+        return "cheap"
+    return ""
+
+
+def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
+    """``step``'s inter-op thread counts: :data:`COMPILED_THREADS` if XLA compiles it (``step.jit``), else :data:`PLAN_THREADS`."""
+    return COMPILED_THREADS if step.jit else PLAN_THREADS
+
+
+def thread_counts(threads: Sequence[int | None]) -> list[int]:
+    """``threads`` (:func:`plan_threads`) as the runs had them: None is :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`."""
+    return [CPU_INTER_OP_THREADS if t is None else t for t in threads]
