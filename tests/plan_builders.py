@@ -1,4 +1,4 @@
-"""Model functions a reader might hand to ``python -m snippets.decide --model`` (tests/test_plan.py)."""
+"""Model functions a reader might hand to ``python -m snippets.decide --model`` (tests/test_plan.py, tests/test_plan_measured.py)."""
 
 import keras
 
