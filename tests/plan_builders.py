@@ -306,18 +306,21 @@ def unfinished_line():
     return tiny()
 
 
+def _tiny_compiled(optimizer):
+    """:func:`tiny`, compiled with ``optimizer`` and MSE."""
+    model = tiny()
+    model.compile(optimizer=optimizer, loss="mse")
+    return model
+
+
 def accumulating():
     """Compiles with Adam accumulating gradients over 4 steps."""
-    model = tiny()
-    model.compile(optimizer=keras.optimizers.Adam(gradient_accumulation_steps=4), loss="mse")
-    return model
+    return _tiny_compiled(keras.optimizers.Adam(gradient_accumulation_steps=4))
 
 
 def averaging():
     """Compiles with Adam keeping exponential moving averages of the weights."""
-    model = tiny()
-    model.compile(optimizer=keras.optimizers.Adam(use_ema=True), loss="mse")
-    return model
+    return _tiny_compiled(keras.optimizers.Adam(use_ema=True))
 
 
 def with_metrics():
@@ -446,14 +449,10 @@ def volume_mixed():
 
 def clipped():
     """Compiles with Adam clipping the gradients' global norm."""
-    model = tiny()
-    model.compile(optimizer=keras.optimizers.Adam(global_clipnorm=1.0), loss="mse")
-    return model
+    return _tiny_compiled(keras.optimizers.Adam(global_clipnorm=1.0))
 
 
 def loss_scaled():
     """Compiles with a LossScaleOptimizer around an accumulating, clipping Adam, as a mixed_float16 script can."""
-    model = tiny()
     inner = keras.optimizers.Adam(global_clipnorm=1.0, gradient_accumulation_steps=2)
-    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(inner), loss="mse")
-    return model
+    return _tiny_compiled(keras.optimizers.LossScaleOptimizer(inner))
