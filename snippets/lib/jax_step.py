@@ -181,14 +181,15 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     quarter = [per_device // 4] if per_device > CHECKED_PAST else []
     batches = sorted({per_device, *([half] if half >= SMALL_BATCHES[0] else SMALL_BATCHES), *quarter})
     listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
-    (progress or (lambda line: None))(f"compiling {step.model}'s train step on JAX at {listed} samples per device ...")
+    say = progress or (lambda line: None)
+    say(f"compiling {step.model}'s train step on JAX at {listed} samples per device ...")
     results = compiled_fresh(step, [b * replicas for b in batches])
     compiled = replace(step, xla="on")
     faster = faster_growth(batches, [r["total"] for r in results]) if quarter else ()
     if faster:  # past CHECKED_PAST, so the quarter is above SMALL_BATCHES
         # Below the quarter no line through these figures holds (helper-39: "no batch fits" a card, at 4 GiB for 16384):
         # the small batches' own figures.
-        (progress or (lambda line: None))(f"the peak grows faster than linearly: compiling {' and '.join(map(str, SMALL_BATCHES))} per device too ...")
+        say(f"the peak grows faster than linearly: compiling {' and '.join(map(str, SMALL_BATCHES))} per device too ...")
         results = compiled_fresh(step, [b * replicas for b in SMALL_BATCHES]) + results
         batches = [*SMALL_BATCHES, *batches]
     return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
