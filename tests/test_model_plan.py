@@ -57,6 +57,8 @@ def test_each_thread_count_has_its_own_line_and_a_race_is_not_a_slope():
     race = model_plan.ModelPlan(step, "extrapolated", (16, 32), (417 * MiB, 491 * MiB), floors=(369 * MiB, 369 * MiB),
                                 by_threads=((371 * MiB, 370 * MiB), (417 * MiB, 491 * MiB)))
     assert race.per_sample == 0 and race.step_peak == race.peak_at(32)
+    # The racing count's own floors did not move either: still a race.
+    assert replace(race, thread_floors=((369 * MiB, 369 * MiB), (369 * MiB, 369 * MiB))).per_sample == 0
     # Held to SLOPE_CAP times the lowest peaks' slope, not dropped.
     capped = replace(race, floors=(369 * MiB, 385 * MiB))
     assert capped.lines()[1][1] == model_plan.SLOPE_CAP * MiB
@@ -67,6 +69,25 @@ def test_each_thread_count_has_its_own_line_and_a_race_is_not_a_slope():
     # A measured batch keeps its own figure, under the flat line pinned at 32's worst: 16 fits where 17 does not.
     assert race.peak_at(16) < 500 * MiB < race.peak_at(17)
     assert race.largest_batch(500 * MiB) == 16
+
+
+def test_a_thread_count_whose_own_floors_grow_keeps_its_slope():
+    MiB = units.MiB
+    # helper-41's MoCo queue (a 128 MiB non-trainable bank, a [B, 262144] similarity matrix), one replica of two, Adam, no
+    # XLA, as run at 16, 32 and 256 per device: at 8 threads every step grew (427 -> 908 MiB from 32 to 256), at one
+    # thread the floors hardly moved, nor did the floors over both. Capped by those, the plan read 0.82 of the step at 768
+    # per device (1932 MiB at 8 threads, at each of three steps) and put a V100-16GB's largest batch at 24286.
+    step = ModelStep("m:f", "adam", 1536, "off", "mirrored", 2)
+    eight = (427.4 * MiB, 427.5 * MiB, 908.1 * MiB)
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32, 256), eight, floors=(399.4 * MiB, 373.5 * MiB, 426.4 * MiB),
+                                by_threads=((425.4 * MiB, 405.5 * MiB, 514.1 * MiB), eight),
+                                uppers=((415.4 * MiB, 383.5 * MiB, 514.1 * MiB), eight),
+                                thread_floors=((389.4 * MiB, 373.5 * MiB, 426.4 * MiB), (427.4 * MiB, 427.5 * MiB, 908.0 * MiB)))
+    assert round(plan.per_sample / MiB, 2) == 2.0 and plan.step_peak > 1932 * MiB
+    assert replace(plan, thread_floors=()).step_peak < 0.6 * 1932 * MiB  # the floors over both counts alone
+    # One thread is still held to the cap, twice the steeper of the floors' slopes (its own), under the 0.41 MiB per
+    # sample between its upper-quartile steps.
+    assert round(plan.lines()[0][1] / MiB, 3) == round(2 * (426.4 - 389.4) / 240, 3)
 
 
 def test_one_draw_sets_a_level_and_not_a_slope():

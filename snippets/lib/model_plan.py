@@ -81,6 +81,9 @@ class ModelPlan:
             line, the slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
         uppers: as :attr:`by_threads`, each run's upper-quartile step (:func:`upper_step`), bytes: the
             lines' slopes. Empty: the slopes of :attr:`by_threads`.
+        thread_floors: as :attr:`by_threads`, each run's own lower-quartile step (:func:`floor_step` of that run), bytes:
+            a thread count whose own floors grow holds its slope at most of its steps, which is its order's growth, not a
+            race, and its line may be as steep as twice that (:meth:`lines`). Empty: the floors' slope alone caps.
         wide_why: why the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`), "" if it was not.
         wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`) and ran out of
             this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
@@ -106,6 +109,7 @@ class ModelPlan:
     floors: tuple[int, ...] = ()
     by_threads: tuple[tuple[int, ...], ...] = ()
     uppers: tuple[tuple[int, ...], ...] = ()
+    thread_floors: tuple[tuple[int, ...], ...] = ()
     threads: tuple[int | None, ...] = ()
     rule_slope: float = 0.0
     wide_ran_out: bool = False
@@ -142,8 +146,11 @@ class ModelPlan:
 
         With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile steps
         (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`) and the
-        last, held to ``[0, SLOPE_CAP x`` the floors' slope ``]``, its level at the last batch the highest of its
-        worst peaks. The slope is the activations' growth, which every order of the ops has; one draw that
+        last, held to ``[0, SLOPE_CAP x`` the floors' slope ``]`` (the steeper of the floors over every run and of
+        that count's own, :attr:`thread_floors`), its level at the last batch the highest of its
+        worst peaks. Its own floors: one order that keeps a buffer as the batch grows, at every step, grows with the
+        batch, however flat the other count (helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per sample from
+        32 to 256 at every step, at one thread 0.1; capped by the floors over both, it planned 0.82 of its step at 768). The slope is the activations' growth, which every order of the ops has; one draw that
         kept a buffer live longer is a level, counted once there: through the worst peaks, a GRU stack's one
         step of 96.61 MiB at 32 per device (8 threads, Adam; its others at most 74.08 MiB) drew a line through
         16 and 32 that read 1.81 of the step at 128. A peak does not fall as the batch grows (a wide MLP,
@@ -160,8 +167,10 @@ class ModelPlan:
             return [(max(self.peaks) - slope * last, slope)]
         first, found = self._first(), []
         span = last - self.batches[first]
-        for peaks, middle in zip(self.by_threads, self.uppers or self.by_threads):
-            slope = max(min(max(0.0, (middle[-1] - middle[first]) / span), SLOPE_CAP * floor_slope), self.rule_slope)
+        for t, (peaks, middle) in enumerate(zip(self.by_threads, self.uppers or self.by_threads)):
+            own = self.thread_floors[t] if self.thread_floors else ()
+            cap = SLOPE_CAP * max(floor_slope, (own[-1] - own[first]) / span if own else 0.0)
+            slope = max(min(max(0.0, (middle[-1] - middle[first]) / span), cap), self.rule_slope)
             found.append((max(peaks) - slope * last, slope))
         return found
 
@@ -327,8 +336,9 @@ class ModelPlan:
         beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
                   if not self.step.jit and self.device_batch > self.batches[-1] else "")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
+        own = ", all runs' or its thread count's where steeper" if self.thread_floors and len(counts) > 1 else ""
         fitted = (f"{lines}: {units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at "
-                  f"most {SLOPE_CAP:g}x the slope between their lower-quartile steps{floor})")
+                  f"most {SLOPE_CAP:g}x the slope between their lower-quartile steps{own}{floor})")
         if self.method == "measured":
             # A card's largest batch past this one is still read off the lines.
             larger = f" Larger batches on {fitted}." if self.device_batch > SMALL_BATCHES[-1] and not self.faster else ""
@@ -436,13 +446,15 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
         taken = [r["step_peaks"] for group in groups for r in group]
         uppers = tuple(tuple(upper_step(group[t]) for group in groups) for t in range(per))
+        own_floors = tuple(tuple(floor_step([group[t]]) for group in groups) for t in range(per))
         method = "measured" if target in batches else "interpolated" if target < batches[-1] else "extrapolated"
         return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                          max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                          groups[-1][-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
                          floors=tuple(floor_step(group) for group in groups),
                          by_threads=tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per)),
-                         uppers=uppers, threads=counts, rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
+                         uppers=uppers, thread_floors=own_floors, threads=counts,
+                         rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
                          wide_ran_out=wide_ran_out, wide_why=wide_why,
                          steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,
                          faster=faster)

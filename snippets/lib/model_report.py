@@ -422,7 +422,8 @@ JSON_KEYS = {
                         "(an interpolated step_peak lies on the chord between two runs, not on this line)"),
     "plan.intercept": "that line at batch 0, bytes, before margins: a fit's, which can sit below the weights and slots",
     "plan.floors": ("each batch's lower-quartile step, bytes: a line's slope is at most "
-                    f"{model_plan.SLOPE_CAP:g}x the slope between them (at least the rule's); empty if compiled"),
+                    f"{model_plan.SLOPE_CAP:g}x the slope between them, or between its thread count's own where steeper "
+                    "(at least the rule's); empty if compiled"),
     "plan.jit": "whether the step is XLA-compiled, as a GPU host resolves --xla auto",
     "plan.init_peak": "the allocator's peak while the model is built, bytes; null for a compiled plan",
     "plan.step_peak": "the planned step peak at the reader's batch, bytes, with the margins of a measured plan",
