@@ -604,8 +604,8 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, {}, None)
     assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {}, None)
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.
-    assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy", None, False,
-                                                         {"LSTM": private.CUDNN}, None)
+    assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy (from_logits=True)", None,
+                                                         False, {"LSTM": private.CUDNN}, None)
     # jit_compile as the function chose it, by keyword or by position ("auto" is Keras's choice: None).
     assert kernel.call(builder_facts, "tiny_jit_on")[5] is True
     assert kernel.call(builder_facts, "tiny_jit_off")[5] is False
@@ -786,3 +786,26 @@ def test_a_tf_keras_model_built_inside_the_function_is_refused_at_its_import():
 def _imported(name: str) -> bool:
     """Kernel side: whether module ``name`` is imported."""
     return name in sys.modules
+
+
+def test_a_compiled_losss_own_settings_are_named(kernel):
+    # helper-41: keras-io's ViT compiles SparseCategoricalCrossentropy(from_logits=True), which read as its name alone.
+    assert kernel.call(_loss_words) == [
+        "sparse_categorical_crossentropy (from_logits=True)", "mean_squared_error", "mse",
+        "out: categorical_crossentropy (from_logits=True, label_smoothing=0.1), aux: mae", "custom"]
+
+
+def _loss_words() -> list[str]:
+    """Kernel side: :func:`snippets.lib.model_batch.loss_name` of losses as a builder compiles them."""
+    import keras
+
+    from snippets.lib.model_batch import loss_name
+
+    class Custom(keras.losses.Loss):  # needs an argument: no default to compare with
+        def __init__(self, scale):
+            super().__init__(name="custom")
+            self.scale = scale
+
+    both = {"out": keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1), "aux": "mae"}
+    return [loss_name(keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
+            loss_name(keras.losses.MeanSquaredError()), loss_name("mse"), loss_name(both), loss_name(Custom(2.0))]

@@ -17,8 +17,9 @@ from snippets.lib.errors import ModelError, error_line
 
 
 def loss_name(loss) -> str | None:
-    """A loss as ``compile`` was given it, in words: a name as is, a ``keras.losses.Loss``'s ``name``,
-    a function's ``__name__``; a dict or list of them (one per output) joined; None for None."""
+    """A loss as ``compile`` was given it, in words: a name as is, a ``keras.losses.Loss``'s ``name`` with the
+    settings it changed (:func:`loss_settings`), a function's ``__name__``; a dict or list of them (one per output)
+    joined; None for None. Words only: what runs is the compiled object itself (:func:`snippets.lib.model_step.build`)."""
     if loss is None or isinstance(loss, str):
         return loss
     if isinstance(loss, dict):
@@ -26,7 +27,20 @@ def loss_name(loss) -> str | None:
     if isinstance(loss, (list, tuple)):
         return ", ".join(str(loss_name(value)) for value in loss)
     name = getattr(loss, "name", None) or getattr(loss, "__name__", None)
-    return name if isinstance(name, str) else type(loss).__name__
+    return (name if isinstance(name, str) else type(loss).__name__) + loss_settings(loss)
+
+
+def loss_settings(loss) -> str:
+    """`` (from_logits=True)``: what a ``keras.losses.Loss`` object's ``get_config`` holds other than its class's
+    defaults (not its name, reduction or dtype); "" if nothing, or if it has no config or no default to compare with.
+    helper-41: keras-io's ViT compiles ``SparseCategoricalCrossentropy(from_logits=True)``, which read as the name alone."""
+    try:
+        config, default = loss.get_config(), type(loss)().get_config()
+    except Exception:  # noqa: BLE001 (a function, or a reader's Loss subclass that needs arguments)
+        return ""
+    changed = [f"{key}={value!r}" for key, value in config.items()
+               if key not in ("name", "reduction", "dtype") and key in default and default[key] != value]
+    return f" ({', '.join(changed)})" if changed else ""
 
 
 #: Where :func:`recording_calls` keeps, on the model itself, the first input it was called on (a
