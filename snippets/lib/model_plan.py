@@ -145,18 +145,18 @@ class ModelPlan:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
 
         With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile steps
-        (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`) and the
-        last, held to ``[0, SLOPE_CAP x`` the floors' slope ``]`` (the steeper of the floors over every run and of
-        that count's own, :attr:`thread_floors`), its level at the last batch the highest of its
-        worst peaks. Its own floors: one order that keeps a buffer as the batch grows, at every step, grows with the
-        batch, however flat the other count (helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per sample from
-        32 to 256 at every step, at one thread 0.1; capped by the floors over both, it planned 0.82 of its step at 768). The slope is the activations' growth, which every order of the ops has; one draw that
-        kept a buffer live longer is a level, counted once there: through the worst peaks, a GRU stack's one
-        step of 96.61 MiB at 32 per device (8 threads, Adam; its others at most 74.08 MiB) drew a line through
-        16 and 32 that read 1.81 of the step at 128. A peak does not fall as the batch grows (a wide MLP,
-        RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64; levelled at 32, the plan read 0.92 of
-        it). tests/test_model_plan.py keeps both. Without: one line, the floors' slope, the same level. No
-        slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
+        (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`) and the last, held
+        to ``[0, SLOPE_CAP x`` the floors' slope ``]`` (the steeper of the floors over every run and of that count's
+        own, :attr:`thread_floors`), its level at the last batch the highest of its worst peaks. Its own floors: one
+        order that keeps a buffer as the batch grows, at every step, grows with the batch, however flat the other
+        count (helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per sample from 32 to 256 at every step, at
+        one thread 0.1; capped by the floors over both, it planned 0.82 of its step at 768). The slope is the
+        activations' growth, which every order of the ops has; one draw that kept a buffer live longer is a level,
+        counted once there: through the worst peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads,
+        Adam; its others at most 74.08 MiB) drew a line through 16 and 32 that read 1.81 of the step at 128. A peak
+        does not fall as the batch grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64;
+        levelled at 32, the plan read 0.92 of it). tests/test_model_plan.py keeps both. Without: one line, the floors'
+        slope, the same level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
         """
         if not self.batches:
             return []
