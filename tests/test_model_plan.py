@@ -1014,6 +1014,30 @@ def test_a_check_run_short_of_the_readers_batch_refuses_any_excess_and_says_when
             "host's cap): a peak that grows faster than linearly") in " ".join(heavy.how().split())
 
 
+def _hidden(step, cap, inter_op_threads):
+    """A fake run whose step peaks in a large kernel's update (1.5 GiB, 8 KiB per sample) up to about 2000 samples, then
+    in its backward pass (0.3 GiB and 0.6 MiB per sample), as helper-42's Conv1D model under a 256 MiB Dense kernel."""
+    peak = max(round(1.5 * units.GiB + 8 * units.KiB * step.batch), round(0.3 * units.GiB + 0.6 * units.MiB * step.batch))
+    return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+            "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+
+
+def test_a_growth_a_fixed_update_hides_at_every_run_is_checked_past_the_runs():
+    # helper-42: flat through 256 per device under the update, the lines put every batch past 256 over 1 GiB less the
+    # margin, so nothing was run past 256; planned at 0.84 of the step at 4096 per device, with "Fits" in 3 GiB.
+    truth = _hidden(ModelStep("m:f", "adam", 4096, "off"), None, 1)["step_peak"]
+    plan = model_plan.plan_model(ModelStep("m:f", "adam", 4096, "off"), cap=8 * units.GiB, run=_hidden)
+    assert plan.batches[-1] == 4096 and plan.step_peak >= truth and plan.faster
+    # Far past it: run at most CHECK_REACH times the last run (its compute grows with the batch), and refused.
+    with pytest.raises(model_plan.ModelError, match=r"at 4096 samples per device the step peaked .*\(a fixed buffer, such "
+                       r"as a large kernel's update, hid the growth there\), and no run here reaches 200000: plan --batch 4096"):
+        model_plan.plan_model(ModelStep("m:f", "adam", 200_000, "off"), cap=16 * units.GiB, run=_hidden)
+    # Under the host's cap only: a small host runs nothing it cannot hold, and says no run checked the lines.
+    small = model_plan.plan_model(ModelStep("m:f", "adam", 4096, "off"), cap=int(1.6 * units.GiB), run=_hidden)
+    assert small.batches[-1] == model_plan.WIDE_BATCH and "No run past 256 per device checked the lines" in " ".join(
+        small.how().split())
+
+
 def test_the_largest_batch_of_a_plan_run_at_a_million_per_device_is_bisected(monkeypatch):
     # Scanning every batch up to the largest run took 30 s for each card (an audit).
     batches, peaks = (16, 32, 256, 1_000_000), (11 * units.MiB, 12 * units.MiB, 19 * units.MiB, 500 * units.MiB)

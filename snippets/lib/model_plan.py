@@ -50,7 +50,7 @@ from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
-    CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, LINE_CHECKED, MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP,
+    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, LINE_CHECKED, MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP,
     SMALL_BATCHES, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, thread_counts, upper_step, wide_reason)
 
 
@@ -318,7 +318,8 @@ class ModelPlan:
             "stop below it." if self.short_of else "") + (
             (f" This batch was run too (past {CHECKED_PAST} per device, and cheap).{grew}" if self.device_batch == self.batches[-1]
              else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
-             "less the margin (or this host's cap), peaked under them: past it they run unchecked.")
+             "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
+             "them: past it they run unchecked.")
             if self.batches[-1] > CHECKED_PAST else
             f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over "
             f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
@@ -463,17 +464,31 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest batch they do, from
     # twice CHECKED_PAST (else from a quarter past it): a contrastive step at 8192, too costly to run, was planned at
     # 0.64 of its peak (helper-39). Over the cap, running out would tell nothing of the growth.
-    room = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN)
+    # Where the lines put every such batch over that, a fixed part of the step (a large kernel's update) can hide the
+    # activations' growth at every run: the largest batch whose growth past the last run they put within room, under the
+    # host's cap and CHECK_REACH (helper-42: Conv1D activations under a 256 MiB kernel's Adam update, flat through 256 per
+    # device, planned at 0.84 of the step at 4096 per device, with "Fits").
+    room, host = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN), (cap or default_cap(step)) / (1 + MARGIN)
+    start = plan.line_peak(batches[-1])
 
     def cheap(b: int) -> bool:
         return plan.line_peak(b) <= room
 
-    check = target if cheap(target) else (last_fitting(cheap, 2 * CHECKED_PAST, target - 1) or
-                                          last_fitting(cheap, CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1))
+    def grows(b: int) -> bool:
+        return plan.line_peak(b) - start <= room and plan.line_peak(b) <= host and b <= CHECK_REACH * batches[-1]
+
+    def largest(fits: Callable[[int], bool]) -> int:
+        return target if fits(target) else (last_fitting(fits, 2 * CHECKED_PAST, target - 1) or
+                                            last_fitting(fits, CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1))
+
+    check = largest(cheap)
+    grown = not check
+    check = check or largest(grows)
     if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and check:
         line = plan.line_peak(check)
         say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line: running "
-            + ("it too" if check == target else f"{check} per device, the largest batch the lines put under "
+            + ("it too" if check == target else f"{check} per device, the largest batch "
+               + (f"whose growth past {batches[-1]} " if grown else "") + "the lines put under "
                f"{units.human_bytes(round(room))}") + f", {per} more run{'s' if per > 1 else ''} ...")
         more = measured([check])
         worst, done = max((r["step_peak"] or 0 for r in more)), all(r["completed"] for r in more)
@@ -489,7 +504,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                 f"peaked at {units.human_bytes(worst)}, above" if done else
                 f"ran out of this host's {units.human_bytes(cap or default_cap(step))} cap, over") +
                 f" the {units.human_bytes(round(bound))} the line through the smaller runs put there: its peak may grow "
-                "faster than linearly in the batch (as a loss over pairs within the batch does)" +
+                "faster than linearly in the batch (as a loss over pairs within the batch does), or faster than the smaller "
+                "runs showed (a fixed buffer, such as a large kernel's update, hid the growth there)" +
                 (f", and no run here reaches {target}" if check < target else "") + ": plan " +
                 (f"--batch {check * replicas} or less" if done else "a smaller --batch") + ", or --backend jax (compiled, not run)")
     if run is None:

@@ -89,6 +89,13 @@ LINE_CHECKED = 256
 #: contrastive step at 4096 planned from 16, 32 and 256 read 0.24 of its peak (helper-34).
 CHECKED_PAST = LINE_CHECKED
 
+#: Where the lines put every batch past :data:`CHECKED_PAST` over :data:`WIDE_PEAK` less :data:`MARGIN` (a large fixed part,
+#: such as a big kernel's update), the run that checks them is the largest batch whose growth past the last run they put
+#: within that, at most this many times that run's batch: its compute grows with the batch, of which a slope a fixed
+#: buffer hides says nothing. helper-42's Conv1D model under a 256 MiB kernel's Adam update, flat through 256 per device,
+#: grew from about 2000 on (0.84 of its step at 4096 when nothing was run past 256); 16 x 256 is 4096.
+CHECK_REACH = 16
+
 #: Runs at once (:func:`snippets.lib.model_step.measure_many`): a model's build and tracing are one Python
 #: thread each, so two runs overlap them on two cores; the benchmark ran its rows so too.
 PARALLEL = 2
