@@ -55,7 +55,7 @@ from pathlib import Path
 
 from benchmarks.measure import machine
 from harness import Kernel
-from snippets.lib import devices, model_plan, model_step, plan_accuracy, zoo
+from snippets.lib import devices, model_plan, model_step, plan_accuracy, plan_runs, zoo
 from snippets.lib.model_step import ModelStep
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model_planner.json"
@@ -306,13 +306,10 @@ def planned(cache: dict, base: ModelStep, replicas: int, repeat: int = 0,
         groups.append(thread_runs(cache, base, replicas, model_plan.WIDE_BATCH, repeat))
         if groups[-1] is None:
             return None
-    small, floors = [max(runs, key=lambda r: r["step_peak"]) for runs in groups], [lowest(runs) for runs in groups]
-    by_threads = tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(len(counts)))
-    uppers = tuple(tuple(model_plan.upper_step(group[t]) for group in groups) for t in range(len(counts)))
-    own = tuple(tuple(model_plan.floor_step([group[t]]) for group in groups) for t in range(len(counts)))
+    small = [max(runs, key=lambda r: r["step_peak"]) for runs in groups]
     return model_plan.ModelPlan(base.at_batch(1), "extrapolated", tuple(batches),
                                 tuple(r["step_peak"] for r in small), largest_variable=small[0]["largest_variable"],
-                                floors=tuple(floors), by_threads=by_threads, uppers=uppers, thread_floors=own, threads=counts,
+                                **plan_runs.run_figures(groups), threads=counts,
                                 rule_slope=model_plan.rule_slope(weights(base.model.rsplit(":", 1)[1]), base),
                                 wide_why=why)
 

@@ -51,7 +51,7 @@ from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, LINE_CHECKED, MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP,
-    SMALL_BATCHES, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, thread_counts, upper_step, wide_reason)
+    SMALL_BATCHES, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -446,15 +446,11 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     def assemble(faster: tuple[int, ...] = ()) -> ModelPlan:
         results = [max(group, key=lambda r: r["step_peak"]) for group in groups]
         taken = [r["step_peaks"] for group in groups for r in group]
-        uppers = tuple(tuple(upper_step(group[t]) for group in groups) for t in range(per))
-        own_floors = tuple(tuple(floor_step([group[t]]) for group in groups) for t in range(per))
         method = "measured" if target in batches else "interpolated" if target < batches[-1] else "extrapolated"
         return ModelPlan(step, method, tuple(batches), tuple(r["step_peak"] for r in results),
                          max(r["init_peak"] for r in results), results[0]["weights_bytes"],
                          groups[-1][-1]["seconds_per_step"], largest_variable=results[0]["largest_variable"],
-                         floors=tuple(floor_step(group) for group in groups),
-                         by_threads=tuple(tuple(group[t]["step_peak"] for group in groups) for t in range(per)),
-                         uppers=uppers, thread_floors=own_floors, threads=counts,
+                         **run_figures(groups), threads=counts,
                          rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
                          wide_ran_out=wide_ran_out, wide_why=wide_why,
                          steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,

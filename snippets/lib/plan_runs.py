@@ -3,7 +3,7 @@
 The per-device batches the planner runs (:data:`SMALL_BATCHES`, :data:`WIDE_BATCH` and why:
 :func:`wide_reason`; the reader's own past :data:`CHECKED_PAST`), the inter-op thread counts
 (:func:`plan_threads`), how many at once (:data:`PARALLEL`), a run's figures (:func:`upper_step`,
-:func:`floor_step`) and the margins a plan adds (:data:`MARGIN`, :data:`EXTRAPOLATION`, :data:`SLOPE_CAP`),
+:func:`floor_step`, :func:`run_figures`), how far a check run reaches (:data:`CHECK_REACH`) and the margins a plan adds (:data:`MARGIN`, :data:`EXTRAPOLATION`, :data:`SLOPE_CAP`),
 each with the measurement that chose it. :mod:`snippets.lib.model_plan` draws its lines through them.
 """
 
@@ -67,7 +67,8 @@ COMPILED_THREADS = (None,)
 #: 64 px ResNet50 replica, Adam, no XLA: 7.7 MiB per sample at one thread, 5.5 between the lowest
 #: steps; 8.0 between 64 and 128). A slope far above the floors' is a race: a buffer one run held at
 #: the larger batch only (a recommender's 49 MiB embedding gradient read as 3 MiB per sample). Over
-#: the benchmark's 13 architectures, twice keeps the first and drops the second.
+#: the benchmark's 13 architectures, twice keeps the first and drops the second. The floors are those over every run,
+#: or a thread count's own where steeper: an order that keeps a buffer at every step grows (helper-41's MoCo queue).
 SLOPE_CAP = 2.0
 
 #: Added to the part of a planned peak extrapolated beyond the largest batch run, as a fraction of
@@ -123,6 +124,19 @@ def floor_step(runs: Sequence[dict]) -> int:
     lowest: one step can come out a buffer low (a CNN's 33.24 MiB among 36.39-36.77 cut a slope cap to a third)."""
     ordered = sorted(peak for run in runs for peak in run["step_peaks"])
     return ordered[len(ordered) // 4]
+
+
+def run_figures(groups: Sequence[Sequence[dict]]) -> dict[str, tuple]:
+    """What :class:`snippets.lib.model_plan.ModelPlan` reads of its runs, as its keyword arguments: ``groups`` holds each
+    batch's runs, one per thread count in the same order (:func:`snippets.lib.model_step.measure`'s results). Bytes:
+    ``floors`` each batch's :func:`floor_step` over its runs; ``by_threads``, ``uppers`` and ``thread_floors`` for each
+    thread count, its worst step, :func:`upper_step` and own :func:`floor_step` at each batch. The planner and the
+    benchmark that replans its cached runs both read them here."""
+    counts = range(len(groups[0]))
+    return {"floors": tuple(floor_step(group) for group in groups),
+            "by_threads": tuple(tuple(group[t]["step_peak"] for group in groups) for t in counts),
+            "uppers": tuple(tuple(upper_step(group[t]) for group in groups) for t in counts),
+            "thread_floors": tuple(tuple(floor_step([group[t]]) for group in groups) for t in counts)}
 
 
 def wide_reason(floors: Sequence[int]) -> str:
