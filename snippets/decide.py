@@ -97,7 +97,7 @@ def setup_of(args) -> model_report.ModelSetup:
                                     blockers,
                                     "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
                                     facts.unmeasured if facts else (), dropped_by_optimizer(args),
-                                    facts.own_policies if facts else None)
+                                    facts.own_policies if facts else None, facts.adds_loss if facts else False)
 
 
 def dropped_by_optimizer(args) -> list[str]:

@@ -177,6 +177,28 @@ def own_step_class_ids():
     return _built_with_adam(ClassIds())
 
 
+class LogisticEndpoint(keras.layers.Layer):
+    """keras-io's endpoint layer ("Making new layers and models via subclassing"): it adds the model's loss."""
+
+    def __init__(self, name=None):
+        super().__init__(name=name)
+        self.loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+
+    def call(self, targets, logits):
+        self.add_loss(self.loss_fn(targets, logits))
+        return keras.ops.sigmoid(logits)
+
+
+def endpoint(compiled: bool = True):
+    """keras-io's endpoint model: its targets are an input, and it compiles an optimizer and no loss
+    (``compiled=False``: nothing; fit still trains on the loss its layer adds)."""
+    inputs, targets = keras.Input((3,), name="inputs"), keras.Input((10,), name="targets")
+    model = keras.Model([inputs, targets], LogisticEndpoint(name="predictions")(targets, keras.layers.Dense(10)(inputs)))
+    if compiled:
+        model.compile(optimizer="adam")
+    return model
+
+
 class TwoOptimizers(Autoencoder):
     """A compile of its own with other arguments, as keras-io's GAN has (one optimizer per network)."""
 

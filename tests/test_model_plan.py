@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
+from harness import RemoteError
 
 from benchmarks.model_planner import run
 from snippets.lib import model_plan, model_remedies, units
@@ -441,6 +442,14 @@ def test_a_quick_step_is_run_more_often_and_the_plan_says_how_many():
     from snippets.lib import model_report
 
     assert model_report.plan_json(plan)["steps_run"] == [2, 8]
+
+
+def test_a_model_whose_layers_add_its_loss_is_measured_on_x_alone_and_one_with_no_loss_is_refused():
+    # keras-io's endpoint layer: no loss compiled, fit(x) trains on the loss add_loss adds; with none, one line.
+    result = run(ModelStep("tests.plan_builders:endpoint", "adam", 8, "off"))
+    assert result["completed"] and result["step_peak"] > 0
+    with pytest.raises(RemoteError, match="^ModelError: .* no compiled loss: compile it with one, or pass --loss"):
+        run(ModelStep("tests.plan_builders:tiny", "adam", 8, "off"))
 
 
 def test_a_models_own_train_step_that_takes_x_alone_is_measured():

@@ -553,6 +553,24 @@ def test_the_batch_has_the_structure_and_dtypes_the_model_takes(kernel, name, in
     assert kernel.call(inputs_batch, name) == inputs
 
 
+def masked_positions() -> int:
+    """Kernel side: how many positions of the planner's batch an ``Embedding(mask_zero=True)`` masks."""
+    import keras
+
+    from snippets.lib.model_batch import batch_of
+
+    embedding = keras.layers.Embedding(100, 8, mask_zero=True)
+    inputs = keras.Input((6,), dtype="int32")
+    model = keras.Model(inputs, keras.layers.GRU(4)(embedding(inputs)))
+    x, _ = batch_of(model, 4, "mse")
+    return int((~keras.ops.convert_to_numpy(embedding.compute_mask(x))).sum())
+
+
+def test_the_batch_ids_are_not_the_padding_a_mask_zero_embedding_masks(kernel):
+    # Id 0 masked all 24 positions: a step over nothing but padding, not the step a real batch runs.
+    assert kernel.call(masked_positions) == 0
+
+
 def text_batch() -> str:
     """Kernel side: the text the planner gives tests/plan_builders.py's text model."""
     from snippets.lib.model_batch import batch_of
@@ -593,6 +611,13 @@ def builder_facts(name: str) -> tuple:
     return model_source.read_builder(getattr(builders, name))[1:7]
 
 
+def builder_adds_loss(name: str) -> bool:
+    """Kernel side: :attr:`snippets.lib.model_source.SourceFacts.adds_loss` of a builder in tests/plan_builders.py."""
+    import tests.plan_builders as builders
+
+    return model_source.read_builder(getattr(builders, name)).adds_loss
+
+
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, {}, None)
     # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
@@ -603,6 +628,8 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     # AdamW's __init__ reads back what the optimizers' base class keeps (weight_decay).
     assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, {}, None)
     assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {}, None)
+    # keras-io's endpoint layer adds the loss while the functional model is built, shapes only: fit trains on it.
+    assert [kernel.call(builder_adds_loss, name) for name in ("endpoint", "tiny")] == [True, False]
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.
     assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy (from_logits=True)", None,
                                                          False, {"LSTM": private.CUDNN}, None)

@@ -94,7 +94,10 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
         raise ModelError(f"{step.model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls "
                          "train_step(state, data), a stateless step: plan it without --backend jax")
     x, y = batch_of(model, replicas, compiled_loss(model))
-    model.train_on_batch(x, y)
+    # A model whose layers add its loss (build() refuses one with no loss at all) is fed x alone, as its fit
+    # is; a 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
+    data = (x,) if compiled_loss(model) is None and step.loss is None and not own_train_step(model) else (x, y)
+    model.train_on_batch(*data)
 
     groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
               model.metrics_variables)
@@ -110,7 +113,7 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
 
     results = []
     for batch in batches or [step.batch]:
-        shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), (x, y))
+        shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), data)
         found = device_bytes(step_fn.lower(state, shapes).compile())
         results.append({"batch": batch, **found, "weights_bytes": weights})
     if distribution is not None:

@@ -90,6 +90,8 @@ def source_xla(xla: str, jit_compile: bool | None) -> str:
 
 #: :attr:`ModelSetup.loss_from` for a model whose own ``train_step`` computes its loss.
 OWN_STEP = "its own train_step"
+#: :attr:`ModelSetup.loss_from` for a model whose layers add the loss ``fit`` trains on (``add_loss``).
+ADDED_LOSS = "its layers' add_loss"
 
 
 def model_setup(function_loss: str | None, function_policy: str | None, loss: str | None = None,
@@ -97,7 +99,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
                 source: str = "function", xla: str = "auto", function_jit: bool | None = None,
                 unmeasured: Sequence[str] = (), dropped: Sequence[str] = (),
-                own_policies: Mapping[str, int] | None = None) -> ModelSetup:
+                own_policies: Mapping[str, int] | None = None, adds_loss: bool = False) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -128,6 +130,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             ``use_ema=True``), named in a note when ``--optimizer`` replaces it, whatever its name.
         own_policies: ``{policy: layers}`` built under a dtype policy of their own
             (:func:`snippets.lib.model_source.own_policies`), named in a note.
+        adds_loss: a layer calls ``add_loss`` while the model is built
+            (:attr:`snippets.lib.model_source.SourceFacts.adds_loss`): with no loss compiled or given and no
+            ``train_step`` of its own, fit trains on that loss alone (:data:`ADDED_LOSS`).
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -147,6 +152,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
+    >>> setup_lines(model_setup(None, None, adds_loss=True))[0]
+    "Trains with the loss its layers' add_loss computes, dtype policy float32 (Keras's default)."
     """
     notes, no_xla = [], dict(no_xla or {})
     source, compiles, compiled = SOURCES[source]
@@ -208,7 +215,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     if function_loss is not None:
         used, used_from = function_loss, compiled
     else:
-        used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else "")
+        used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else ADDED_LOSS if adds_loss else "")
     return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla, planned_xla,
                       compiled if planned_xla != xla else "--xla" if xla != "auto" else XLA_DEFAULT)
 

@@ -161,6 +161,8 @@ class SourceFacts(NamedTuple):
             it set (``"metrics"``, ``"loss_weights"``, ``"run_eagerly"``, ...): the plan leaves them out.
         own_policies: ``{policy name: layers}`` for the layers with weights built under a dtype policy of their
             own (``Dense(8, dtype="mixed_bfloat16")``), other than the global one (:func:`own_policies`).
+        adds_loss: a layer of the model calls ``add_loss`` while it is built
+            (:func:`snippets.lib.model_batch.noting_added_losses`): with no loss compiled, ``fit`` trains on that.
     """
 
     weights: list
@@ -179,6 +181,7 @@ class SourceFacts(NamedTuple):
     per_position: int = 0
     unmeasured: tuple = ()
     own_policies: dict = {}
+    adds_loss: bool = False
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -214,7 +217,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import check_inputs, declared_batch, loss_name, text_of
+    from snippets.lib.model_batch import check_inputs, declared_batch, loss_name, noting_added_losses, text_of
     from snippets.lib.model_step import check_compile, own_train_step
 
     seen = {}
@@ -241,8 +244,9 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
         # What the function prints (model.summary()) goes to stderr: stdout is the plan (--json).
         with mock.patch.object(keras.Model, "compile", record), refusing_tf_keras(), \
-                contextlib.redirect_stdout(sys.stderr):
+                contextlib.redirect_stdout(sys.stderr), noting_added_losses() as added:
             model = build_model(*args, **kwargs)
+        seen["adds_loss"] = bool(added)
         if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
             seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
             # What the measuring process would refuse, said now, before any run starts.
@@ -272,7 +276,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False), seen.get("clipping", ()),
                        seen.get("loss_scaled", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
-                       seen.get("unmeasured", ()), seen.get("own_policies", {}))
+                       seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False))
 
 
 def own_policies(model, global_name: str) -> dict[str, int]:

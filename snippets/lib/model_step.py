@@ -59,7 +59,7 @@ from pathlib import Path
 
 from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
-from snippets.lib.model_batch import batch_of, recording_calls
+from snippets.lib.model_batch import batch_of, noting_added_losses, recording_calls
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -168,7 +168,8 @@ def build(step: ModelStep, replica_program: bool = False):
 
     Raises:
         ModelError: the builder failed, returned no Keras model, a tf_keras
-            model, an unbuilt model, or compiled no loss and ``step.loss`` is None.
+            model, an unbuilt model, or compiled no loss, ``step.loss`` is None and its layers add none
+            (``add_loss`` while it is built, :func:`snippets.lib.model_batch.noting_added_losses`).
     """
     import importlib
 
@@ -193,7 +194,8 @@ def build(step: ModelStep, replica_program: bool = False):
     if step.policy:
         keras.config.set_dtype_policy(step.policy)
     try:
-        with recording_calls(), (keras.RematScope(mode=step.remat) if step.remat else contextlib.nullcontext()):
+        with recording_calls(), noting_added_losses() as added, (
+                keras.RematScope(mode=step.remat) if step.remat else contextlib.nullcontext()):
             model = builder(**dict(step.kwargs))
     except ModelError:
         raise
@@ -206,7 +208,7 @@ def build(step: ModelStep, replica_program: bool = False):
                          f"{error_line(error)}") from None
     check_model(model, step.model)
     loss = compiled_loss(model) or step.loss
-    if loss is None and not own_train_step(model):
+    if loss is None and not own_train_step(model) and not added:
         raise ModelError(f"{step.model} returns a model with no compiled loss: compile it with one, "
                          "or pass --loss (e.g. --loss mse)")
     compiled = getattr(model, "optimizer", None)
@@ -351,7 +353,10 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     # element hands the same tensors to every step (no prefetch copies in the pool).
     options = tf.data.Options()
     options.autotune.enabled = False
-    dataset = tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
+    # No loss compiled or given and no train_step of its own: its layers add the loss (build() refuses
+    # it otherwise), and fit takes x alone, as the reader's own fit does (a y would be one more buffer).
+    adds_loss = compiled_loss(model) is None and step.loss is None and not own_train_step(model)
+    dataset = tf.data.Dataset.from_tensors((x,) if adds_loss else (x, y)).repeat().with_options(options)
     # A train_step of the model's own with no loss compiled may take x alone (keras-io's VAE and GAN
     # do): tried once (x, y) fails before running (a tracing error allocates no step's buffers).
     alone = tf.data.Dataset.from_tensors(x).repeat().with_options(options) if (
