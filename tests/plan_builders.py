@@ -199,6 +199,13 @@ def endpoint(compiled: bool = True):
     return model
 
 
+def returns_another():
+    """Builds and compiles a model it does not return, whose layer adds a loss, then returns another, uncompiled
+    (helper-43: the first's compile was read as the second's, and --loss was dropped)."""
+    endpoint()
+    return tiny()
+
+
 class TwoOptimizers(Autoencoder):
     """A compile of its own with other arguments, as keras-io's GAN has (one optimizer per network)."""
 
@@ -349,6 +356,16 @@ def with_metrics():
     """Compiles with metrics, positional loss_weights and run_eagerly, as scripts do: options the plan leaves out."""
     model = tiny()
     model.compile("adam", "mse", None, ["mae"], run_eagerly=True, steps_per_execution=1)
+    return model
+
+
+def two_any_length():
+    """keras-io's ticket model's text inputs, named and of any length, beside one of fixed shape."""
+    title, body = keras.Input((None,), dtype="int32", name="title"), keras.Input((None,), dtype="int32", name="body")
+    tags = keras.Input((12,), name="tags")
+    pooled = [keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(100, 8)(t)) for t in (title, body)]
+    model = keras.Model([title, body, tags], keras.layers.Dense(2)(keras.layers.concatenate([*pooled, tags])))
+    model.compile(loss="mse")
     return model
 
 

@@ -452,7 +452,11 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:any_length", "--strategy", "single"],
-     "the model's input has an unknown dimension (None, None): give keras.Input a full shape"),
+     "tests.plan_builders:any_length: the model's input (None, None) has an unknown dimension: give keras.Input a "
+     "full shape"),
+    (["--model", "tests.plan_builders:two_any_length", "--strategy", "single"],
+     "the model's inputs 'title' (None, None), 'body' (None, None) have an unknown dimension: give each keras.Input "
+     "a full shape"),
     (["--model", "tests.plan_builders:augmented", "--backend", "jax"],
      "Keras on JAX runs this model's step without jit (RandomRotation: layers it does not compile)"),
     (["--model", "tests.plan_builders:tiny_jit_off", "--backend", "jax"],
@@ -629,7 +633,9 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "tiny_adamw") == (None, "mse", "adamw", False, {}, None)
     assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {}, None)
     # keras-io's endpoint layer adds the loss while the functional model is built, shapes only: fit trains on it.
-    assert [kernel.call(builder_adds_loss, name) for name in ("endpoint", "tiny")] == [True, False]
+    assert [kernel.call(builder_adds_loss, name) for name in ("endpoint", "tiny", "returns_another")] == [True, False, False]
+    # Only the returned model's compile is its step's: another model's, compiled on the way, is not.
+    assert kernel.call(builder_facts, "returns_another") == (None, None, None, False, {}, None)
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.
     assert kernel.call(builder_facts, "lstm_tagger") == (None, "sparse_categorical_crossentropy (from_logits=True)", None,
                                                          False, {"LSTM": private.CUDNN}, None)

@@ -73,10 +73,11 @@ def recording_calls():
 @contextlib.contextmanager
 def noting_added_losses():
     """A context that yields a list, to which each ``keras.layers.Layer.add_loss`` call made inside it adds the
-    calling layer's class name: a functional model's layers run ``call`` while it is built, on symbolic tensors,
-    so a loss a layer adds (keras-io's "endpoint layer" pattern in "Making new layers and models via
-    subclassing") shows there, before any step. Such a model trains with no compiled loss: ``fit`` adds its
-    ``model.losses`` to the compiled one (``Trainer.compute_loss``, keras/src/trainers/trainer.py, Keras 3.15)."""
+    calling layer: a functional model's layers run ``call`` while it is built, on symbolic tensors, so a loss a
+    layer adds (keras-io's "endpoint layer" pattern in "Making new layers and models via subclassing") shows
+    there, before any step. Such a model trains with no compiled loss: ``fit`` adds its ``model.losses`` to the
+    compiled one (``Trainer.compute_loss``, keras/src/trainers/trainer.py, Keras 3.15). :func:`adds_its_loss`
+    tells whether one of them is the model's own."""
     from unittest import mock
 
     import keras
@@ -84,11 +85,18 @@ def noting_added_losses():
     original, seen = keras.layers.Layer.add_loss, []
 
     def add_loss(self, loss):
-        seen.append(type(self).__name__)
+        seen.append(self)
         return original(self, loss)
 
     with mock.patch.object(keras.layers.Layer, "add_loss", add_loss):
         yield seen
+
+
+def adds_its_loss(model, added: list) -> bool:
+    """Whether a layer in ``added`` (:func:`noting_added_losses`) is ``model`` or one of its layers, at any
+    depth: a model the function built on the way and did not return adds nothing to the one it returns."""
+    ids = {id(layer) for layer in added}
+    return any(id(layer) in ids for layer in model._flatten_layers(include_self=True))  # keras/src/layers/layer.py
 
 
 def _declared(model, which: str):
@@ -156,16 +164,28 @@ def text_of(model) -> str:
     return " ".join(["word"] * max(lengths, default=1))
 
 
+#: What a refusal of an unknown dimension asks for.
+FULL_SHAPE = "give keras.Input a full shape (e.g. a fixed sequence length or image size)"
+
+
+def _named(tensor) -> str:
+    """``'title' (None, None)``: a tensor's name, when the reader gave one (``keras.Input(..., name=)``;
+    Keras names the others ``keras_tensor_N``), and its shape."""
+    name = getattr(tensor, "name", None)
+    given = f"{name!r} " if isinstance(name, str) and not name.startswith("keras_tensor") else ""
+    return f"{given}{tuple(tensor.shape)}"
+
+
 def known_dims(tensor, what: str = "input") -> tuple[int, ...]:
     """``tensor``'s shape without its batch dimension.
 
     Raises:
-        ModelError: a dimension other than the batch is unknown (``None``), naming the model's ``what``.
+        ModelError: a dimension other than the batch is unknown (``None``), naming the model's ``what``
+            and the tensor (:func:`_named`).
     """
     dims = tuple(tensor.shape)[1:]
     if any(d is None for d in dims):
-        raise ModelError(f"the model's {what} has an unknown dimension {tuple(tensor.shape)}: give keras.Input "
-                         "a full shape (e.g. a fixed sequence length or image size)")
+        raise ModelError(f"the model's {what} {_named(tensor)} has an unknown dimension: {FULL_SHAPE}")
     return dims
 
 
@@ -174,7 +194,8 @@ def check_inputs(model) -> None:
     model's inputs are known only once it runs: :func:`batch_of` checks them there).
 
     Raises:
-        ModelError: as :func:`known_dims`.
+        ModelError: as :func:`known_dims`, naming every input with an unknown dimension (helper-43: keras-io's
+            ticket model has three inputs, two of any length).
     """
     import keras
 
@@ -182,7 +203,11 @@ def check_inputs(model) -> None:
         inputs = model.inputs
     except (AttributeError, ValueError):
         return
-    for tensor in keras.tree.flatten(inputs or []):
+    unknown = [tensor for tensor in keras.tree.flatten(inputs or []) if None in tuple(tensor.shape)[1:]]
+    if len(unknown) > 1:
+        raise ModelError(f"the model's inputs {', '.join(map(_named, unknown))} have an unknown dimension: "
+                         f"{FULL_SHAPE.replace('keras.Input', 'each keras.Input')}")
+    for tensor in unknown:
         known_dims(tensor)
 
 

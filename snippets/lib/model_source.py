@@ -217,28 +217,33 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import check_inputs, declared_batch, loss_name, noting_added_losses, text_of
+    from snippets.lib.model_batch import (adds_its_loss, check_inputs, declared_batch, loss_name, noting_added_losses,
+                                          text_of)
     from snippets.lib.model_step import check_compile, own_train_step
 
-    seen = {}
+    seen, compiles = {}, []
 
     def record(self, optimizer=None, loss=None, *args, **kwargs):  # Model.compile's own order
-        seen["loss"] = loss
+        # Kept by the model compiled: only the returned model's compile is its step's (helper-43: a function that
+        # compiled a helper model and returned another, uncompiled, had --loss dropped for the helper's loss).
+        entry = {}
+        compiles.append((self, entry))
+        entry["loss"] = loss
         jit = args[len(_BEFORE_JIT)] if len(args) > len(_BEFORE_JIT) else kwargs.get("jit_compile", "auto")
-        seen["jit_compile"] = None if jit == "auto" else bool(jit)
+        entry["jit_compile"] = None if jit == "auto" else bool(jit)
         # None: not chosen by the function (compile's own default, rmsprop, is nobody's choice). An
         # object by the slots its settings make (SGD(momentum=0.9) is sgd_momentum, not sgd).
-        seen["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
+        entry["optimizer"] = None if optimizer is None else optimizers.name_of(optimizer)
         # Settings of keras.optimizers.Optimizer (Keras 3.15) that add state beyond the slots, read on the optimizer a
         # LossScaleOptimizer wraps (its own are the defaults).
         inner = getattr(optimizer, "inner_optimizer", None) or optimizer
-        seen["accumulation"] = int(getattr(inner, "gradient_accumulation_steps", None) or 1)
-        seen["ema"] = bool(getattr(inner, "use_ema", False))
-        seen["clipping"] = tuple(f"{name}={getattr(inner, name)}" for name in ("clipnorm", "clipvalue", "global_clipnorm")
+        entry["accumulation"] = int(getattr(inner, "gradient_accumulation_steps", None) or 1)
+        entry["ema"] = bool(getattr(inner, "use_ema", False))
+        entry["clipping"] = tuple(f"{name}={getattr(inner, name)}" for name in ("clipnorm", "clipvalue", "global_clipnorm")
                                  if getattr(inner, name, None) is not None)
-        seen["loss_scaled"] = inner is not optimizer
+        entry["loss_scaled"] = inner is not optimizer
         given = {**dict(zip(_BEFORE_JIT, args)), **{k: v for k, v in kwargs.items() if k in _BEFORE_JIT}}
-        seen["unmeasured"] = tuple(name for name, value in given.items() if _chosen(name, value))
+        entry["unmeasured"] = tuple(name for name, value in given.items() if _chosen(name, value))
 
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
@@ -246,8 +251,11 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
         with mock.patch.object(keras.Model, "compile", record), refusing_tf_keras(), \
                 contextlib.redirect_stdout(sys.stderr), noting_added_losses() as added:
             model = build_model(*args, **kwargs)
-        seen["adds_loss"] = bool(added)
+        for compiled, entry in compiles:  # in call order: the last compile is the one in force
+            if compiled is model:
+                seen.update(entry)
         if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
+            seen["adds_loss"] = adds_its_loss(model, added)
             seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
             # What the measuring process would refuse, said now, before any run starts.
             check_compile(model, "the function")
