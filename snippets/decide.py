@@ -524,9 +524,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
-            if half and plan.method != "compiled" and not units.computes_in_16_bits(plan.step.policy):
+            if half and not units.computes_in_16_bits(plan.step.policy):
                 # plan.caveats says it for the step's own policy; these layers ran in 16 bits of their own.
-                setup = replace(setup, notes=(*setup.notes, model_plan.HALF_CAVEAT))
+                setup = replace(setup, notes=(*setup.notes, model_plan.COMPILED_HALF_CAVEAT if plan.method == "compiled"
+                                              else model_plan.HALF_CAVEAT))
             if args.json:
                 text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,
                                                           found, setup), indent=1)

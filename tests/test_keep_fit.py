@@ -171,6 +171,33 @@ def test_a_cpu_has_no_jax_allocator_peak_to_check_a_compiled_plan_against(jax_ke
     assert jax_kernel.call(cpu_memory_stats) == ("cpu", None)
 
 
+def upcast_by_xla_cpu() -> dict:
+    """Kernel side: for a float16 and a bfloat16 dot and convolution compiled by XLA:CPU, whether the optimized
+    HLO runs the op itself in float32 (converts around it), and the dot's temporaries in bytes."""
+    import jax
+    import jax.numpy as jnp
+
+    found = {}
+    for name in ("float16", "bfloat16"):
+        dtype = getattr(jnp, name)
+        dot = jax.jit(lambda a, b: a @ b).lower(jax.ShapeDtypeStruct((256, 1024), dtype),
+                                                 jax.ShapeDtypeStruct((1024, 1024), dtype)).compile()
+        conv = jax.jit(lambda a, b: jax.lax.conv_general_dilated(
+            a, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))).lower(
+            jax.ShapeDtypeStruct((8, 16, 16, 32), dtype), jax.ShapeDtypeStruct((3, 3, 32, 32), dtype)).compile()
+        found[name] = (any("f32" in line and " dot(" in line for line in dot.as_text().splitlines()),
+                       any("f32" in line and " convolution(" in line for line in conv.as_text().splitlines()),
+                       dot.memory_analysis().temp_size_in_bytes)
+    return found
+
+
+def test_xla_cpu_computes_16_bit_matmuls_and_convolutions_in_float32(jax_kernel):
+    # plan_caveats.COMPILED_HALF_CAVEAT: a --backend jax plan under a 16-bit policy may be high. The dot's
+    # temporaries are float32 copies of both operands and of its result: (256 + 1024 + 256) x 1024 x 4 bytes.
+    expected = (True, True, (256 + 1024 + 256) * 1024 * 4)
+    assert jax_kernel.call(upcast_by_xla_cpu) == {"float16": expected, "bfloat16": expected}
+
+
 def test_the_test_process_stays_free_of_jax_and_keras():
     import sys
 

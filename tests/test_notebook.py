@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from snippets.lib.plan_caveats import few_steps_caveat
 from tests import mkdocs_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +44,9 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?")
 #: (snippets.lib.model_step.QUICK_SECONDS), so it moves with the machine's speed and load, as a
 #: time does; "the worst of 2 to 4 steps" on one run is "the worst of 3 steps" on the next.
 STEPS = re.compile(r"\bof\s+\d+(?:\s+to\s+\d+)?\s+steps\b")
+#: The caveat a plan adds when its racing runs took few steps (plan_caveats.few_steps_caveat): present or not as the
+#: step counts are, so it moves with the machine's speed too. Masked, as compared: numbers "#", spaces single.
+FEW_STEPS = re.sub(r"\s+", " ", NUMBER.sub("#", few_steps_caveat(2)))
 #: TensorFlow's C++ start-up lines (absl), which TF_CPP_MIN_LOG_LEVEL does not silence.
 STARTUP_LOG = re.compile(r"absl::InitializeLog|^[IWE]\d{4} \d\d:\d\d:|cudart_stub|cuInit", re.MULTILINE)
 
@@ -91,8 +95,8 @@ def visible_outputs(notebook, mask_measured: bool = True) -> list[list[tuple[str
         if mask_measured and measured(cell):
             # Numbers masked, and the spaces that align them and the line breaks that wrap them,
             # which move with their widths.
-            outputs = [(kind, re.sub(r"\s+", " ", NUMBER.sub("#", STEPS.sub("of its steps", text))))
-                       for kind, text in outputs]
+            outputs = [(kind, re.sub(r"\s+", " ", NUMBER.sub("#", STEPS.sub("of its steps", text))).replace(
+                f" {FEW_STEPS}", "")) for kind, text in outputs]
         cells.append(outputs)
     return cells
 

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from snippets.lib import fork_server, planner, units
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
-    ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, GPU_CAVEATS, HALF_CAVEAT, THREADS_CAVEAT)
+    ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, COMPILED_HALF_CAVEAT, FEW_STEPS, GPU_CAVEATS, HALF_CAVEAT,
+    THREADS_CAVEAT, few_steps_caveat)
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
@@ -89,6 +90,8 @@ class ModelPlan:
             this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
         steps_run: the fewest and the most steps a run took (more while quick:
             :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`snippets.lib.model_step.steps_measured`).
+        raced_steps: the fewest steps a run at the most inter-op threads took, where threads race (0: one thread
+            count, or not told): below :data:`FEW_STEPS`, :attr:`caveats` says a racing order may be missing.
         short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap
             (the lines, and the largest batch, stop below it); 0 if none.
         faster: ``(batch, peak, line)`` when the run (or compile) at the reader's batch past :data:`CHECKED_PAST` peaked
@@ -115,6 +118,7 @@ class ModelPlan:
     wide_ran_out: bool = False
     wide_why: str = ""
     steps_run: tuple[int, ...] = ()
+    raced_steps: int = 0
     short_of: int = 0
     faster: tuple[int, ...] = ()
 
@@ -360,13 +364,18 @@ class ModelPlan:
     def caveats(self) -> str:
         """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
         compiled plan (Keras on JAX; with :data:`ALL_REDUCE_CAVEAT` over several devices), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
-        :data:`CAVEATS` otherwise; with :data:`HALF_CAVEAT` for a step run here under a 16-bit policy."""
+        :data:`CAVEATS` otherwise; with :data:`HALF_CAVEAT` for a step run here under a 16-bit policy
+        (:data:`COMPILED_HALF_CAVEAT` for one compiled here); with :func:`few_steps_caveat` for a step without XLA whose
+        runs at the most threads took fewer than :data:`FEW_STEPS` steps."""
+        half = units.computes_in_16_bits(self.step.policy)
         if self.method == "compiled":
-            return f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
+            found = f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
+            return f"{found} {COMPILED_HALF_CAVEAT}" if half else found
         found = GPU_CAVEATS if self.step.jit else CAVEATS
-        half = self.method in ("measured", "interpolated", "extrapolated") and (
-            units.computes_in_16_bits(self.step.policy))
-        return f"{found} {HALF_CAVEAT}" if half else found
+        run = self.method in ("measured", "interpolated", "extrapolated")
+        if run and not self.step.jit and 0 < self.raced_steps < FEW_STEPS:
+            found = f"{found} {few_steps_caveat(self.raced_steps)}"
+        return f"{found} {HALF_CAVEAT}" if half and run else found
 
 
 def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None, *,
@@ -454,6 +463,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          rule_slope=rule_slope(weights, step) if weights is not None else 0.0,
                          wide_ran_out=wide_ran_out, wide_why=wide_why,
                          steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,
+                         raced_steps=min(len(group[-1]["step_peaks"]) for group in groups) if len(counts) > 1 else 0,
                          faster=faster)
 
     plan = assemble()

@@ -43,3 +43,24 @@ ALL_REDUCE_CAVEAT = "Over several GPUs, NCCL's buffers for the gradients' all-re
 #: (measured on the seed's layer: tests/test_scale_models.py, ``CPU_HALF_MATMUL``), so the figure errs high.
 HALF_CAVEAT = ("Run here under a 16-bit policy: TensorFlow's CPU kernels compute half precision through float32 "
                "copies a GPU does not make, so this figure may be high; check it with a step on the GPU.")
+#: :data:`HALF_CAVEAT`'s counterpart for a step XLA:CPU compiled under a 16-bit policy (Keras on JAX): XLA:CPU
+#: (jax 0.10.2) computes a float16 or bfloat16 dot or convolution on float32 copies of its operands and
+#: result, which XLA:GPU runs in 16 bits (tests/test_keep_fit.py holds the converts in the compiled HLO).
+#: helper-43: a mixed_float16 CNN's compiled figure was 16% under its float32 twin's, not about half.
+COMPILED_HALF_CAVEAT = ("Compiled here under a 16-bit policy: XLA:CPU computes 16-bit matmuls and convolutions on "
+                        "float32 copies that XLA:GPU does not make, so this figure may be high; check it on the GPU.")
+
+#: Steps a run at the most inter-op threads takes, at least, for its plan to leave out :func:`few_steps_caveat`: half
+#: of :data:`snippets.lib.model_step.MAX_STEPS`, the most a quick run takes.
+FEW_STEPS = 4
+
+
+def few_steps_caveat(steps: int) -> str:
+    """Said beside a plan without XLA whose runs at the most inter-op threads took as few as ``steps`` steps: each step
+    draws an order of its ops anew, and an order that keeps a buffer longer can show in one step of several, which so
+    few may not draw. helper-43: a mixed_float16 CNN (16-bit convolutions take 20-40 s a step at 256 on this CPU) ran 2
+    steps a run, and its plan under MirroredStrategy came under a step at 64 per replica that drew such an order in
+    every step; a 5-step run at 256 drew it in one step (714.7 MiB against 596)."""
+    return (f"Without XLA each step's threads race, and an order of its ops that keeps a buffer longer can show in one "
+            f"step of several; runs here took as few as {steps} steps (slow on this CPU), which may have missed it: "
+            "leave headroom beyond the margin.")
