@@ -13,7 +13,7 @@ import pytest
 from harness import RemoteError
 
 from benchmarks.model_planner import run
-from snippets.lib import model_plan, model_remedies, units
+from snippets.lib import model_plan, model_remedies, model_step, units
 from snippets.lib.model_step import ModelStep, check_step
 
 
@@ -199,7 +199,7 @@ def test_a_plan_whose_racing_runs_took_few_steps_says_an_order_may_be_missing():
     step = ModelStep("m:f", "adam", 64, "off")
     few = model_plan.ModelPlan(step, "extrapolated", (16, 32), (100 * units.MiB, 160 * units.MiB), raced_steps=2)
     assert few.caveats == f"{model_plan.CAVEATS} {model_plan.few_steps_caveat(2)}"
-    assert "runs here took as few as 2 steps" in few.caveats
+    assert "runs here took as few as 2 steps" in few.caveats and model_plan.FEW_STEPS == model_step.MAX_STEPS // 2
     # Enough steps, one thread count (a compiled step), or nothing told: none.
     for plan in (replace(few, raced_steps=model_plan.FEW_STEPS), replace(few, raced_steps=0),
                  replace(few, step=replace(step, xla="on"))):

@@ -28,7 +28,7 @@ from snippets.lib import fork_server, planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import batch_of
 from snippets.lib.model_plan import CHECKED_PAST, MARGIN, SMALL_BATCHES, ModelPlan, rule_slope, runs_here
-from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap,
+from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap, fed_x_alone,
                                      own_train_step)
 
 
@@ -94,9 +94,8 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
         raise ModelError(f"{step.model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls "
                          "train_step(state, data), a stateless step: plan it without --backend jax")
     x, y = batch_of(model, replicas, compiled_loss(model))
-    # A model whose layers add its loss (build() refuses one with no loss at all) is fed x alone, as its fit
-    # is; a 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
-    data = (x,) if compiled_loss(model) is None and step.loss is None and not own_train_step(model) else (x, y)
+    # A 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
+    data = (x,) if fed_x_alone(model, step) else (x, y)
     model.train_on_batch(*data)
 
     groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,

@@ -270,6 +270,13 @@ def check_model(model, name: str) -> None:
         raise ModelError(f"{name} returns a model with no weights yet: {BUILD_HINT}")
 
 
+def fed_x_alone(model, step: ModelStep) -> bool:
+    """Whether ``model``'s step trains on the loss its layers add alone (``add_loss``): no loss compiled or in
+    ``step``, and no ``train_step`` of its own (:func:`build` refuses such a model unless its layers add one). Its
+    ``fit`` is fed ``x`` alone, as the reader's is."""
+    return compiled_loss(model) is None and step.loss is None and not own_train_step(model)
+
+
 def own_train_step(model) -> bool:
     """Whether the model's class overrides ``train_step`` (keras-io's "Customizing what happens in
     fit()"): such a step may compute its loss itself, with no loss compiled, and may take its batch
@@ -353,10 +360,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     # element hands the same tensors to every step (no prefetch copies in the pool).
     options = tf.data.Options()
     options.autotune.enabled = False
-    # No loss compiled or given and no train_step of its own: its layers add the loss (build() refuses
-    # it otherwise), and fit takes x alone, as the reader's own fit does (a y would be one more buffer).
-    adds_loss = compiled_loss(model) is None and step.loss is None and not own_train_step(model)
-    dataset = tf.data.Dataset.from_tensors((x,) if adds_loss else (x, y)).repeat().with_options(options)
+    # A y the step does not read would be one more buffer in the pool.
+    dataset = tf.data.Dataset.from_tensors((x,) if fed_x_alone(model, step) else (x, y)).repeat().with_options(options)
     # A train_step of the model's own with no loss compiled may take x alone (keras-io's VAE and GAN
     # do): tried once (x, y) fails before running (a tracing error allocates no step's buffers).
     alone = tf.data.Dataset.from_tensors(x).repeat().with_options(options) if (
