@@ -451,6 +451,14 @@ def custom_bf16_block():
     return model
 
 
+def tiny_float32():
+    """Sets float32 itself, whatever policy it is run under (helper-44: read as --policy's)."""
+    keras.config.set_dtype_policy("float32")
+    model = tiny()
+    model.compile(loss="mse")
+    return model
+
+
 def float32_head():
     """Keras's mixed-precision guide's pattern without its global policy: the output layer kept in float32."""
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),

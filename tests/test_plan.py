@@ -245,15 +245,25 @@ def own_policies_read() -> tuple:
             model_source.read_builder(custom_bf16_block).own_policies, keras.config.dtype_policy().name)
 
 
+def model_setup_of(function_policy: str, **options) -> tuple:
+    """The policy, where it came from and the notes of :func:`snippets.lib.model_report.model_setup`, loss mse."""
+    from snippets.lib.model_report import model_setup
+
+    setup = model_setup("mse", function_policy, **options)
+    return setup.policy, setup.policy_from, setup.notes
+
+
 def under_a_given_policy() -> tuple:
     """Kernel side: (own_policies, the function's policy) read under --policy mixed_float16, as the step is built:
-    a model with no dtypes, one with a float32 head, a file saved in float32, and a function that sets the policy."""
-    from tests.plan_builders import float32_head, tiny, tiny_mixed
+    a model with no dtypes, one with a float32 head, a file saved in float32, and functions that set the policy (a
+    16-bit one, and float32)."""
+    from tests.plan_builders import float32_head, tiny, tiny_float32, tiny_mixed
 
     text = model_source.model_json(tiny)
     return [(facts.own_policies, facts.policy) for facts in (
         model_source.read_builder(tiny, "mixed_float16"), model_source.read_builder(float32_head, "mixed_float16"),
-        model_source.read_json(text, "mixed_float16"), model_source.read_builder(tiny_mixed, "mixed_bfloat16"))]
+        model_source.read_json(text, "mixed_float16"), model_source.read_builder(tiny_mixed, "mixed_bfloat16"),
+        model_source.read_builder(tiny_float32, "mixed_bfloat16"), model_source.read_builder(tiny_float32))]
 
 
 def test_layers_with_a_dtype_of_their_own_are_named_and_not_offered_mixed_precision(kernel):
@@ -263,7 +273,11 @@ def test_layers_with_a_dtype_of_their_own_are_named_and_not_offered_mixed_precis
     assert layers == from_json == custom == {"mixed_bfloat16": 2} and global_policy == {} and after == "float32"
     # Read under --policy (helper-33): what it does not reach is named, and it is not taken for the function's.
     assert kernel.call(under_a_given_policy) == [({}, None), ({"float32": 1}, None), ({"float32": 2}, None),
-                                                 ({}, "mixed_float16")]
+                                                 ({}, "mixed_float16"), ({}, "float32"), ({}, None)]
+    # A function that sets float32 overrides --policy as a 16-bit one does (helper-44: read as --policy's).
+    assert model_setup_of("float32", policy="mixed_bfloat16") == (
+        "float32", "the function", ("--policy mixed_bfloat16 is not used: the function sets float32 itself, which "
+                                    "overrides it.",))
     args = decide.build_parser().parse_args(["--model", "pkg.mod:build", "--policy", "mixed_float16"])
     args.source = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, own_policies=layers)
     assert decide.setup_of(args).notes[-1] == (
@@ -455,10 +469,10 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:any_length", "--strategy", "single"],
-     "tests.plan_builders:any_length: the model's input (None, None) has an unknown dimension: give keras.Input a "
+     "tests.plan_builders:any_length: the model's input (batch, None) has an unknown dimension: give keras.Input a "
      "full shape"),
     (["--model", "tests.plan_builders:two_any_length", "--strategy", "single"],
-     "the model's inputs 'title' (None, None), 'body' (None, None) have an unknown dimension: give each keras.Input "
+     "the model's inputs 'title' (batch, None), 'body' (batch, None) have an unknown dimension: give each keras.Input "
      "a full shape"),
     (["--model", "tests.plan_builders:augmented", "--backend", "jax"],
      "Keras on JAX runs this model's step without jit (RandomRotation: layers it does not compile)"),

@@ -169,11 +169,12 @@ FULL_SHAPE = "give keras.Input a full shape (e.g. a fixed sequence length or ima
 
 
 def _named(tensor) -> str:
-    """``'title' (None, None)``: a tensor's name, when the reader gave one (``keras.Input(..., name=)``;
-    Keras names the others ``keras_tensor_N``), and its shape."""
+    """``'title' (batch, None)``: a tensor's name, when the reader gave one (``keras.Input(..., name=)``;
+    Keras names the others ``keras_tensor_N``), and its shape, the batch named (helper-44: "(None, None)" read as
+    if both were unknown)."""
     name = getattr(tensor, "name", None)
     given = f"{name!r} " if isinstance(name, str) and not name.startswith("keras_tensor") else ""
-    return f"{given}{tuple(tensor.shape)}"
+    return f"{given}({', '.join(['batch', *map(str, tuple(tensor.shape)[1:])])})"
 
 
 def known_dims(tensor, what: str = "input") -> tuple[int, ...]:

@@ -45,6 +45,8 @@ class ModelSetup:
         xla: the ``--xla`` mode planned (:func:`source_xla`): ``"auto"``, ``"on"`` or ``"off"``.
         xla_from: ``"--xla"`` when the option chose (``"on"`` or ``"off"``), the model's own compile when
             it chose ``jit_compile``, else ``"Keras's default"`` (``"auto"``: Keras decides, as on a GPU host).
+        adds_loss: the model's layers add a loss (``add_loss``), which ``fit`` adds to :attr:`loss` (alone:
+            :attr:`loss_from` is :data:`ADDED_LOSS`).
     """
 
     loss: str | None
@@ -55,6 +57,7 @@ class ModelSetup:
     no_xla: Mapping[str, str] = field(default_factory=dict)
     xla: str = "auto"
     xla_from: str = XLA_DEFAULT
+    adds_loss: bool = False
 
     @property
     def source_chose_xla(self) -> bool:
@@ -154,6 +157,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     ('--loss', 'float16', '--dtype', ())
     >>> setup_lines(model_setup(None, None, adds_loss=True))[0]
     "Trains with the loss its layers' add_loss computes, dtype policy float32 (Keras's default)."
+    >>> setup_lines(model_setup("mse", None, adds_loss=True))[0]  # keras-io's VAE: a KL term beside a compiled loss
+    "Trains with loss mse (the function's compile) plus the loss its layers' add_loss computes, dtype policy float32 (Keras's default)."
     """
     notes, no_xla = [], dict(no_xla or {})
     source, compiles, compiled = SOURCES[source]
@@ -217,7 +222,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     else:
         used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else ADDED_LOSS if adds_loss else "")
     return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla, planned_xla,
-                      compiled if planned_xla != xla else "--xla" if xla != "auto" else XLA_DEFAULT)
+                      compiled if planned_xla != xla else "--xla" if xla != "auto" else XLA_DEFAULT,
+                      adds_loss and not own_step)
 
 
 def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
@@ -226,7 +232,8 @@ def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
     and notes only."""
     if setup is None:
         return []
-    loss = (f"loss {setup.loss} ({setup.loss_from})" if setup.loss else
+    added = f" plus the loss {ADDED_LOSS} computes" if setup.loss and setup.adds_loss else ""
+    loss = (f"loss {setup.loss} ({setup.loss_from}){added}" if setup.loss else
             f"the loss {setup.loss_from} computes" if setup.loss_from else None)
     policy = f"dtype policy {setup.policy} ({setup.policy_from})."
     lines = [f"Trains with {loss}, {policy}" if training and loss else f"D{policy[1:]}"]

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from snippets.lib import optimizers, planner, units
+from snippets.lib import optimizers, planner
 from snippets.lib.errors import ModelError
 from snippets.lib.model_step import BUILD_HINT
 
@@ -138,7 +138,7 @@ class SourceFacts(NamedTuple):
 
     Attributes:
         weights: :func:`model_weights` (shapes and dtypes, nothing allocated).
-        policy: the dtype policy the function set (None: it set none, or float32).
+        policy: the dtype policy the function set (None: it set none, or the one it was read under).
         loss, optimizer: what the function compiled with, in words (None: it did not compile, or named
             no optimizer: compile's own default is nobody's choice).
         own_step: the model's class has a ``train_step`` of its own.
@@ -278,7 +278,9 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
         name = keras.config.dtype_policy().name
     finally:
         keras.config.set_dtype_policy(before)
-    chosen = name if name in units.POLICIES and name != given else None  # what the function itself set
+    # What the function itself set, float32 too: under --policy mixed_bfloat16 a function that sets float32 trains in
+    # float32 (helper-44: read as --policy's, its figure float32's under a 16-bit caveat and no note).
+    chosen = name if name != given else None
     return SourceFacts(weights, chosen, loss_name(seen.get("loss")),
                        seen.get("optimizer"), seen.get("own_step", False), seen.get("no_xla", {}),
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False), seen.get("clipping", ()),
