@@ -231,7 +231,8 @@ def measured_plan(args, weights: Sequence[planner.Weight],
                          "before it was compiled): pass --loss (e.g. --loss mse)")
     facts = getattr(args, "source", None)
     if facts and facts.unknown_input and (args.backend == "jax" or model_plan.runs_here(weights, step)):
-        raise ValueError(f"{args.model or args.model_json}: {facts.unknown_input}")  # before any run (each would refuse it)
+        # Before any run (each would refuse it), naming the model as the other refusals do (helper-43).
+        raise ValueError(f"{args.model or args.model_json}: {facts.unknown_input}")
     if args.backend == "jax":
         from snippets.lib.jax_step import plan_on_jax
 

@@ -239,8 +239,9 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
         inner = getattr(optimizer, "inner_optimizer", None) or optimizer
         entry["accumulation"] = int(getattr(inner, "gradient_accumulation_steps", None) or 1)
         entry["ema"] = bool(getattr(inner, "use_ema", False))
-        entry["clipping"] = tuple(f"{name}={getattr(inner, name)}" for name in ("clipnorm", "clipvalue", "global_clipnorm")
-                                 if getattr(inner, name, None) is not None)
+        entry["clipping"] = tuple(f"{name}={getattr(inner, name)}"
+                                  for name in ("clipnorm", "clipvalue", "global_clipnorm")
+                                  if getattr(inner, name, None) is not None)
         entry["loss_scaled"] = inner is not optimizer
         given = {**dict(zip(_BEFORE_JIT, args)), **{k: v for k, v in kwargs.items() if k in _BEFORE_JIT}}
         entry["unmeasured"] = tuple(name for name, value in given.items() if _chosen(name, value))
