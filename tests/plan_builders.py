@@ -199,6 +199,26 @@ def endpoint(compiled: bool = True):
     return model
 
 
+class TrainingPenalty(keras.layers.Layer):
+    """Adds a penalty on its input in training only (``if training: self.add_loss(...)``), as an activity
+    regulariser that should not count at evaluation: the build, which leaves ``training`` unset, never adds it."""
+
+    def call(self, x, training=None):
+        if training:
+            self.add_loss(1e-3 * keras.ops.mean(keras.ops.square(x)))
+        return x
+
+
+def adds_loss_in_training():
+    """Compiles an optimizer and no loss; fit trains on the penalty its layer adds in training (helper-44's
+    remark: read from the build alone, it was refused for having no loss)."""
+    inputs = keras.Input((32,))
+    hidden = keras.layers.BatchNormalization()(keras.layers.Dense(64, activation="relu")(inputs))
+    model = keras.Model(inputs, TrainingPenalty()(keras.layers.Dense(8)(hidden)))
+    model.compile(optimizer="adam")
+    return model
+
+
 def returns_another():
     """Builds and compiles a model it does not return, whose layer adds a loss, then returns another, uncompiled
     (helper-43: the first's compile was read as the second's, and --loss was dropped)."""

@@ -473,6 +473,9 @@ def test_a_model_whose_layers_add_its_loss_is_measured_on_x_alone_and_one_with_n
     # keras-io's endpoint layer: no loss compiled, fit(x) trains on the loss add_loss adds; with none, one line.
     result = run(ModelStep("tests.plan_builders:endpoint", "adam", 8, "off"))
     assert result["completed"] and result["step_peak"] > 0
+    # And a layer that adds its loss in training only, which the build never calls it with.
+    result = run(ModelStep("tests.plan_builders:adds_loss_in_training", "adam", 8, "off"))
+    assert result["completed"] and result["step_peak"] > 0
     with pytest.raises(RemoteError, match="^ModelError: .* no compiled loss: compile it with one, or pass --loss"):
         run(ModelStep("tests.plan_builders:tiny", "adam", 8, "off"))
 

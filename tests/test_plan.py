@@ -651,6 +651,8 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {}, None)
     # keras-io's endpoint layer adds the loss while the functional model is built, shapes only: fit trains on it.
     assert [kernel.call(builder_adds_loss, name) for name in ("endpoint", "tiny", "returns_another")] == [True, False, False]
+    # A loss a layer adds in training only is missed by the build (training unset): seen in a call like fit's.
+    assert kernel.call(builder_adds_loss, "adds_loss_in_training") is True
     # Only the returned model's compile is its step's: another model's, compiled on the way, is not.
     assert kernel.call(builder_facts, "returns_another") == (None, None, None, False, {}, None)
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.

@@ -38,7 +38,15 @@ def private_accesses() -> dict:
     structures = private.functional_structures(keras.Model({"b": b, "a": a}, joined))
     positions = keras.Input((6, 4))
     per_position = keras.Model(positions, keras.layers.Dense(2)(keras.layers.Flatten()(keras.layers.Dense(3)(positions))))
+    import tests.plan_builders as builders
+    from snippets.lib.model_batch import adds_its_loss, noting_added_losses
+
+    penalised = builders.adds_loss_in_training()
+    with noting_added_losses() as added:
+        spec = private.training_call(penalised, penalised.inputs[0])
+    training = (adds_its_loss(penalised, added), tuple(spec.shape), len(penalised.losses))
     return {
+        "training_call": training,
         "structures": (sorted(structures[0]), structures[1] is joined, private.functional_structures(optimizer)),
         "layers": [type(layer).__name__ for layer in private.model_layers(tagger)],
         "gpu_xla_blockers": private.gpu_xla_blockers(tagger),
@@ -67,6 +75,8 @@ def test_every_private_access_still_works():
     assert result["structures"] == (["a", "b"], True, (None, None))  # a dict's keys; nothing for a non-model
     assert result["layers"][0] == "InputLayer" and "LSTM" in result["layers"] and "Reshape" in result["layers"]
     assert result["shapes_only"] == (0, True)  # never on Keras's list to initialise, never given a value
+    # The layer ran as in training (its add_loss called) and the loss was not kept on the model.
+    assert result["training_call"] == (True, (None, 8), 0)
 
 
 def jax_variable_layout() -> dict:

@@ -99,6 +99,21 @@ def adds_its_loss(model, added: list) -> bool:
     return any(id(layer) in ids for layer in model._flatten_layers(include_self=True))  # keras/src/layers/layer.py
 
 
+def adds_loss_in_training(model) -> bool:
+    """Whether a layer of ``model`` adds a loss only in training (``if training: self.add_loss(...)``): the build
+    calls layers with ``training`` unset, so :func:`noting_added_losses` misses it there, while ``fit``, whose calls
+    say ``training=True``, trains on it with no loss compiled. Calls the model that way on placeholders
+    (:func:`snippets.lib.private.training_call`: nothing computed, no loss kept); False if its inputs are unknown or
+    the call fails (the step, if it runs, says why in its own words)."""
+    try:
+        inputs = input_structure(model)
+        with noting_added_losses() as added:
+            private.training_call(model, inputs)
+    except Exception:  # noqa: BLE001 (the reader's call(): whatever it raises, the answer is "not seen")
+        return False
+    return adds_its_loss(model, added)
+
+
 def _declared(model, which: str):
     """A model's declared ``"inputs"`` or ``"outputs"``: a functional model's structure, a Sequential's
     tensor (or list of them), None for a model that declares none (subclassed)."""

@@ -217,8 +217,8 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import (adds_its_loss, check_inputs, declared_batch, loss_name, noting_added_losses,
-                                          text_of)
+    from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, check_inputs, declared_batch, loss_name,
+                                          noting_added_losses, text_of)
     from snippets.lib.model_step import check_compile, own_train_step
 
     seen, compiles = {}, []
@@ -256,8 +256,10 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
             if compiled is model:
                 seen.update(entry)
         if isinstance(model, keras.Model):  # anything else is refused by model_weights, in its words
-            seen["adds_loss"] = adds_its_loss(model, added)
             seen["own_step"], seen["no_xla"] = own_train_step(model), private.gpu_xla_blockers(model)
+            # A loss added in training only shows in a call like fit's, made only where it decides (no loss compiled).
+            seen["adds_loss"] = adds_its_loss(model, added) or (
+                seen.get("loss") is None and not seen["own_step"] and adds_loss_in_training(model))
             # What the measuring process would refuse, said now, before any run starts.
             check_compile(model, "the function")
             text_of(model)

@@ -59,7 +59,8 @@ from pathlib import Path
 
 from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
-from snippets.lib.model_batch import adds_its_loss, batch_of, noting_added_losses, recording_calls
+from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, batch_of, noting_added_losses,
+                                      recording_calls)
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -208,7 +209,8 @@ def build(step: ModelStep, replica_program: bool = False):
                          f"{error_line(error)}") from None
     check_model(model, step.model)
     loss = compiled_loss(model) or step.loss
-    if loss is None and not own_train_step(model) and not adds_its_loss(model, added):
+    if (loss is None and not own_train_step(model) and not adds_its_loss(model, added)
+            and not adds_loss_in_training(model)):
         raise ModelError(f"{step.model} returns a model with no compiled loss: compile it with one, "
                          "or pass --loss (e.g. --loss mse)")
     compiled = getattr(model, "optimizer", None)

@@ -100,6 +100,21 @@ def variable_layout(variable):
     return variable._layout
 
 
+def training_call(model, inputs):
+    """Call ``model`` as ``fit`` does, with ``training=True``, on placeholders for ``inputs`` (a structure of
+    ``keras.KerasTensor``), computing nothing; returns the outputs' ``keras.KerasTensor`` structure. What a layer
+    does only in training (``if training: self.add_loss(...)``) runs, which ``model(inputs, training=True)`` on
+    KerasTensors does not do: a functional model's symbolic call runs each layer's ``compute_output_spec``, without
+    ``training`` (checked: no ``add_loss`` call).
+
+    Private: ``keras.src.backend.compute_output_spec`` (keras/src/backend/tensorflow/core.py, Keras 3.15.1): a
+    scratch graph that never runs, inside a ``StatelessScope``, so no added loss is kept on the layer.
+    """
+    from keras.src.backend import compute_output_spec
+
+    return compute_output_spec(lambda x: model(x, training=True), inputs)
+
+
 @contextlib.contextmanager
 def shapes_only():
     """``keras.StatelessScope(initialize_variables=False)`` whose variables are never initialised.
