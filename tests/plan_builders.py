@@ -219,6 +219,35 @@ def adds_loss_in_training():
     return model
 
 
+class NoCallGAN(keras.Model):
+    """keras-io's GAN as readers vary it: its networks built apart, its optimizers made in ``__init__``, Keras's own
+    compile, a train_step of its own and no call(). fit trains it (a real step, Keras 3.15), though it was never built or
+    called (helper-45: told "no weights yet", with a fix, model(x), that raises without call())."""
+
+    def __init__(self):
+        super().__init__()
+        self.discriminator = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        self.generator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
+        self.d_optimizer = keras.optimizers.Adam()
+
+    def train_step(self, real):
+        import tensorflow as tf
+
+        noise = keras.random.normal((keras.ops.shape(real)[0], 4))
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(self.discriminator(self.generator(noise))) - keras.ops.mean(self.discriminator(real))
+        weights = self.discriminator.trainable_weights
+        self.d_optimizer.apply(tape.gradient(loss, weights), weights)
+        return {"d_loss": loss}
+
+
+def gan_without_call():
+    """:class:`NoCallGAN`, compiled as its own compile would (no arguments)."""
+    model = NoCallGAN()
+    model.compile()
+    return model
+
+
 def returns_another():
     """Builds and compiles a model it does not return, whose layer adds a loss, then returns another, uncompiled
     (helper-43: the first's compile was read as the second's, and --loss was dropped)."""

@@ -465,7 +465,14 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "model.build(input_shape) (a Sequential) or call the model once on a batch (a subclassed one: model(x))"),
     (["--model", "tests.plan_builders:own_compile", "--strategy", "single"],
      "own_compile: the function's model has its own compile(encoder_optimizer, decoder_optimizer), which cannot "
-     "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile)"),
+     "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile). Plan each part "
+     "of its train_step as a model of its own (keras-io's GAN: the discriminator at twice the batch, then the "
+     "generator followed by the discriminator, frozen): this step holds all their weights and slots at once, so it "
+     "peaks above each of their steps"),
+    (["--model", "tests.plan_builders:gan_without_call", "--optimizer", "adam", "--strategy", "single"],
+     "tests.plan_builders:gan_without_call: NoCallGAN does not say what it takes: its class defines no call() "
+     "(keras-io's GAN has none; fit runs train_step), so give it one that runs the network train_step feeds the batch "
+     "to (a GAN's discriminator on x), and call it once on a batch in the function (model(x))"),
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:any_length", "--strategy", "single"],

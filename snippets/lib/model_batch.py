@@ -138,9 +138,25 @@ def input_structure(model):
     found = _declared(model, "inputs")
     found = found if found is not None else vars(model).get(FIRST_CALL)
     if found is None:
-        raise ModelError(f"{type(model).__name__} does not say what it takes: give it a keras.Input(shape), or "
-                         "call it once on a batch in the function (model(x)), so its input shapes are known")
+        raise ModelError(f"{type(model).__name__} does not say what it takes: " + (
+            f"give it a keras.Input(shape), or {CALL_ONCE}, so its input shapes are known" if defines_call(model)
+            else NO_CALL))
     return found
+
+
+#: How to show the planner a subclassed model's input: what fit feeds it is the reader's data, which it cannot see.
+CALL_ONCE = "call it once on a batch in the function (model(x))"
+#: The same for a class with no call() of its own (keras-io's GAN and VAE train through their train_step alone).
+NO_CALL = ("its class defines no call() (keras-io's GAN has none; fit runs train_step), so give it one that runs the "
+           "network train_step feeds the batch to (a GAN's discriminator on x), and call it once on a batch in the "
+           "function (model(x))")
+
+
+def defines_call(model) -> bool:
+    """Whether ``model``'s class (or a base other than Keras's own) defines ``call``: ``keras.Model.call`` raises."""
+    import keras
+
+    return type(model).call is not keras.Model.call
 
 
 def output_structure(model, inputs):
@@ -207,9 +223,10 @@ def known_dims(tensor, what: str = "input") -> tuple[int, ...]:
 
 def check_inputs(model) -> None:
     """:func:`known_dims` of each of a functional or ``Sequential`` model's ``keras.Input`` (a subclassed
-    model's inputs are known only once it runs: :func:`batch_of` checks them there).
+    model's inputs are known only once it runs: :func:`batch_of` checks them there, and here only that it was built).
 
     Raises:
+        ModelError: a subclassed model never built or called (:func:`input_structure`: keras-io's GAN with no call()).
         ModelError: as :func:`known_dims`, naming every input with an unknown dimension (helper-43: keras-io's
             ticket model has three inputs, two of any length).
     """
@@ -218,6 +235,8 @@ def check_inputs(model) -> None:
     try:
         inputs = model.inputs
     except (AttributeError, ValueError):
+        if not model.built:  # a subclassed model never called (the read records no call): one line now
+            input_structure(model)
         return
     unknown = [tensor for tensor in keras.tree.flatten(inputs or []) if None in tuple(tensor.shape)[1:]]
     if len(unknown) > 1:

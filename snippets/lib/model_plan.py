@@ -52,7 +52,8 @@ from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, LINE_CHECKED, MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP,
-    SMALL_BATCHES, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures, thread_counts, upper_step, wide_reason)
+    SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures, thread_counts, upper_step,
+    wide_reason)
 
 
 @dataclass(frozen=True)
@@ -498,11 +499,12 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                f"{units.human_bytes(round(room))}") + f", {per} more run{'s' if per > 1 else ''} ...")
         more = measured([check])
         worst, done = max((r["step_peak"] or 0 for r in more)), all(r["completed"] for r in more)
-        # Short of the reader's batch, any excess over the lines as fitted (without EXTRAPOLATION) refuses: a B x B term
-        # hidden by the margin at the run grows with the square of the batch past it (an audit: accepted within 10% at
-        # 4473, 0.71 of the step at 32768; within the 5% beyond the runs, 0.91).
+        # Short of the reader's batch, an excess over the lines as fitted (without EXTRAPOLATION) is a B x B term, which
+        # grows with the square of the batch past the run (an audit: accepted within 10% at 4473, 0.71 of the step at
+        # 32768; within the 5% beyond the runs, 0.91): refused unless, so grown, it stays within SQUARE_SHARE there.
         bound = line if check == target else max(c + s * check for c, s in plan.lines())
-        if done and (check == target or worst <= bound):
+        grown_excess = (worst - bound) * (target / check) ** 2
+        if done and (check == target or grown_excess <= SQUARE_SHARE * plan.line_peak(target)):
             batches, groups = [*batches, check], [*groups, more]
             plan = assemble((target, worst, round(line)) if worst > line * (1 + MARGIN) else ())
         else:

@@ -59,8 +59,8 @@ from pathlib import Path
 
 from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
-from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, batch_of, noting_added_losses,
-                                      recording_calls)
+from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
+                                      noting_added_losses, recording_calls)
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -231,7 +231,9 @@ def build(step: ModelStep, replica_program: bool = False):
 
 def check_compile(model, name: str) -> None:
     """Refuse a model whose own ``compile`` cannot take one optimizer and a loss (keras-io's GAN takes two
-    optimizers and a loss_fn): the planner compiles the model again with ``--optimizer`` and the loss.
+    optimizers and a loss_fn): the planner compiles the model again with ``--optimizer`` and the loss. The line
+    says what can be planned instead: each network alone, whose plans bound this step's from below (a GAN's step
+    on keras-io runs the discriminator on real and generated images at once, with every network's state held).
 
     Raises:
         ModelError: naming the model's own signature.
@@ -243,7 +245,10 @@ def check_compile(model, name: str) -> None:
         signature.bind(model, optimizer=None, loss=None, jit_compile=False)
     except TypeError:
         raise ModelError(f"{name}'s model has its own compile{str(signature).replace('(self, ', '(')}, which cannot "
-                         "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile)"
+                         "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile). "
+                         "Plan each part of its train_step as a model of its own (keras-io's GAN: the discriminator "
+                         "at twice the batch, then the generator followed by the discriminator, frozen): this step "
+                         "holds all their weights and slots at once, so it peaks above each of their steps"
                          ) from None
 
 
@@ -259,7 +264,8 @@ def check_model(model, name: str) -> None:
 
     Raises:
         ModelError: not a Keras 3 model; a tf_keras (Keras 2) model (docs/tf-keras.md
-            says how to plan those); a model with no weights (unbuilt).
+            says how to plan those); a model with no weights (unbuilt); a model whose layers have weights but
+            which was never built or called (keras-io's GAN: its networks built apart), whose input is unknown.
     """
     import keras
 
@@ -268,8 +274,11 @@ def check_model(model, name: str) -> None:
                          "see docs/tf-keras.md for tf_keras")
     if not isinstance(model, keras.Model):
         raise ModelError(f"{name} returns {type(model).__name__}, not a keras.Model")
-    if not model.built or not model.weights:
+    if not model.weights:
         raise ModelError(f"{name} returns a model with no weights yet: {BUILD_HINT}")
+    if not model.built:  # its networks were built apart (keras-io's GAN): the weights are there, the input is not
+        raise ModelError(f"{name} returns a model that was never built or called, though its layers have weights, so "
+                         f"what it takes is unknown: {CALL_ONCE if defines_call(model) else NO_CALL}")
 
 
 def fed_x_alone(model, step: ModelStep) -> bool:

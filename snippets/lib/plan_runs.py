@@ -109,6 +109,15 @@ PARALLEL = 2
 #: (``margins``: at 5% the lowest read 0.907).
 MARGIN = 0.10
 
+#: The part of :data:`MARGIN` a check run short of the reader's batch may use. Its excess over the lines is read as a
+#: B x B term (a loss over the pairs in a batch), grown with the square of the batch to the reader's: the plan is refused
+#: unless that stays within this fraction of the lines there, the rest of the margin left for orders no run showed.
+#: Accepted within the whole margin, helper-40's contrastive step read 0.71 of its step at 32768 per device from a run at
+#: 4473; refused at any excess, an exactly linear step (helper-45: a miniature GPT under XLA, 1.6426 MiB per sample from
+#: 32 to 256 and from 256 to 562 per device) was refused in two runs of five, 20 KiB over at 562: the allocator's own
+#: difference between processes.
+SQUARE_SHARE = MARGIN / 2
+
 
 def upper_step(result: dict) -> int:
     """A run's upper-quartile step (of ``step_peaks``), bytes: the second-worst of 5-8, the worst of 2-4.
