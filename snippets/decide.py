@@ -97,7 +97,8 @@ def setup_of(args) -> model_report.ModelSetup:
                                     blockers,
                                     "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
                                     facts.unmeasured if facts else (), dropped_by_optimizer(args),
-                                    facts.own_policies if facts else None, facts.adds_loss if facts else False)
+                                    facts.own_policies if facts else None, facts.adds_loss if facts else False,
+                                    facts.step_optimizers if facts else ())
 
 
 def dropped_by_optimizer(args) -> list[str]:
@@ -579,6 +580,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
             if inference and args.loss:
                 said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
+            own = getattr(getattr(args, "source", None), "step_optimizers", ()) if inference else ()
+            if own:  # helper-45: a GAN that makes its optimizers in __init__ trains, though it compiles none
+                said += "\n" + textwrap.fill(f"Its train_step may train with optimizers of its own ({', '.join(own)}): pass any "
+                                             "--optimizer to run that step, which the runs measure as it is.", len(said.split("\n")[0]))
             # An inference plan answers another question than the reader may have asked: said first.
             text = "\n".join([said, "", text] if inference else [text, said])
     except (ValueError, MemoryError, RuntimeError) as error:

@@ -248,6 +248,21 @@ def gan_without_call():
     return model
 
 
+class CalledGAN(NoCallGAN):
+    """:class:`NoCallGAN` with the call() its refusal asks for (the discriminator on x), called once."""
+
+    def call(self, x):
+        return self.discriminator(x)
+
+
+def gan_with_call():
+    """:class:`CalledGAN`, compiled with no arguments and called on a batch: its train_step applies ``d_optimizer``."""
+    model = CalledGAN()
+    model.compile()
+    model(keras.ops.zeros((2, 8)))
+    return model
+
+
 def returns_another():
     """Builds and compiles a model it does not return, whose layer adds a loss, then returns another, uncompiled
     (helper-43: the first's compile was read as the second's, and --loss was dropped)."""

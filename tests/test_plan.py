@@ -469,7 +469,7 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "of its train_step as a model of its own (keras-io's GAN: the discriminator at twice the batch, then the "
      "generator followed by the discriminator, frozen): this step holds all their weights and slots at once, so it "
      "peaks above each of their steps"),
-    (["--model", "tests.plan_builders:gan_without_call", "--optimizer", "adam", "--strategy", "single"],
+    (["--model", "tests.plan_builders:gan_without_call", "--strategy", "single"],
      "tests.plan_builders:gan_without_call: NoCallGAN does not say what it takes: its class defines no call() "
      "(keras-io's GAN has none; fit runs train_step), so give it one that runs the network train_step feeds the batch "
      "to (a GAN's discriminator on x), and call it once on a batch in the function (model(x))"),
@@ -518,6 +518,15 @@ def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, mess
     assert code == 2 and "Traceback" not in out and "usage:" not in out
     assert lines[-1].startswith("python -m snippets.decide: error: ") and message in lines[-1], out
     assert not [line for line in lines if line.startswith("run ")], out  # refused before any measuring run
+
+
+def test_a_train_step_with_optimizers_of_its_own_is_not_left_at_an_inference_plan_unsaid(kernel):
+    # helper-45: a GAN making its optimizers in __init__ compiles none, and was planned for inference with no word of them.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:gan_with_call", "--strategy", "single"])
+    text = " ".join(out.split())
+    assert code == 0 and text.startswith("Planned for INFERENCE"), out
+    assert ("Its train_step may train with optimizers of its own (d_optimizer): pass any --optimizer to run that step, "
+            "which the runs measure as it is.") in text
 
 
 def test_a_type_error_inside_the_function_is_not_blamed_on_its_arguments(kernel):
@@ -646,6 +655,13 @@ def builder_adds_loss(name: str) -> bool:
     return model_source.read_builder(getattr(builders, name)).adds_loss
 
 
+def builder_step_optimizers(name: str) -> tuple:
+    """Kernel side: :attr:`snippets.lib.model_source.SourceFacts.step_optimizers` of a builder in tests/plan_builders.py."""
+    import tests.plan_builders as builders
+
+    return model_source.read_builder(getattr(builders, name)).step_optimizers
+
+
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, {}, None)
     # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
@@ -658,6 +674,9 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "own_step_x_only") == (None, None, "adam", True, {}, None)
     # keras-io's endpoint layer adds the loss while the functional model is built, shapes only: fit trains on it.
     assert [kernel.call(builder_adds_loss, name) for name in ("endpoint", "tiny", "returns_another")] == [True, False, False]
+    # A train_step of its own with an optimizer of its own, which --optimizer does not replace (helper-45's GAN).
+    assert kernel.call(builder_step_optimizers, "gan_with_call") == ("d_optimizer",)
+    assert kernel.call(builder_step_optimizers, "tiny") == ()
     # A loss a layer adds in training only is missed by the build (training unset): seen in a call like fit's.
     assert kernel.call(builder_adds_loss, "adds_loss_in_training") is True
     # Only the returned model's compile is its step's: another model's, compiled on the way, is not.

@@ -102,7 +102,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 optimizer: str | None = None, own_step: bool = False, no_xla: Mapping[str, str] | None = None,
                 source: str = "function", xla: str = "auto", function_jit: bool | None = None,
                 unmeasured: Sequence[str] = (), dropped: Sequence[str] = (),
-                own_policies: Mapping[str, int] | None = None, adds_loss: bool = False) -> ModelSetup:
+                own_policies: Mapping[str, int] | None = None, adds_loss: bool = False,
+                step_optimizers: Sequence[str] = ()) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -136,6 +137,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         adds_loss: a layer calls ``add_loss`` while the model is built
             (:attr:`snippets.lib.model_source.SourceFacts.adds_loss`): with no loss compiled or given and no
             ``train_step`` of its own, fit trains on that loss alone (:data:`ADDED_LOSS`).
+        step_optimizers: the model's attributes that hold an optimizer other than the compiled one, where its class
+            overrides ``train_step`` (:attr:`snippets.lib.model_source.SourceFacts.step_optimizers`): that step may
+            train with them, whatever ``--optimizer`` compiles, so a note says so.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -155,6 +159,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
+    >>> print(model_setup(None, None, optimizer="adam", own_step=True, step_optimizers=("d_optimizer", "g_optimizer")).notes[0])
+    Its train_step may train with optimizers of its own (d_optimizer, g_optimizer): the runs measure the step as it is, with them; --optimizer adam is only the optimizer the model is compiled with, which that step need not use.
     >>> setup_lines(model_setup(None, None, adds_loss=True))[0]
     "Trains with the loss its layers' add_loss computes, dtype policy float32 (Keras's default)."
     >>> setup_lines(model_setup("mse", None, adds_loss=True))[0]  # keras-io's VAE: a KL term beside a compiled loss
@@ -190,6 +196,12 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"--optimizer {optimizer} is planned: a new {optimizer}, without the function's "
                      f"{' or '.join(dropped)} (omit --optimizer to plan the function's own optimizer with "
                      f"{'them' if len(dropped) > 1 else 'it'}).")
+    if own_step and step_optimizers:
+        # helper-45: a GAN whose optimizers are made in __init__ was headed "adam" (--optimizer), which never trains it.
+        compiled_with = (f"--optimizer {optimizer} is only the optimizer the model is compiled with" if optimizer else
+                         "the optimizer the model is compiled with")
+        notes.append(f"Its train_step may train with optimizers of its own ({', '.join(step_optimizers)}): the runs "
+                     f"measure the step as it is, with them; {compiled_with}, which that step need not use.")
     if own_policies:
         count = sum(own_policies.values())
         listed = ", ".join(f"{name} on {layers}" for name, layers in sorted(own_policies.items()))

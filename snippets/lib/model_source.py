@@ -161,8 +161,10 @@ class SourceFacts(NamedTuple):
             it set (``"metrics"``, ``"loss_weights"``, ``"run_eagerly"``, ...): the plan leaves them out.
         own_policies: ``{policy name: layers}`` for the layers with weights built under a dtype policy of their
             own (``Dense(8, dtype="mixed_bfloat16")``), other than the global one (:func:`own_policies`).
-        adds_loss: a layer of the model calls ``add_loss`` while it is built
+        adds_loss: a layer of the model calls ``add_loss`` while it is built or in training
             (:func:`snippets.lib.model_batch.noting_added_losses`): with no loss compiled, ``fit`` trains on that.
+        step_optimizers: where the model's class overrides ``train_step``, its attributes that hold an optimizer other
+            than the compiled one (keras-io's GAN variants make theirs in ``__init__``): :func:`step_optimizers`.
     """
 
     weights: list
@@ -182,6 +184,7 @@ class SourceFacts(NamedTuple):
     unmeasured: tuple = ()
     own_policies: dict = {}
     adds_loss: bool = False
+    step_optimizers: tuple = ()
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -269,6 +272,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                 seen["unknown_input"] = str(error)
             seen["declared_batch"] = declared_batch(model)
             seen["per_position"] = private.per_position_dense(model)
+            seen["step_optimizers"] = step_optimizers(model) if seen["own_step"] else ()
             seen["own_policies"] = own_policies(model, keras.config.dtype_policy().name)
         return model
 
@@ -289,7 +293,18 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                        seen.get("jit_compile"), seen.get("accumulation", 1), seen.get("ema", False), seen.get("clipping", ()),
                        seen.get("loss_scaled", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
-                       seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False))
+                       seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False),
+                       seen.get("step_optimizers", ()))
+
+
+def step_optimizers(model) -> tuple[str, ...]:
+    """The names of ``model``'s attributes that hold a ``keras.optimizers.Optimizer`` other than ``model.optimizer``,
+    sorted: a ``train_step`` of its own may apply those (keras-io's GAN: ``d_optimizer``, ``g_optimizer``)."""
+    import keras
+
+    compiled = getattr(model, "optimizer", None)
+    return tuple(sorted(name for name, value in vars(model).items()
+                        if isinstance(value, keras.optimizers.Optimizer) and value is not compiled))
 
 
 def own_policies(model, global_name: str) -> dict[str, int]:
