@@ -580,10 +580,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
             if inference and args.loss:
                 said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
-            own = getattr(getattr(args, "source", None), "step_optimizers", ()) if inference else ()
-            if own:  # helper-45: a GAN that makes its optimizers in __init__ trains, though it compiles none
-                said += "\n" + textwrap.fill(f"Its train_step may train with optimizers of its own ({', '.join(own)}): pass any "
-                                             "--optimizer to run that step, which the runs measure as it is.", len(said.split("\n")[0]))
+            facts = getattr(args, "source", None)
+            if inference and facts is not None and facts.step_optimizers:  # helper-45: a GAN's own optimizers, none compiled
+                said += "\n" + textwrap.fill(f"Its train_step may train with optimizers of its own ({', '.join(facts.step_optimizers)}): pass any --optimizer to "
+                                             "run that step" + (f", once it can be run: {facts.unknown_input}." if facts.unknown_input else ", which the runs measure as it is."), len(said.split("\n")[0]))
             # An inference plan answers another question than the reader may have asked: said first.
             text = "\n".join([said, "", text] if inference else [text, said])
     except (ValueError, MemoryError, RuntimeError) as error:

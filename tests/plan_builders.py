@@ -263,6 +263,26 @@ def gan_with_call():
     return model
 
 
+class PenalisedSubclass(keras.Model):
+    """A subclassed model whose :class:`TrainingPenalty` adds its loss in training only."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden, self.penalty, self.out = keras.layers.Dense(64), TrainingPenalty(), keras.layers.Dense(8)
+
+    def call(self, x, training=None):
+        return self.out(self.penalty(self.hidden(x), training=training))
+
+
+def subclass_adds_loss_in_training():
+    """:class:`PenalisedSubclass`, called once on a batch as the planner asks, compiled with an optimizer and no loss
+    (helper-47: its input was not recorded when read, so the penalty was not seen and the model was refused)."""
+    model = PenalisedSubclass()
+    model(keras.ops.zeros((2, 32)))
+    model.compile(optimizer="adam")
+    return model
+
+
 def returns_another():
     """Builds and compiles a model it does not return, whose layer adds a loss, then returns another, uncompiled
     (helper-43: the first's compile was read as the second's, and --loss was dropped)."""

@@ -526,7 +526,11 @@ def test_a_train_step_with_optimizers_of_its_own_is_not_left_at_an_inference_pla
     text = " ".join(out.split())
     assert code == 0 and text.startswith("Planned for INFERENCE"), out
     assert ("Its train_step may train with optimizers of its own (d_optimizer): pass any --optimizer to run that step, "
-            "which the runs measure as it is.") in text
+            "which the runs measure as it is.") in text and "Note:" not in text  # nothing was run
+    # helper-47: one without call() was told to pass --optimizer, which then refused it: the plan says what it needs.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:gan_without_call", "--strategy", "single"])
+    assert code == 0 and ("pass any --optimizer to run that step, once it can be run: NoCallGAN does not say what it "
+                          "takes: its class defines no call()") in " ".join(out.split()), out
 
 
 def test_a_type_error_inside_the_function_is_not_blamed_on_its_arguments(kernel):
@@ -679,6 +683,7 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_step_optimizers, "tiny") == ()
     # A loss a layer adds in training only is missed by the build (training unset): seen in a call like fit's.
     assert kernel.call(builder_adds_loss, "adds_loss_in_training") is True
+    assert kernel.call(builder_adds_loss, "subclass_adds_loss_in_training") is True  # its input: the batch it was called on
     # Only the returned model's compile is its step's: another model's, compiled on the way, is not.
     assert kernel.call(builder_facts, "returns_another") == (None, None, None, False, {}, None)
     # On a GPU host an LSTM with Keras's default arguments runs cuDNN's kernel, which XLA cannot compile.

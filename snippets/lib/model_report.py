@@ -196,7 +196,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"--optimizer {optimizer} is planned: a new {optimizer}, without the function's "
                      f"{' or '.join(dropped)} (omit --optimizer to plan the function's own optimizer with "
                      f"{'them' if len(dropped) > 1 else 'it'}).")
-    if own_step and step_optimizers:
+    if own_step and step_optimizers and optimizer:  # an inference plan runs nothing: decide says what to pass
         # helper-45: a GAN whose optimizers are made in __init__ was headed "adam" (--optimizer), which never trains it.
         compiled_with = (f"--optimizer {optimizer} is only the optimizer the model is compiled with" if optimizer else
                          "the optimizer the model is compiled with")

@@ -221,7 +221,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
 
     from snippets.lib import private
     from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, check_inputs, declared_batch, loss_name,
-                                          noting_added_losses, text_of)
+                                          noting_added_losses, recording_calls, text_of)
     from snippets.lib.model_step import check_compile, own_train_step
 
     seen, compiles = {}, []
@@ -252,7 +252,9 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     def recording(*args, **kwargs):
         # model_weights skips compile (it would make metric variables); its loss is read here instead.
         # What the function prints (model.summary()) goes to stderr: stdout is the plan (--json).
-        with mock.patch.object(keras.Model, "compile", record), refusing_tf_keras(), \
+        # recording_calls: a subclassed model's input is the batch the function calls it on, as when it is measured
+        # (helper-47: without it, a loss its layer adds in training only was not seen, and the model was refused).
+        with mock.patch.object(keras.Model, "compile", record), refusing_tf_keras(), recording_calls(), \
                 contextlib.redirect_stdout(sys.stderr), noting_added_losses() as added:
             model = build_model(*args, **kwargs)
         for compiled, entry in compiles:  # in call order: the last compile is the one in force

@@ -232,8 +232,8 @@ def build(step: ModelStep, replica_program: bool = False):
 def check_compile(model, name: str) -> None:
     """Refuse a model whose own ``compile`` cannot take one optimizer and a loss (keras-io's GAN takes two
     optimizers and a loss_fn): the planner compiles the model again with ``--optimizer`` and the loss. The line
-    says what can be planned instead: each network alone, whose plans bound this step's from below (a GAN's step
-    on keras-io runs the discriminator on real and generated images at once, with every network's state held).
+    says what can be planned instead: each part of its step alone, whose steps peak below this one (a GAN's step on
+    keras-io runs the discriminator on real and generated images at once, with every network's state held).
 
     Raises:
         ModelError: naming the model's own signature.
