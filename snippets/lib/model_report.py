@@ -198,10 +198,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                      f"{'them' if len(dropped) > 1 else 'it'}).")
     if own_step and step_optimizers and optimizer:  # an inference plan runs nothing: decide says what to pass
         # helper-45: a GAN whose optimizers are made in __init__ was headed "adam" (--optimizer), which never trains it.
-        compiled_with = (f"--optimizer {optimizer} is only the optimizer the model is compiled with" if optimizer else
-                         "the optimizer the model is compiled with")
         notes.append(f"Its train_step may train with optimizers of its own ({', '.join(step_optimizers)}): the runs "
-                     f"measure the step as it is, with them; {compiled_with}, which that step need not use.")
+                     f"measure the step as it is, with them; --optimizer {optimizer} is only the optimizer the model is "
+                     "compiled with, which that step need not use.")
     if own_policies:
         count = sum(own_policies.values())
         listed = ", ".join(f"{name} on {layers}" for name, layers in sorted(own_policies.items()))
