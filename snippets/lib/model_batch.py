@@ -96,7 +96,7 @@ def adds_its_loss(model, added: list) -> bool:
     """Whether a layer in ``added`` (:func:`noting_added_losses`) is ``model`` or one of its layers, at any
     depth: a model the function built on the way and did not return adds nothing to the one it returns."""
     ids = {id(layer) for layer in added}
-    return any(id(layer) in ids for layer in model._flatten_layers(include_self=True))  # keras/src/layers/layer.py
+    return any(id(layer) in ids for layer in [model, *private.model_layers(model)])
 
 
 def adds_loss_in_training(model) -> bool:

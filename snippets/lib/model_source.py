@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from snippets.lib import optimizers, planner
+from snippets.lib import optimizers, planner, private
 from snippets.lib.errors import ModelError
 from snippets.lib.model_step import BUILD_HINT
 
@@ -315,7 +315,7 @@ def own_policies(model, global_name: str) -> dict[str, int]:
     ``--dtype``, does not reach them, and they are measured as they are (helper-32: layers built with
     ``dtype="mixed_bfloat16"`` were reported as Keras's default float32)."""
     found: dict[str, int] = {}
-    for layer in model._flatten_layers(include_self=False):  # every nested layer (keras/src/layers/layer.py)
+    for layer in private.model_layers(model):  # every nested layer
         name = getattr(getattr(layer, "dtype_policy", None), "name", None)
         # Its own variables, not its sublayers' (Layer keeps those apart): a custom layer with an add_weight
         # and a Dense counts once, and so does the Dense.
