@@ -38,6 +38,19 @@ def private_accesses() -> dict:
     structures = private.functional_structures(keras.Model({"b": b, "a": a}, joined))
     positions = keras.Input((6, 4))
     per_position = keras.Model(positions, keras.layers.Dense(2)(keras.layers.Flatten()(keras.layers.Dense(3)(positions))))
+
+    class Owner(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.inner = keras.layers.Dense(3)  # a sublayer: its variables are not the outer layer's own
+
+        def build(self, shape):
+            self.kernel = self.add_weight(shape=(shape[-1], 2))
+            self.extra = self.add_weight(shape=(5,), trainable=False)
+            self.inner.build(shape)
+
+    owner = Owner()
+    owner.build((None, 4))
     import tests.plan_builders as builders
     from snippets.lib.model_batch import adds_its_loss, noting_added_losses
 
@@ -49,6 +62,8 @@ def private_accesses() -> dict:
         "training_call": training,
         "structures": (sorted(structures[0]), structures[1] is joined, private.functional_structures(optimizer)),
         "layers": [type(layer).__name__ for layer in private.model_layers(tagger)],
+        "own_variables": ([tuple(v.shape) for v in private.own_variables(owner)], len(owner.weights),
+                          private.own_variables(object())),
         "gpu_xla_blockers": private.gpu_xla_blockers(tagger),
         "per_position": (private.per_position_dense(per_position), private.per_position_dense(tagger)),
         "shapes_only": (left, layer.kernel._value is None),
@@ -68,6 +83,8 @@ def test_every_private_access_still_works():
     assert result["onednn"] is False  # the kernels import TensorFlow after snippets.lib.devices
     assert result["hook_callable"] and result["hook_called"] == [1]
     assert result["graphs"] >= 1
+    # A layer's own variables, trainable first, not its sublayer's two; an object that is no layer owns none.
+    assert result["own_variables"] == ([(4, 2), (5,)], 4, [])
     assert result["learning_rate"] == 0.5
     # cuDNN's LSTM (default arguments), not a GRU without reset_after (no cuDNN kernel), and a layer Keras marks.
     assert result["gpu_xla_blockers"] == {"LSTM": private.CUDNN, "RandomRotation": private.NO_JIT}

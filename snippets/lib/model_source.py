@@ -317,10 +317,9 @@ def own_policies(model, global_name: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for layer in private.model_layers(model):  # every nested layer
         name = getattr(getattr(layer, "dtype_policy", None), "name", None)
-        # Its own variables, not its sublayers' (Layer keeps those apart): a custom layer with an add_weight
-        # and a Dense counts once, and so does the Dense.
-        own = [*getattr(layer, "_trainable_variables", ()), *getattr(layer, "_non_trainable_variables", ())]
-        if name and name != global_name and own:
+        # Its own variables, not its sublayers': a custom layer with an add_weight and a Dense counts once, and so
+        # does the Dense.
+        if name and name != global_name and private.own_variables(layer):
             found[name] = found.get(name, 0) + 1
     return found
 

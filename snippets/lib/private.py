@@ -158,6 +158,16 @@ def model_layers(model) -> list:
     return list(model._flatten_layers(include_self=False))
 
 
+def own_variables(layer) -> list:
+    """``layer``'s own variables, trainable then not, without its sublayers' (``layer.weights`` holds those too): a
+    custom layer with an ``add_weight`` and a ``Dense`` inside owns the one variable.
+
+    Private: ``Layer._trainable_variables`` and ``Layer._non_trainable_variables``, where ``add_weight`` tracks a
+    layer's own (keras/src/layers/layer.py, Keras 3.15.1). Another object (no such lists) owns none.
+    """
+    return [*getattr(layer, "_trainable_variables", ()), *getattr(layer, "_non_trainable_variables", ())]
+
+
 def per_position_dense(model) -> int:
     """How many ``keras.layers.Dense`` layers inside ``model`` were built on an input of rank 3 or more
     (a sequence's positions, an image's pixels): each holds activations per position, and the rule
