@@ -13,7 +13,7 @@ allocator, so the replica's program is what is measured, and the real
 strategy's pool peak is reported beside it as a bound
 (:mod:`snippets.lib.model_step`). Every target is measured at one and at two
 inter-op threads (two is TensorFlow's default on this 2-core machine), and
-without XLA once more at two (:data:`REPEATS`) and twice at a GPU server's
+without XLA once more at two (:data:`REPEATS`) and twice at
 eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`; each of those two, as the
 planner's runs, takes more steps while they are quick,
 :data:`snippets.lib.model_step.MAX_STEPS`), then once there for
@@ -69,10 +69,10 @@ CAP = "8GiB"
 #: run's order of the ops is one draw (a wide MLP's step read 530 MiB at batch 128 in two runs and
 #: 641-713 MiB at 16, 32 and 64), so "measured" is the worst of these and the thread counts.
 REPEATS = 1
-#: And runs of each target without XLA at a GPU host's inter-op thread count, in "measured"
-#: too (also published alone, ``host_threads_peak``): TensorFlow sizes that pool to the host's
-#: cores (8 on a small GPU server; 2 here), and more threads keep more independent ops' buffers
-#: live at once.
+#: And runs of each target without XLA at eight inter-op threads, in "measured" too (also published
+#: alone, ``host_threads_peak``): more threads draw more of the orders the step's dataflow allows and
+#: keep more independent ops' buffers live at once. A GPU's own order (its kernels run inline, one at
+#: a time: :data:`snippets.lib.plan_caveats.THREADS_CAVEAT`) no CPU run makes.
 HOST_THREADS = 8
 #: Runs of each target without XLA at :data:`HOST_THREADS`: the planner's lines at 8 threads came
 #: out steeper than one draw at the target showed (five rows over 1.25), so "measured" takes two,
@@ -390,7 +390,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}
             if host:
-                # The 8-thread runs alone, and the worst without them: what a GPU server's pool adds.
+                # The 8-thread runs alone, and the worst without them: what eight threads add.
                 row["host_threads_peak"] = max(r["step_peak"] for r in host)
                 row["fewer_threads_peak"] = fewer
             if (name, base.optimizer, base.strategy, base.xla, b) in REDRAWN:

@@ -155,8 +155,9 @@ def seed_model(k: int = 64, remat: bool = False):
 
 
 #: The inter-op thread counts each configuration is measured at: one, the emulation's default
-#: (:data:`snippets.lib.devices.CPU_INTER_OP_THREADS`, two) and eight (a GPU server's default is its
-#: core count). Without XLA the executor's order is a race, and for this chapter's Transformer under
+#: (:data:`snippets.lib.devices.CPU_INTER_OP_THREADS`, two) and eight (more of the orders a race can draw; a GPU's
+#: kernels run inline in one order no CPU run makes: :data:`snippets.lib.plan_caveats.THREADS_CAVEAT`). Without XLA
+#: the executor's order is a race, and for this chapter's Transformer under
 #: ``keras.remat`` it decides the saving: 18-22 MiB at two and eight threads, 31-34 MiB at one,
 #: against 57-60 MiB without remat (four steps, three runs at each count, and this benchmark). A
 #: compiled step is measured at all three too, so the page shows rather than assumes that its

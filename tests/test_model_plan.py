@@ -148,7 +148,7 @@ def test_a_readers_batch_of_16_per_device_is_still_run_at_two_batches():
     plan = model_plan.plan_model(ModelStep("m:f", "adam", 16, "off"), run=fake)
     assert plan.method == "measured" and plan.batches == (16, 32) and sorted(set(seen)) == [16, 32]
     assert plan.per_sample == 5 * units.MiB and plan.largest_batch(units.GiB) > 16
-    # Without XLA each batch runs at one and at a GPU server's eight inter-op threads, and says so.
+    # Without XLA each batch runs at one and at eight inter-op threads, and says so.
     assert threads == [1, 8, 1, 8] and plan.threads == (1, 8) and len(plan.lines()) == 2
     assert "the worst of 1 and 8 inter-op threads" in plan.how()
 
@@ -719,7 +719,7 @@ def test_answer_first_boxes_state_the_published_accuracy():
     assert compiled and 0.95 <= min(compiled) and max(compiled) <= 1.25
     assert 0.95 <= found["min_ratio"] and found["max_ratio"] <= 1.45 and found["architectures"] >= 13
     # "measured" is the worst of its steps: a compiled step's two runs of two; without XLA six at one
-    # and two threads and 12 to 24 at a GPU server's 8 inter-op threads (one run of eight steps, two of
+    # and two threads and 12 to 24 at 8 inter-op threads (one run of eight steps, two of
     # two and up to eight while quick, as the planner's own runs: a training run draws thousands).
     assert all(row["draws"] == 4 for row in rows if row["xla"] == "on")
     assert all(18 <= row["draws"] <= 30 for row in rows if row["xla"] == "off")

@@ -18,12 +18,18 @@ GPU_CAVEATS = (
     "caps cuDNN's), NCCL buffers, the GPU layout optimizer's transposes, and XLA:GPU's buffer assignment "
     "(XLA figures here are XLA:CPU's); leave headroom for them."
 )
-#: What a plan of a step without XLA leaves out (a compiled step is one program: its thread count
-#: moved the peak by about 1%, :data:`snippets.lib.model_plan.COMPILED_THREADS`).
+#: What a plan of a step without XLA cannot run here (a compiled step is one program: its thread count
+#: moved the peak by about 1%, :data:`snippets.lib.model_plan.COMPILED_THREADS`). TensorFlow counts a GPU's kernels
+#: inexpensive ("Kernels executing on GPU tie very few resources on the CPU where the scheduler runs": the ``OpKernel``
+#: constructor, tensorflow/core/framework/op_kernel.cc), and its executor runs inexpensive kernels inline, in the
+#: thread that found them ready, handing only expensive ones to the inter-op pool (``ScheduleReady`` and
+#: ``KernelStats::IsExpensive``, tensorflow/core/common_runtime/executor.cc; TensorFlow 2.21). A CPU's kernels start
+#: out expensive, so here they go to the pool (queued at one thread, raced at eight); no run here is the GPU's order.
 THREADS_CAVEAT = (
-    "Not planned: without XLA, more inter-op threads than the 8 run here (TensorFlow's default is the "
-    "host's core count; tf.config.threading.set_inter_op_parallelism_threads sets it) can keep more "
-    "buffers live at once."
+    "Not run here: without XLA, TensorFlow launches a GPU's kernels inline, one at a time in the order its "
+    "executor finds them ready (it counts GPU kernels as inexpensive), where this CPU hands its kernels to "
+    "its inter-op pool; the plan is the worst of the orders drawn at 1 and 8 threads, which need not "
+    "include the GPU's."
 )
 CAVEATS = f"{GPU_CAVEATS} {THREADS_CAVEAT}"
 

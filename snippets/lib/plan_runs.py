@@ -50,8 +50,9 @@ WIDE_PEAK = 1 << 30
 #: figure is the worse. The thread count moves the peak either way: independent ops that run at
 #: once keep their buffers live at once (a CNN at 48 px, batch 64: 113.8 MiB with one thread,
 #: 155.5 MiB with two), and one thread's order can hold a buffer that more threads free early
-#: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). Eight: a
-#: GPU server's TensorFlow sizes its inter-op pool to the host's cores, and on the benchmark's
+#: (a 64 px ResNet50's replica grew 7.7 MiB per sample at one thread, 5.5 at two). A GPU's own order,
+#: its kernels launched inline one at a time, no CPU run makes (:data:`snippets.lib.plan_caveats.THREADS_CAVEAT`);
+#: eight draw more of the orders the dataflow allows: on the benchmark's
 #: 104 rows without XLA a run at 8 threads peaked up to 1.41x above the runs at 1 and 2; a plan
 #: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
 #: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
