@@ -203,8 +203,8 @@ class ModelPlan:
 
     def _reaching_lines(self, device_batch: int) -> list[tuple[float, float]]:
         """:meth:`lines` as they stand at ``device_batch``: beyond the largest batch run, each slope
-        with :data:`EXTRAPOLATION` on the part past that batch (a step XLA compiles: as fitted)."""
-        if self.method == "compiled" or self.step.jit or not self.batches or device_batch <= self.batches[-1]:
+        with :data:`EXTRAPOLATION` on the part past that batch (Keras on JAX's compiled figures: as fitted)."""
+        if self.method == "compiled" or not self.batches or device_batch <= self.batches[-1]:
             return self.lines()
         last = self.batches[-1]
         return [(c - EXTRAPOLATION * s * last, s * (1 + EXTRAPOLATION)) for c, s in self.lines()]
@@ -340,7 +340,7 @@ class ModelPlan:
                  if self.rule_slope else "")
         # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
         beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
-                  if not self.step.jit and self.device_batch > self.batches[-1] else "")
+                  if self.device_batch > self.batches[-1] else "")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
         own = ", all runs' or its thread count's where steeper" if self.thread_floors and len(counts) > 1 else ""
         fitted = (f"{lines}: {units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at "

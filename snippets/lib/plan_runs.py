@@ -73,12 +73,14 @@ COMPILED_THREADS = (None,)
 SLOPE_CAP = 2.0
 
 #: Added to the part of a planned peak extrapolated beyond the largest batch run, as a fraction of
-#: it, for a step without XLA. A step's peak is convex in the batch (the larger of an update the
-#: batch does not grow and a backward pass it does), so a slope between small batches can be lower
+#: it, for a step TensorFlow runs, with or without XLA. A step's peak is convex in the batch (the larger of an update
+#: the batch does not grow and a backward pass it does), so a slope between small batches can be lower
 #: than further out: DenseNet121 (Adam, no XLA, one thread) grew 2.1 MiB per sample between 16 and
 #: 32, 2.9 between 64 and 128. Chosen by the benchmark's rows (benchmarks, model_planner), after
 #: :data:`MARGIN`: the smallest multiple of 5% with every row at most 5% under (``margins`` in its
-#: results, tests/test_model_plan.py); by the same rule a compiled step's rows ask for none.
+#: results, tests/test_model_plan.py). Those rows ask none of a compiled step, whose targets lie 2-4 times past its
+#: runs; 30 times past, helper-48's triplet Siamese (XLA, SGD) grew 13.4 MiB per sample between 16 and 32 and 15.3-15.6
+#: from 32 to 768, and as fitted its plan read 0.95 of the step at 984 and said "Fits" a V100-16GB it ran out of.
 EXTRAPOLATION = 0.05
 
 #: Per-device batch up to which the benchmarks held a fitted line against a measured step (a small CNN's and
