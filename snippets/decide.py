@@ -38,6 +38,7 @@ from dataclasses import asdict, replace
 from snippets.lib import (cli, fork_server, hardware, model_plan, model_remedies, model_report, optimizers, pictures,
                           placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
+from snippets.lib.model_batch import declared_batch_failure, declared_batch_note
 from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
 from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
@@ -142,21 +143,6 @@ def trainable_bytes(weights: Sequence[planner.Weight]) -> int:
     return sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
 
 
-def declared_batch_note(args) -> str | None:
-    """A note when the model's ``keras.Input`` fixes a batch (``args.source.declared_batch``) other
-    than the one each device runs at ``--batch``; None otherwise. Keras's TensorFlow backend runs a
-    functional model at any batch, so the plan goes ahead at ``--batch``, and the note names the
-    ``--batch`` that plans the declared one (a stateful RNN runs at that batch only)."""
-    facts = getattr(args, "source", None)
-    declared = facts.declared_batch if facts else None
-    replicas = args.devices if args.strategy == "mirrored" else 1
-    if not declared or declared == args.batch // replicas:
-        return None
-    over = f" over {replicas} replicas" if replicas > 1 else ""
-    return (f"keras.Input fixes the batch at {declared}, but this plan is for {args.batch // replicas} per device "
-            f"(--batch {args.batch}{over}): pass --batch {declared * replicas} to plan the batch the model declares.")
-
-
 def source_optimizer(facts: SourceFacts, source: str = "function",
                      done: str = "measured") -> tuple[str | None, str | None]:
     """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
@@ -240,7 +226,13 @@ def measured_plan(args, weights: Sequence[planner.Weight],
         refuse_unjitted_on_jax(facts.no_xla if facts else {},
                                setup.xla_from if setup.xla == "off" and setup.source_chose_xla else None)
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
-    return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
+    try:
+        return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
+    except RuntimeError as error:  # a run's own exception, in one line (model_step._run_job)
+        failure = declared_batch_failure(str(error), facts.declared_batch if facts else None, model_plan.SMALL_BATCHES)
+        if failure is None:
+            raise
+        raise ValueError(failure) from None
 
 
 def _model_kwargs(args) -> dict:
@@ -500,7 +492,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        per_position=per_position, measure=measure)
         # A mixed policy the model's function set wins over the command line's, as it does when it runs.
         setup = setup_of(args)
-        batch_note = declared_batch_note(args)
+        facts = getattr(args, "source", None)
+        batch_note = declared_batch_note(facts.declared_batch if facts else None, args.batch,
+                                         args.devices if args.strategy == "mirrored" else 1)
         if batch_note:
             setup = replace(setup, notes=(*setup.notes, batch_note))
 

@@ -2,6 +2,8 @@
 
 import keras
 
+# Builders with string inputs, kept in a module of their own, under their names here.
+from tests.plan_builders_text import closed_lookup_inside, closed_lookups, text_any_length, text_classifier  # noqa: F401
 
 def tiny():
     """A small uncompiled model: the planner needs --loss for it."""
@@ -177,6 +179,14 @@ def own_step_class_ids():
     return _built_with_adam(ClassIds())
 
 
+def own_step_class_ids_compiled():
+    """The same, compiled with a loss its train_step does not use (keras-io's image captioning compiles one)."""
+    model = ClassIds()
+    model(keras.ops.zeros((1, 16)))
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
 class LogisticEndpoint(keras.layers.Layer):
     """keras-io's endpoint layer ("Making new layers and models via subclassing"): it adds the model's loss."""
 
@@ -332,26 +342,6 @@ def tiny_sgd_momentum():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=100, decay_rate=0.9)
     model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True), loss="mse")
     return model
-
-
-def _text_model(sequence_length):
-    vectorize = keras.layers.TextVectorization(max_tokens=50, output_sequence_length=sequence_length)
-    vectorize.adapt(["a short text", "another short text to read"])
-    inputs = keras.Input((1,), dtype="string")
-    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(50, 8)(vectorize(inputs)))
-    model = keras.Model(inputs, keras.layers.Dense(2)(pooled))
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
-
-
-def text_classifier():
-    """keras-io's end-to-end text model: raw strings in, a TextVectorization of 12 tokens inside."""
-    return _text_model(12)
-
-
-def text_any_length():
-    """The same without output_sequence_length: its sequences are as long as the reader's texts."""
-    return _text_model(None)
 
 
 def augmented():

@@ -442,6 +442,24 @@ def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_
         "(y has the output's shape, or class ids for a sparse loss: pass --loss for the loss your train_step computes)")
     code, out = kernel.call(run_plan_cli, [*argv, "--loss", "sparse_categorical_crossentropy"])
     assert code == 0 and "Measured: real fit steps" in " ".join(out.split()), out
+    # With a loss compiled it is not tried on x alone, and said so (helper-48: keras-io's captioning got Keras's error bare).
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:own_step_class_ids_compiled", *argv[2:]])
+    assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
+        "(x has the inputs' shapes and dtypes, y the outputs' shapes, or class ids for a sparse loss; a model that "
+        "compiles no loss is tried on x alone too)"), out
+
+
+def test_a_model_whose_input_fixes_its_batch_is_told_why_a_run_at_another_failed():
+    from snippets.lib.model_batch import declared_batch_failure
+
+    # helper-48: keras-io's Switch Transformer reshapes to the batch its keras.Input declares, and failed at 16 bare.
+    assert declared_batch_failure("ValueError: Cannot reshape", 50, (16, 32)) == (
+        "a run of the step failed (ValueError: Cannot reshape); the model's keras.Input fixes the batch at 50, and the "
+        "runs are at 16 and 32 per device: a step that runs at its declared batch only is no line in the batch, so make "
+        "its shapes follow the batch (keras.ops.shape(x)[0], not 50) to plan it")
+    # No batch declared, or one the runs take: the run's own line stands.
+    assert declared_batch_failure("ValueError: x", None, (16, 32)) is None
+    assert declared_batch_failure("ValueError: x", 32, (16, 32)) is None
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -475,6 +493,10 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "to (a GAN's discriminator on x), and call it once on a batch in the function (model(x))"),
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
+    (["--model", "tests.plan_builders:closed_lookup_inside", "--strategy", "single"],
+     "has num_oov_indices=0, so a value outside its vocabulary fails the step, and the planner cannot tell which values "
+     "it takes: plan it with num_oov_indices=1 (one more row in what follows it), or let it take one of the model's "
+     "keras.Input directly"),
     (["--model", "tests.plan_builders:any_length", "--strategy", "single"],
      "tests.plan_builders:any_length: the model's input (batch, None) has an unknown dimension: give keras.Input a "
      "full shape"),
@@ -589,6 +611,8 @@ def inputs_batch(name: str):
     ("subclassed", ((4, 12), "int32")),
     # Raw text: as many words as its TextVectorization keeps.
     ("text_classifier", ((4, 1), "object")),
+    # Lookups with no out-of-vocabulary id (keras-io's TabTransformer, helper-48): an entry of each vocabulary, so fit runs.
+    ("closed_lookups", {"color": ((4, 1), "object"), "size": ((4, 1), "int64"), "numbers": ((4, 3), "float32")}),
 ])
 def test_the_batch_has_the_structure_and_dtypes_the_model_takes(kernel, name, inputs):
     assert kernel.call(inputs_batch, name) == inputs

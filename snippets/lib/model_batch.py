@@ -195,6 +195,39 @@ def text_of(model) -> str:
     return " ".join(["word"] * max(lengths, default=1))
 
 
+def closed_lookups(model) -> dict[int, object]:
+    """For each input a ``StringLookup`` or ``IntegerLookup`` without out-of-vocabulary ids (``num_oov_indices=0``)
+    takes, the first entry of its vocabulary, by the input tensor's ``id``: a value outside it fails the step (keras-io's
+    TabTransformer: helper-48, "found OOV values"), where :func:`text_of`'s word and ``batch_of``'s id 1 are
+    out-of-vocabulary ids elsewhere.
+
+    Raises:
+        ModelError: such a layer takes something other than one of the model's inputs (its values are the
+            model's own), or has no vocabulary yet: one line naming the layer and the fix.
+    """
+    import keras
+
+    declared = _declared(model, "inputs")
+    inputs = {id(tensor) for tensor in keras.tree.flatten(declared)} if declared is not None else set()
+    found: dict[int, object] = {}
+    for layer in private.model_layers(model):
+        if not isinstance(layer, (keras.layers.StringLookup, keras.layers.IntegerLookup)):
+            continue
+        if layer.get_config().get("num_oov_indices", 1):
+            continue
+        try:
+            source, vocabulary = layer.input, layer.get_vocabulary(include_special_tokens=False)
+        except (AttributeError, ValueError):
+            source, vocabulary = None, []
+        if id(source) not in inputs or not vocabulary:
+            raise ModelError(f"{type(layer).__name__} {layer.name!r} has num_oov_indices=0, so a value outside its "
+                             "vocabulary fails the step, and the planner cannot tell which values it takes: plan it "
+                             "with num_oov_indices=1 (one more row in what follows it), or let it take one of the "
+                             "model's keras.Input directly")
+        found[id(source)] = vocabulary[0]
+    return found
+
+
 #: What a refusal of an unknown dimension asks for.
 FULL_SHAPE = "give keras.Input a full shape (e.g. a fixed sequence length or image size)"
 
@@ -259,6 +292,30 @@ def declared_batch(model) -> int | None:
     return min(sizes, default=None)
 
 
+def declared_batch_note(declared: int | None, batch: int, replicas: int) -> str | None:
+    """A note when the model's ``keras.Input`` fixes a batch (``declared``, :func:`declared_batch`) other than the one
+    each of ``replicas`` runs at the global ``batch``; None otherwise. Keras's TensorFlow backend runs a functional
+    model at any batch, so the plan goes ahead, and the note names the ``--batch`` that plans the declared one (a
+    stateful RNN runs at that batch only)."""
+    if not declared or declared == batch // replicas:
+        return None
+    over = f" over {replicas} replicas" if replicas > 1 else ""
+    return (f"keras.Input fixes the batch at {declared}, but this plan is for {batch // replicas} per device "
+            f"(--batch {batch}{over}): pass --batch {declared * replicas} to plan the batch the model declares.")
+
+
+def declared_batch_failure(error: str, declared: int | None, batches: tuple[int, ...]) -> str | None:
+    """The line for a run that failed (``error``, the run's exception in one line) of a model whose ``keras.Input``
+    fixes a batch (``declared``) other than the ``batches`` per device it ran at, or None (no batch declared, or one
+    of those): a step that runs at its declared batch only (keras-io's Switch Transformer reshapes to it; helper-48
+    got a bare "Cannot reshape") draws no line in the batch."""
+    if not declared or declared in batches:
+        return None
+    return (f"a run of the step failed ({error}); the model's keras.Input fixes the batch at {declared}, and the runs "
+            f"are at {' and '.join(map(str, batches))} per device: a step that runs at its declared batch only is no "
+            f"line in the batch, so make its shapes follow the batch (keras.ops.shape(x)[0], not {declared}) to plan it")
+
+
 def batch_of(model, batch: int, loss):
     """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
 
@@ -280,9 +337,13 @@ def batch_of(model, batch: int, loss):
     import numpy as np
 
     rng = np.random.default_rng(0)
+    closed = closed_lookups(model)
 
     def make(tensor, dtype, what):
         dims = known_dims(tensor, what)
+        if id(tensor) in closed:  # a lookup with no out-of-vocabulary id: an entry of its vocabulary
+            value = closed[id(tensor)]
+            return np.full((batch, *dims), value, dtype=object if str(dtype) == "string" else str(dtype))
         if "int" in str(dtype):
             return np.ones((batch, *dims), dtype=str(dtype))
         if str(dtype) == "string":

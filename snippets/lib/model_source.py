@@ -220,8 +220,8 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     import keras
 
     from snippets.lib import private
-    from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, check_inputs, declared_batch, loss_name,
-                                          noting_added_losses, recording_calls, text_of)
+    from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, check_inputs, closed_lookups,
+                                          declared_batch, loss_name, noting_added_losses, recording_calls, text_of)
     from snippets.lib.model_step import check_compile, own_train_step
 
     seen, compiles = {}, []
@@ -268,6 +268,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
             # What the measuring process would refuse, said now, before any run starts.
             check_compile(model, "the function")
             text_of(model)
+            closed_lookups(model)
             try:  # refused only where a step will run (a rule plan needs no input shape): decide
                 check_inputs(model)
             except ModelError as error:

@@ -394,8 +394,16 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
             try:
                 model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)  # a dataset: no shuffle
             except Exception as error:  # noqa: BLE001 (the reader's train_step can raise anything)
-                if is_oom(error) or alone is None or index:
+                if is_oom(error) or index:
                     raise
+                if alone is None:
+                    if not own_train_step(model):
+                        raise
+                    # helper-48: keras-io's image captioning, its loss compiled, failed with Keras's shape error alone.
+                    raise ModelError(f"{step.model}'s own train_step failed on a batch (x, y): {type(error).__name__}: "
+                                     f"{error_line(error)} (x has the inputs' shapes and dtypes, y the outputs' shapes, "
+                                     "or class ids for a sparse loss; a model that compiles no loss is tried on x alone "
+                                     "too)") from None
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.
                 dataset, alone, model.train_function = alone, None, None
                 try:
