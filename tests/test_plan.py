@@ -489,8 +489,9 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "peaks above each of their steps"),
     (["--model", "tests.plan_builders:gan_without_call", "--strategy", "single"],
      "tests.plan_builders:gan_without_call: NoCallGAN does not say what it takes: its class defines no call() "
-     "(keras-io's GAN has none; fit runs train_step), so give it one that runs the network train_step feeds the batch "
-     "to (a GAN's discriminator on x), and call it once on a batch in the function (model(x))"),
+     "(keras-io's GAN and VAE have none; fit runs train_step), so give it one that runs the networks train_step feeds "
+     "the batch to (a GAN's discriminator on x, a VAE's encoder and decoder), and call it once on a batch in the "
+     "function (model(x))"),
     (["--model", "tests.plan_builders:text_any_length", "--strategy", "single"],
      "a TextVectorization layer has no output_sequence_length, so its sequences are as long as your texts"),
     (["--model", "tests.plan_builders:closed_lookup_inside", "--strategy", "single"],

@@ -147,9 +147,9 @@ def input_structure(model):
 #: How to show the planner a subclassed model's input: what fit feeds it is the reader's data, which it cannot see.
 CALL_ONCE = "call it once on a batch in the function (model(x))"
 #: The same for a class with no call() of its own (keras-io's GAN and VAE train through their train_step alone).
-NO_CALL = ("its class defines no call() (keras-io's GAN has none; fit runs train_step), so give it one that runs the "
-           "network train_step feeds the batch to (a GAN's discriminator on x), and call it once on a batch in the "
-           "function (model(x))")
+NO_CALL = ("its class defines no call() (keras-io's GAN and VAE have none; fit runs train_step), so give it one that "
+           "runs the networks train_step feeds the batch to (a GAN's discriminator on x, a VAE's encoder and decoder), "
+           "and call it once on a batch in the function (model(x))")
 
 
 def defines_call(model) -> bool:
