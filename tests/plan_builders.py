@@ -179,6 +179,25 @@ def own_step_class_ids():
     return _built_with_adam(ClassIds())
 
 
+class OwnComputeLoss(keras.Model):
+    """keras-io's Keras 3 Distiller's way: Keras's train_step, a compute_loss of its own, no loss compiled."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(16)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return keras.ops.mean(keras.ops.square(y - y_pred))
+
+
+def own_compute_loss():
+    """No loss compiled: the model's own compute_loss computes it."""
+    return _built_with_adam(OwnComputeLoss())
+
+
 def own_step_class_ids_compiled():
     """The same, compiled with a loss its train_step does not use (keras-io's image captioning compiles one)."""
     model = ClassIds()

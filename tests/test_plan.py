@@ -439,7 +439,7 @@ def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_
             "--batch", "32"]
     code, out = kernel.call(run_plan_cli, argv)
     assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
-        "(y has the output's shape, or class ids for a sparse loss: pass --loss for the loss your train_step computes)")
+        "(y has the output's shape, or class ids for a sparse loss: pass --loss for the loss it computes)")
     code, out = kernel.call(run_plan_cli, [*argv, "--loss", "sparse_categorical_crossentropy"])
     assert code == 0 and "Measured: real fit steps" in " ".join(out.split()), out
     # With a loss compiled it is not tried on x alone, and said so (helper-48: keras-io's captioning got Keras's error bare).
@@ -447,6 +447,20 @@ def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_
     assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
         "(x has the inputs' shapes and dtypes, y the outputs' shapes, or class ids for a sparse loss; a model that "
         "compiles no loss is tried on x alone too)"), out
+
+
+def test_a_compute_loss_of_the_models_own_is_its_loss_and_a_given_loss_is_not_said_to_train_it(kernel):
+    # helper-48: keras-io's Keras 3 Distiller overrides compute_loss and compiles none; it was refused for no loss, and
+    # with --loss the plan said it trained with that loss, which its compute_loss never reads.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:own_compute_loss", "--strategy", "single",
+                                           "--optimizer", "adam", "--batch", "16"])
+    text = " ".join(out.split())
+    assert code == 0 and "Trains with the loss its own train_step or compute_loss computes" in text, out
+    from snippets.lib import model_report
+
+    assert model_report.model_setup(None, None, loss="mse", own_step=True).notes == (
+        "--loss mse is compiled; the model's own train_step or compute_loss decides whether its step uses it.",)
+    assert not model_report.model_setup("mse", None, loss=None, own_step=True).notes  # the function's own compile
 
 
 def test_a_model_whose_input_fixes_its_batch_is_told_why_a_run_at_another_failed():

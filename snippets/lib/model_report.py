@@ -91,8 +91,8 @@ def source_xla(xla: str, jit_compile: bool | None) -> str:
     return "on" if jit_compile else "off"
 
 
-#: :attr:`ModelSetup.loss_from` for a model whose own ``train_step`` computes its loss.
-OWN_STEP = "its own train_step"
+#: :attr:`ModelSetup.loss_from` for a model whose own ``train_step`` or ``compute_loss`` computes its loss.
+OWN_STEP = "its own train_step or compute_loss"
 #: :attr:`ModelSetup.loss_from` for a model whose layers add the loss ``fit`` trains on (``add_loss``).
 ADDED_LOSS = "its layers' add_loss"
 
@@ -119,7 +119,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         optimizer: ``--optimizer``: the one measured, whatever the function compiled (the planner
             compiles the model again with it, and with the loss, only: other compile options, such
             as metrics, are not measured).
-        own_step: the model's class overrides ``train_step``
+        own_step: the model's class overrides ``train_step`` or ``compute_loss``
             (:func:`snippets.lib.model_step.own_train_step`).
         no_xla: the layers for which Keras would not XLA-compile the step on a GPU host, with
             their reasons (:func:`snippets.lib.private.gpu_xla_blockers`), given only when XLA was
@@ -201,6 +201,10 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"Its train_step may train with optimizers of its own ({', '.join(step_optimizers)}): the runs "
                      f"measure the step as it is, with them; --optimizer {optimizer} is only the optimizer the model is "
                      "compiled with, which that step need not use.")
+    if own_step and loss and function_loss is None:
+        # helper-48: a distiller's compute_loss ignores it, and the plan said it trained with --loss's.
+        notes.append(f"--loss {loss} is compiled; the model's own train_step or compute_loss decides whether its step "
+                     "uses it.")
     if own_policies:
         count = sum(own_policies.values())
         listed = ", ".join(f"{name} on {layers}" for name, layers in sorted(own_policies.items()))

@@ -141,7 +141,7 @@ class SourceFacts(NamedTuple):
         policy: the dtype policy the function set (None: it set none, or the one it was read under).
         loss, optimizer: what the function compiled with, in words (None: it did not compile, or named
             no optimizer: compile's own default is nobody's choice).
-        own_step: the model's class has a ``train_step`` of its own.
+        own_step: the model's class has a ``train_step`` or ``compute_loss`` of its own.
         no_xla: :func:`snippets.lib.private.gpu_xla_blockers`, ``{class name: reason}``.
         jit_compile: the ``jit_compile`` it compiled with, True or False; None for ``"auto"`` (Keras
             decides) or no compile. A ``model.to_json()`` file holds what the saving host resolved

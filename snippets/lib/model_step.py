@@ -290,9 +290,10 @@ def fed_x_alone(model, step: ModelStep) -> bool:
 
 def own_train_step(model) -> bool:
     """Whether the model's class overrides ``train_step`` (keras-io's "Customizing what happens in
-    fit()"): such a step may compute its loss itself, with no loss compiled, and may take its batch
-    as ``(x, y)`` or ``x`` alone."""
-    return any("train_step" in vars(cls) for cls in type(model).__mro__
+    fit()") or ``compute_loss`` (keras-io's Keras 3 knowledge distillation): such a step may compute its loss
+    itself, with no loss compiled, and may take its batch as ``(x, y)`` or ``x`` alone (helper-48: a ``Distiller``
+    overriding ``compute_loss`` was refused for having no compiled loss)."""
+    return any(name in vars(cls) for cls in type(model).__mro__ for name in ("train_step", "compute_loss")
                if not cls.__module__.startswith(("keras.", "keras_core.")))
 
 
@@ -400,10 +401,10 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                     if not own_train_step(model):
                         raise
                     # helper-48: keras-io's image captioning, its loss compiled, failed with Keras's shape error alone.
-                    raise ModelError(f"{step.model}'s own train_step failed on a batch (x, y): {type(error).__name__}: "
-                                     f"{error_line(error)} (x has the inputs' shapes and dtypes, y the outputs' shapes, "
-                                     "or class ids for a sparse loss; a model that compiles no loss is tried on x alone "
-                                     "too)") from None
+                    raise ModelError(f"{step.model}'s own train_step or compute_loss failed on a batch (x, y): "
+                                     f"{type(error).__name__}: {error_line(error)} (x has the inputs' shapes and dtypes, "
+                                     "y the outputs' shapes, or class ids for a sparse loss; a model that compiles no "
+                                     "loss is tried on x alone too)") from None
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.
                 dataset, alone, model.train_function = alone, None, None
                 try:
@@ -411,9 +412,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                 except Exception as again:  # noqa: BLE001
                     if is_oom(again):
                         raise
-                    raise ModelError(f"{step.model}'s own train_step failed on a batch (x, y) and on x alone: "
-                                     f"{type(error).__name__}: {error_line(error)} (y has the output's shape, or class "
-                                     "ids for a sparse loss: pass --loss for the loss your train_step computes)") from None
+                    raise ModelError(f"{step.model}'s own train_step or compute_loss failed on a batch (x, y) and on x "
+                                     f"alone: {type(error).__name__}: {error_line(error)} (y has the output's shape, or "
+                                     "class ids for a sparse loss: pass --loss for the loss it computes)") from None
         except (tf.errors.OpError, ValueError) as error:
             if not is_oom(error):
                 raise
