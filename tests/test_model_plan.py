@@ -1073,6 +1073,12 @@ def test_a_check_run_short_of_the_readers_batch_refuses_a_square_growth_and_says
 
     shaken = model_plan.plan_model(step, run=jittered)
     assert 4000 < shaken.batches[-1] < 5000 and 1.0 <= shaken.step_peak / truth < 1.25
+    # The batch a refusal names is run itself when asked for, though its line lies up to WIDE_PEAK, over the bound a run
+    # short of it keeps to (helper-48: each refusal's batch, planned anew, was refused at a run short of it again).
+    named = replace(step, batch=4900)
+    edge = model_plan.plan_model(named, run=_quadratic(0, per_sample=200 * units.KiB))
+    line = 10 * units.MiB + 200 * units.KiB * 4900
+    assert model_plan.WIDE_PEAK / (1 + model_plan.MARGIN) < line < model_plan.WIDE_PEAK and edge.batches[-1] == 4900
     assert model_plan.SQUARE_SHARE == model_plan.MARGIN / 2
     # Even a quarter past 256 over the bound: nothing is run, and the plan says what that leaves unseen.
     heavy = model_plan.plan_model(replace(step, batch=1024), run=_quadratic(0, per_sample=4 * units.MiB))
