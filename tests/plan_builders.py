@@ -179,15 +179,19 @@ def own_step_class_ids():
     return _built_with_adam(ClassIds())
 
 
-class OwnComputeLoss(keras.Model):
-    """keras-io's Keras 3 Distiller's way: Keras's train_step, a compute_loss of its own, no loss compiled."""
+class OneDense(keras.Model):
+    """A subclassed model of one ``Dense(units)``."""
 
-    def __init__(self):
+    def __init__(self, units=16):
         super().__init__()
-        self.dense = keras.layers.Dense(16)
+        self.dense = keras.layers.Dense(units)
 
     def call(self, x):
         return self.dense(x)
+
+
+class OwnComputeLoss(OneDense):
+    """keras-io's Keras 3 Distiller's way: Keras's train_step, a compute_loss of its own, no loss compiled."""
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         return keras.ops.mean(keras.ops.square(y - y_pred))
@@ -376,15 +380,8 @@ def augmented():
 TRACES = []
 
 
-class CountingTraces(keras.Model):
+class CountingTraces(OneDense):
     """A Dense model whose train_step records each trace: Python runs it only while tracing."""
-
-    def __init__(self):
-        super().__init__()
-        self.dense = keras.layers.Dense(8)
-
-    def call(self, x):
-        return self.dense(x)
 
     def train_step(self, data):
         TRACES.append(self.optimizer.built)
@@ -394,7 +391,7 @@ class CountingTraces(keras.Model):
 def counting_traces():
     import numpy as np
 
-    model = CountingTraces()
+    model = CountingTraces(8)
     model(np.zeros((1, 16), dtype="float32"))
     model.compile(loss="mse")
     return model
