@@ -99,7 +99,7 @@ def setup_of(args) -> model_report.ModelSetup:
                                     "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
                                     facts.unmeasured if facts else (), dropped_by_optimizer(args),
                                     facts.own_policies if facts else None, facts.adds_loss if facts else False,
-                                    facts.step_optimizers if facts else ())
+                                    facts.step_optimizers if facts else (), facts.own_compile if facts else None)
 
 
 def dropped_by_optimizer(args) -> list[str]:
@@ -355,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "XLA's compiled memory analysis of the train step (XLA:CPU's figures) on one device, or with "
                         "--strategy mirrored on each device of keras.distribution.DataParallel over --devices")
     parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes "
+                        '(a refusal as {"error": its line}, with exit status 2)')
     return parser
 
 
@@ -459,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A step to measure splits the batch evenly: said before TensorFlow's import, not after it.
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))
     except (ValueError, MemoryError, RuntimeError) as error:
-        parser.error(str(error).splitlines()[0])
+        cli.fail(parser, str(error).splitlines()[0], args.json, usage=True)
     try:
         # Refused before the model's module, TensorFlow, or the measuring child's import of it (an audit).
         _model_kwargs(args)
@@ -467,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("--model-kwargs passes keyword arguments to --model's function; a --model-json file "
                              "takes none: drop --model-kwargs, or plan the function with --model")
     except ValueError as error:
-        cli.fail(parser, str(error))
+        cli.fail(parser, str(error), args.json)
     if ((args.model or args.model_json) and args.method == "auto" and args.strategy in ("single", "mirrored")
             and args.backend != "jax"):
         # Its TensorFlow import overlaps this process's reading the model; unused (a rule plan), it ends at exit.
@@ -583,9 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, MemoryError, RuntimeError) as error:
         # A model's failure is not about the options: its line alone, without argparse's usage block.
         line = str(error).splitlines()[0]
-        if args.model or args.model_json:
-            cli.fail(parser, line)
-        parser.error(line)
+        cli.fail(parser, line, args.json, usage=not (args.model or args.model_json))
     print(text)
     return 0
 

@@ -3,6 +3,7 @@
 import keras
 
 # Builders with string inputs, kept in a module of their own, under their names here.
+from tests.plan_builders_steps import distiller, distiller_not_compiled  # noqa: F401
 from tests.plan_builders_text import closed_lookup_inside, closed_lookups, text_any_length, text_classifier  # noqa: F401
 
 def tiny():
@@ -190,18 +191,6 @@ class OneDense(keras.Model):
         return self.dense(x)
 
 
-class OwnComputeLoss(OneDense):
-    """keras-io's Keras 3 Distiller's way: Keras's train_step, a compute_loss of its own, no loss compiled."""
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        return keras.ops.mean(keras.ops.square(y - y_pred))
-
-
-def own_compute_loss():
-    """No loss compiled: the model's own compute_loss computes it."""
-    return _built_with_adam(OwnComputeLoss())
-
-
 def own_step_class_ids_compiled():
     """The same, compiled with a loss its train_step does not use (keras-io's image captioning compiles one)."""
     model = ClassIds()
@@ -321,21 +310,6 @@ def returns_another():
     (helper-43: the first's compile was read as the second's, and --loss was dropped)."""
     endpoint()
     return tiny()
-
-
-class TwoOptimizers(Autoencoder):
-    """A compile of its own with other arguments, as keras-io's GAN has (one optimizer per network)."""
-
-    def compile(self, encoder_optimizer, decoder_optimizer):
-        super().compile()
-        self.encoder_optimizer, self.decoder_optimizer = encoder_optimizer, decoder_optimizer
-
-
-def own_compile():
-    model = TwoOptimizers()
-    model(keras.ops.zeros((1, 16)))
-    model.compile(keras.optimizers.Adam(), keras.optimizers.Adam())
-    return model
 
 
 def lstm_tagger():

@@ -449,18 +449,26 @@ def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_
         "compiles no loss is tried on x alone too)"), out
 
 
-def test_a_compute_loss_of_the_models_own_is_its_loss_and_a_given_loss_is_not_said_to_train_it(kernel):
+def test_keras_ios_distiller_is_measured_with_what_its_own_compile_set(kernel):
     # helper-48: keras-io's Keras 3 Distiller overrides compute_loss and compiles none; it was refused for no loss, and
-    # with --loss the plan said it trained with that loss, which its compute_loss never reads.
-    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:own_compute_loss", "--strategy", "single",
-                                           "--optimizer", "adam", "--batch", "16"])
+    # with --loss the plan said it trained with that loss, which its compute_loss never reads. Its own compile(optimizer,
+    # metrics, student_loss_fn, ...) then had it refused, with advice (plan the parts apart) that left the teacher out.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:distiller", "--strategy", "single",
+                                           "--loss", "sparse_categorical_crossentropy", "--batch", "16"])
     text = " ".join(out.split())
-    assert code == 0 and "Trains with the loss its own train_step or compute_loss computes" in text, out
+    assert code == 0 and "Trains with loss sparse_categorical_crossentropy (--loss)" in text, out
+    assert ("Its class's own compile(optimizer, metrics, student_loss_fn, distillation_loss_fn, alpha=0.1, "
+            "temperature=3) cannot take one optimizer and a loss: the runs keep what the function's call of it set "
+            "and compile the model again with keras.Model.compile.") in text, out
+    assert "--loss sparse_categorical_crossentropy is compiled; the model's own train_step or compute_loss decides" in text
     from snippets.lib import model_report
 
     assert model_report.model_setup(None, None, loss="mse", own_step=True).notes == (
         "--loss mse is compiled; the model's own train_step or compute_loss decides whether its step uses it.",)
     assert not model_report.model_setup("mse", None, loss=None, own_step=True).notes  # the function's own compile
+    assert not model_report.model_setup(None, None, own_compile="(a, b)").notes  # inference: nothing is compiled
+    assert model_report.setup_lines(model_report.model_setup(None, None, optimizer="adam", own_step=True))[0] == (
+        "Trains with the loss its own train_step or compute_loss computes, dtype policy float32 (Keras's default).")
 
 
 def test_a_model_whose_input_fixes_its_batch_is_told_why_a_run_at_another_failed():
@@ -474,6 +482,16 @@ def test_a_model_whose_input_fixes_its_batch_is_told_why_a_run_at_another_failed
     # No batch declared, or one the runs take: the run's own line stands.
     assert declared_batch_failure("ValueError: x", None, (16, 32)) is None
     assert declared_batch_failure("ValueError: x", 32, (16, 32)) is None
+
+
+@pytest.mark.parametrize("argv, usage", [(["--model", "no_such_module:build"], False), (["--top", "-1"], True)])
+def test_a_refusal_under_json_prints_its_line_as_json_too(argv, usage):
+    # helper-48: a script reading --json's stdout read nothing on a refusal. The line stays on stderr, as without --json.
+    import json
+
+    code, out, err = run(*argv, "--json")
+    line = err.strip().splitlines()[-1].split("error: ", 1)[1]
+    assert code == 2 and json.loads(out) == {"error": line} and ("usage:" in err) == usage
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -495,12 +513,11 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:subclassed_unbuilt"],
      "the model has no weights yet: give it a keras.Input(shape), or in the function call "
      "model.build(input_shape) (a Sequential) or call the model once on a batch (a subclassed one: model(x))"),
-    (["--model", "tests.plan_builders:own_compile", "--strategy", "single"],
-     "own_compile: the function's model has its own compile(encoder_optimizer, decoder_optimizer), which cannot "
-     "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile). Plan each part "
-     "of its train_step as a model of its own (keras-io's GAN: the discriminator at twice the batch, then the "
-     "generator followed by the discriminator, frozen): this step holds all their weights and slots at once, so it "
-     "peaks above each of their steps"),
+    (["--model", "tests.plan_builders:distiller_not_compiled", "--strategy", "single"],
+     "distiller_not_compiled: the function's model has its own compile(optimizer, metrics, student_loss_fn, "
+     "distillation_loss_fn, alpha=0.1, temperature=3), which the function does not call: call it there as you do "
+     "before fit, so that what its step reads is set; the planner keeps that and compiles the model again with "
+     "keras.Model.compile"),
     (["--model", "tests.plan_builders:gan_without_call", "--strategy", "single"],
      "tests.plan_builders:gan_without_call: NoCallGAN does not say what it takes: its class defines no call() "
      "(keras-io's GAN and VAE have none; fit runs train_step), so give it one that runs the networks train_step feeds "
@@ -746,6 +763,9 @@ def test_a_model_keras_would_not_compile_with_xla_on_a_gpu_is_planned_without_it
         "there), so it is planned without XLA.",)
     assert model_setup("mse", None, no_xla={"RandomRotation": private.NO_JIT}).notes == (
         "Keras compiles no XLA step for this model on a GPU host (RandomRotation), so it is planned without XLA.",)
+    # Asked for, it is said not used (helper-48 read --xla on as dropped without a word).
+    assert model_setup("mse", None, no_xla={"RandomZoom": private.NO_JIT}, xla="on").notes[0].startswith(
+        "--xla on is not used: Keras compiles no XLA step for this model on a GPU host (RandomZoom)")
     # Keras on JAX jits an LSTM (cuDNN is TensorFlow's reason alone), never a supports_jit=False layer.
     decide.refuse_unjitted_on_jax({"TaggerLSTM": private.CUDNN})
     with pytest.raises(ValueError, match=r"without jit \(RandomRotation: layers it does not compile\)"):

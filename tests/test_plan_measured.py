@@ -160,7 +160,10 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
         "notes": ["No --optimizer: the function compiles without naming one, so fit trains with compile's default, "
                   "rmsprop, which is measured.",
                   "--loss huber is not used: the function compiles the model with mse, which fit trains with.",
-                  "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it."]}
+                  "--policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it.",
+                  "Under mixed_float16, Keras's compile wraps the optimizer in a LossScaleOptimizer unless it is one "
+                  "(auto_scale_loss=True): the step scales the loss and unscales the gradients, and the plan is of that "
+                  "step."]}
     # The reader's batch is one of those run, and the cards' largest batches are planned from the same runs as for
     # any batch: with the run at WIDE_BATCH this small step makes (cheap: model_plan.wide_reason).
     assert plan["plan"]["method"] == "measured" and plan["plan"]["batches"] == [16, 32, 256]

@@ -68,10 +68,22 @@ def quiet_tensorflow_start() -> Iterator[None]:
             sys.stderr.flush()
 
 
-def fail(parser, message: str) -> NoReturn:
+def fail(parser, message: str, as_json: bool = False, usage: bool = False) -> NoReturn:
     """Exit 2 with ``prog: error: <message>`` alone, for input that parsed but failed later (a
     reader's model that cannot be planned): argparse's ``parser.error`` would print the usage block
-    first, which is about the options, and bury the one line that names the fix."""
+    first, which is about the options, and bury the one line that names the fix.
+
+    Args:
+        as_json: the command's ``--json`` was given: ``{"error": message}`` is printed on stdout too, so a
+            script that reads the output as JSON reads why there is none (helper-48: it read nothing).
+        usage: print the usage block first, as ``parser.error`` does, for a refusal of the options themselves.
+    """
+    if as_json:
+        import json
+
+        print(json.dumps({"error": message}), flush=True)
+    if usage:
+        parser.print_usage(sys.stderr)
     parser.exit(2, f"{parser.prog}: error: {message}\n")
 
 

@@ -103,7 +103,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 source: str = "function", xla: str = "auto", function_jit: bool | None = None,
                 unmeasured: Sequence[str] = (), dropped: Sequence[str] = (),
                 own_policies: Mapping[str, int] | None = None, adds_loss: bool = False,
-                step_optimizers: Sequence[str] = ()) -> ModelSetup:
+                step_optimizers: Sequence[str] = (), own_compile: str | None = None) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -140,6 +140,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         step_optimizers: the model's attributes that hold an optimizer other than the compiled one, where its class
             overrides ``train_step`` (:attr:`snippets.lib.model_source.SourceFacts.step_optimizers`): that step may
             train with them, whatever ``--optimizer`` compiles, so a note says so.
+        own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
+            (:attr:`snippets.lib.model_source.SourceFacts.own_compile`): the runs keep what the function's call of it
+            set and compile the model again with ``keras.Model.compile``, as a note says.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -161,6 +164,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     ('--loss', 'float16', '--dtype', ())
     >>> print(model_setup(None, None, optimizer="adam", own_step=True, step_optimizers=("d_optimizer", "g_optimizer")).notes[0])
     Its train_step may train with optimizers of its own (d_optimizer, g_optimizer): the runs measure the step as it is, with them; --optimizer adam is only the optimizer the model is compiled with, which that step need not use.
+    >>> print(model_setup("mse", None, optimizer="adam", policy="mixed_float16").notes[0])
+    Under mixed_float16, Keras's compile wraps the optimizer in a LossScaleOptimizer unless it is one (auto_scale_loss=True): the step scales the loss and unscales the gradients, and the plan is of that step.
     >>> setup_lines(model_setup(None, None, adds_loss=True))[0]
     "Trains with the loss its layers' add_loss computes, dtype policy float32 (Keras's default)."
     >>> setup_lines(model_setup("mse", None, adds_loss=True))[0]  # keras-io's VAE: a KL term beside a compiled loss
@@ -170,8 +175,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     source, compiles, compiled = SOURCES[source]
     if no_xla:
         why = "; an LSTM or GRU runs cuDNN's kernel there" if CUDNN in no_xla.values() else ""
-        notes.append(f"Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}{why}), so it is "
-                     "planned without XLA.")
+        asked = "--xla on is not used: " if xla == "on" else ""  # helper-48: read as dropped unsaid
+        notes.append(f"{asked}Keras compiles no XLA step for this model on a GPU host ({', '.join(no_xla)}{why}), so it "
+                     "is planned without XLA.")
     planned_xla = source_xla(xla, function_jit)
     # jit_compile=True on a model with such layers: Keras warns and compiles no XLA (the note above says why).
     if function_jit is not None and xla == "auto" and not (function_jit and no_xla):
@@ -201,6 +207,9 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"Its train_step may train with optimizers of its own ({', '.join(step_optimizers)}): the runs "
                      f"measure the step as it is, with them; --optimizer {optimizer} is only the optimizer the model is "
                      "compiled with, which that step need not use.")
+    if own_compile and optimizer:  # an inference plan compiles nothing
+        notes.append(f"Its class's own compile{own_compile} cannot take one optimizer and a loss: the runs keep what "
+                     "the function's call of it set and compile the model again with keras.Model.compile.")
     if own_step and loss and function_loss is None:
         # helper-48: a distiller's compute_loss ignores it, and the plan said it trained with --loss's.
         notes.append(f"--loss {loss} is compiled; the model's own train_step or compute_loss decides whether its step "
@@ -232,6 +241,11 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         chosen, chosen_from = given, "--dtype"
     else:
         chosen, chosen_from = "float32", "Keras's default"
+    if chosen == "mixed_float16" and optimizer:
+        # keras/src/trainers/trainer.py (Keras 3.15), Trainer.compile: auto_scale_loss=True wraps it (helper-48: unsaid).
+        notes.append("Under mixed_float16, Keras's compile wraps the optimizer in a LossScaleOptimizer unless it is one "
+                     "(auto_scale_loss=True): the step scales the loss and unscales the gradients, and the plan is of that "
+                     "step.")
     if function_loss is not None:
         used, used_from = function_loss, compiled
     else:

@@ -165,6 +165,8 @@ class SourceFacts(NamedTuple):
             (:func:`snippets.lib.model_batch.noting_added_losses`): with no loss compiled, ``fit`` trains on that.
         step_optimizers: where the model's class overrides ``train_step``, its attributes that hold an optimizer other
             than the compiled one (keras-io's GAN variants make theirs in ``__init__``): :func:`step_optimizers`.
+        own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
+            (:func:`snippets.lib.model_step.own_compile`), or None: the runs keep what the function's call of it set.
     """
 
     weights: list
@@ -185,6 +187,7 @@ class SourceFacts(NamedTuple):
     own_policies: dict = {}
     adds_loss: bool = False
     step_optimizers: tuple = ()
+    own_compile: str | None = None
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -222,7 +225,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     from snippets.lib import private
     from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, check_inputs, closed_lookups,
                                           declared_batch, loss_name, noting_added_losses, recording_calls, text_of)
-    from snippets.lib.model_step import check_compile, own_train_step
+    from snippets.lib.model_step import compile_of, own_compile, own_train_step
 
     seen, compiles = {}, []
 
@@ -266,7 +269,8 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
             seen["adds_loss"] = adds_its_loss(model, added) or (
                 seen.get("loss") is None and not seen["own_step"] and adds_loss_in_training(model))
             # What the measuring process would refuse, said now, before any run starts.
-            check_compile(model, "the function")
+            compile_of(model, "the function", any(compiled is model for compiled, _ in compiles))
+            seen["own_compile"] = own_compile(model)
             text_of(model)
             closed_lookups(model)
             try:  # refused only where a step will run (a rule plan needs no input shape): decide
@@ -297,7 +301,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                        seen.get("loss_scaled", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
                        seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False),
-                       seen.get("step_optimizers", ()))
+                       seen.get("step_optimizers", ()), seen.get("own_compile"))
 
 
 def step_optimizers(model) -> tuple[str, ...]:

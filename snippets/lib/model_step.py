@@ -224,32 +224,47 @@ def build(step: ModelStep, replica_program: bool = False):
 
         # A LossScaleOptimizer hands its inner optimizer the gradients to aggregate.
         copy_on_aggregation(getattr(optimizer, "inner_optimizer", optimizer))
-    check_compile(model, step.model)
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=step.jit)
+    compile_of(model, step.model, model.compiled)(optimizer=optimizer, loss=loss, jit_compile=step.jit)
     return model
 
 
-def check_compile(model, name: str) -> None:
-    """Refuse a model whose own ``compile`` cannot take one optimizer and a loss (keras-io's GAN takes two
-    optimizers and a loss_fn): the planner compiles the model again with ``--optimizer`` and the loss. The line
-    says what can be planned instead: each part of its step alone, whose steps peak below this one (a GAN's step on
-    keras-io runs the discriminator on real and generated images at once, with every network's state held).
-
-    Raises:
-        ModelError: naming the model's own signature.
-    """
+def own_compile(model) -> str | None:
+    """The signature of ``model``'s own ``compile`` where it cannot take one optimizer and a loss (keras-io's GAN takes
+    two optimizers and a loss_fn, its Keras 3 distiller the student's and the distillation's losses), as
+    ``"(optimizer, metrics, ...)"``; None where it can (Keras's own, or one that passes them on)."""
     import inspect
 
     signature = inspect.signature(type(model).compile)
     try:
         signature.bind(model, optimizer=None, loss=None, jit_compile=False)
     except TypeError:
-        raise ModelError(f"{name}'s model has its own compile{str(signature).replace('(self, ', '(')}, which cannot "
-                         "take one optimizer and a loss; the planner compiles it again with them (keras.Model.compile). "
-                         "Plan each part of its train_step as a model of its own (keras-io's GAN: the discriminator "
-                         "at twice the batch, then the generator followed by the discriminator, frozen): this step "
-                         "holds all their weights and slots at once, so it peaks above each of their steps"
-                         ) from None
+        return str(signature).replace("(self, ", "(")
+    return None
+
+
+def compile_of(model, name: str, called: bool) -> Callable:
+    """How the planner compiles ``model`` again with the step's optimizer, loss and XLA mode: ``model.compile``, or,
+    where its own compile cannot take them (:func:`own_compile`) and the function called it (``called``),
+    ``keras.Model.compile`` on the model, so that what its own compile set (a distiller's loss functions, a GAN's
+    optimizers) stays for its ``train_step`` or ``compute_loss`` (helper-48: keras-io's distiller was refused, with
+    the advice to plan the student and the teacher apart, which leaves the teacher's forward pass out).
+
+    Raises:
+        ModelError: its own compile cannot take them and the function did not call it, so what its step reads
+            (``self.loss_fn``) was never set.
+    """
+    import functools
+
+    import keras
+
+    signature = own_compile(model)
+    if signature is None:
+        return model.compile
+    if not called:
+        raise ModelError(f"{name}'s model has its own compile{signature}, which the function does not call: call it "
+                         "there as you do before fit, so that what its step reads is set; the planner keeps that and "
+                         "compiles the model again with keras.Model.compile")
+    return functools.partial(keras.Model.compile, model)
 
 
 #: How to give a model its weights before it is returned. A subclassed model's build(input_shape)
