@@ -1,4 +1,7 @@
-"""snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork."""
+"""snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork.
+
+The tests after the first share one child (closed at exit), as a planner's sets of runs do: each child is
+another import of TensorFlow, about 4 CPU-seconds."""
 
 from dataclasses import replace
 
@@ -41,7 +44,6 @@ def test_a_set_left_midway_does_not_hand_its_results_to_the_next_call():
         measure_many([(STEP, units.GiB, 1), (STEP.at_batch(24), units.GiB, 1)], progress=stop)
     again = measure_many([(STEP.at_batch(8), units.GiB, 1)])
     assert [r["step"]["batch"] for r in again] == [8] and again[0]["completed"]
-    fork_server.close()
 
 
 def test_a_builders_output_does_not_swallow_a_progress_line():
@@ -52,7 +54,6 @@ def test_a_builders_output_does_not_swallow_a_progress_line():
     results = measure_many([(step, units.GiB, 1), (step.at_batch(32), units.GiB, 1)], progress=lines.append)
     assert all(r["completed"] for r in results)
     assert [line.split(" done ")[0] for line in lines] == ["run 1 of 2", "run 2 of 2"], lines
-    fork_server.close()
 
 
 def _sleeping(fields, cap, threads, steps):
