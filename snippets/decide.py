@@ -99,7 +99,8 @@ def setup_of(args) -> model_report.ModelSetup:
                                     "file" if getattr(args, "model_json", None) else "function", args.xla, jit_choice,
                                     facts.unmeasured if facts else (), dropped_by_optimizer(args),
                                     facts.own_policies if facts else None, facts.adds_loss if facts else False,
-                                    facts.step_optimizers if facts else (), facts.own_compile if facts else None)
+                                    facts.step_optimizers if facts else (), facts.own_compile if facts else None,
+                                    getattr(args, "own_optimizer", False))
 
 
 def dropped_by_optimizer(args) -> list[str]:
@@ -456,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "auto and --strategy single or mirrored; the rule plans Keras on JAX as --strategy "
                              "model_parallel or data_parallel, without --backend jax (the other placements are "
                              "TensorFlow's)")
+        if args.backend == "jax" and args.xla == "off":  # helper-49: the jitted step was planned, unsaid
+            raise ValueError("--xla off compiles jit_compile=False, so Keras on JAX runs the step without jit, which "
+                             "XLA's compiled analysis (--backend jax) does not describe: drop --xla off, or plan it on "
+                             "TensorFlow (without --backend jax)")
         if (args.model or args.model_json) and args.optimizer and args.method == "auto" and args.strategy == "mirrored":
             # A step to measure splits the batch evenly: said before TensorFlow's import, not after it.
             check_step(ModelStep("model:function", args.optimizer, args.batch, args.xla, "mirrored", args.devices))

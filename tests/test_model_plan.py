@@ -458,6 +458,13 @@ def test_a_compiled_plans_line_grows_at_least_by_the_rules_activations():
     assert floored.largest_batch(card) < flat.largest_batch(card) / 10
     assert "at least the 3.79 KiB per sample the rule counts" in floored.how()
     assert "the rule counts" not in flat.how()
+    # Every line on the floor: no figure measured the growth, so no card's batch goes past the last one (helper-49: a
+    # large Embedding's runs were flat, and its card held 11 times the batch its steps allowed).
+    from snippets.lib import model_report
+
+    assert floored.floor_only and not flat.floor_only and floored.largest_batch(card) == 32 * 2
+    assert ("None past 32 per device, the largest batch compiled: up to it the peak grew less than the 3.79 KiB per "
+            "sample the rule counts") in " ".join(model_report.model_report(floored, card, "a card").split())
 
 
 def test_a_quick_step_is_run_more_often_and_the_plan_says_how_many():
@@ -1012,7 +1019,8 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     capacity = 30 * units.GiB
     assert plan.largest_batch(capacity) == 4096  # not the line's millions
     flat = " ".join(plan.how().split())
-    assert "This batch was run too (past 256 per device, and cheap). At 4096 per device it peaked at 170 MiB" in flat
+    assert ("This batch was run too (past 256 per device: the lines put it, or its growth past the smaller runs, under 1 "
+            "GiB). At 4096 per device it peaked at 170 MiB") in flat
     assert "grows faster than linearly in the batch" in flat and "no larger batch is planned" in flat
     assert "Larger batches on" not in flat and "Larger batches on a line" in " ".join(
         model_plan.plan_model(step, run=_quadratic(0)).how().split())

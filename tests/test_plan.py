@@ -48,6 +48,9 @@ def test_keras_on_jax_is_never_planned_by_the_rule():
     for extra in (["--method", "rule"], ["--strategy", "column", "--devices", "2"]):
         code, _, err = run("--model", "no_such_module:build", "--optimizer", "adam", "--backend", "jax", *extra)
         assert code == 2 and "error: --backend jax is planned by XLA's compiled analysis of a training step" in err
+    # Nor a step Keras on JAX runs without jit (helper-49: --xla off was dropped, the jitted step planned unsaid).
+    code, _, err = run("--model", "no_such_module:build", "--optimizer", "adam", "--backend", "jax", "--xla", "off")
+    assert code == 2 and "error: --xla off compiles jit_compile=False, so Keras on JAX runs the step without jit" in err
     code, _, err = run("--shape", "64", "64", "--backend", "jax")
     assert code == 2 and err.splitlines()[-1].endswith("--backend jax plans a --model's training step: give "
                                                         "--model, or drop --backend jax"), err
@@ -439,14 +442,16 @@ def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_
             "--batch", "32"]
     code, out = kernel.call(run_plan_cli, argv)
     assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
-        "(y has the output's shape, or class ids for a sparse loss: pass --loss for the loss it computes)")
+        "; y has the output's shape, or class ids for a sparse loss: pass --loss for the loss it computes)")
     code, out = kernel.call(run_plan_cli, [*argv, "--loss", "sparse_categorical_crossentropy"])
     assert code == 0 and "Measured: real fit steps" in " ".join(out.split()), out
-    # With a loss compiled it is not tried on x alone, and said so (helper-48: keras-io's captioning got Keras's error bare).
+    # With a loss compiled it is tried on x alone too (helper-49: keras-io's DDIM compiles one and takes x alone), and
+    # both errors are said, the targets' by the compiled loss (helper-48: keras-io's captioning got Keras's error bare).
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:own_step_class_ids_compiled", *argv[2:]])
-    assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
-        "(x has the inputs' shapes and dtypes, y the outputs' shapes, or class ids for a sparse loss; a model that "
-        "compiles no loss is tried on x alone too)"), out
+    last = out.strip().splitlines()[-1]
+    assert code == 2 and "Traceback" not in out and "failed on a batch (x, y), " in last and ", and on x alone, " in last
+    assert last.endswith("y has the output's shape, or class ids for a sparse loss: the loss it compiles, mse, decides "
+                         "which)"), out
 
 
 def test_keras_ios_distiller_is_measured_with_what_its_own_compile_set(kernel):

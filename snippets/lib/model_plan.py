@@ -179,6 +179,16 @@ class ModelPlan:
             found.append((max(peaks) - slope * last, slope))
         return found
 
+    @property
+    def floor_only(self) -> bool:
+        """Whether every line past the last batch run holds :attr:`rule_slope` and no slope the runs measured: they grew
+        less than the rule's Dense activations (fixed buffers, such as a large kernel's update, can hide the rest), so no
+        run checked any growth past them, and :meth:`largest_batch` stops at the last (helper-49: a 500k x 64 Embedding
+        with Adam, flat from 16 to 512 per device, had a V100-SXM2-32GB's largest batch put at 20.9 million on the
+        floor's 1.27 KiB per sample; its steps grew about 16.8 KB per sample, near 1.8 million)."""
+        found = self.lines()
+        return len(self.batches) > 1 and bool(found) and all(slope <= self.rule_slope for _, slope in found)
+
     def _line_at(self, device_batch: int) -> tuple[float, float]:
         """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
         return max(self.lines(), key=lambda line: (line[0] + line[1] * device_batch, line[1]))
@@ -279,7 +289,8 @@ class ModelPlan:
         else:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
-        per_device = min(per_device, self.batches[-1]) if self.short_of or self.faster else per_device  # nothing run past it
+        # Nothing run past it, or no growth measured up to it.
+        per_device = min(per_device, self.batches[-1]) if self.short_of or self.faster or self.floor_only else per_device
         # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
         return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity, self.batches,
                                max(per_device, self.batches[-1])) * self.replicas
@@ -296,7 +307,9 @@ class ModelPlan:
         grew = (f" At {self.faster[0]} per device it {'came to' if self.method == 'compiled' else 'peaked at'} "
                 f"{units.human_bytes(self.faster[1])}, above the "
                 f"{units.human_bytes(self.faster[2])} the line through the smaller batches put there: the peak grows faster than "
-                "linearly in the batch (as a loss over pairs within the batch does), so no larger batch is planned." if self.faster else "")
+                "linearly in the batch (as a loss over pairs within the batch does), or faster than the smaller batches "
+                "showed (a fixed buffer, such as a large kernel's update, hid the growth there), so no larger batch is "
+                "planned." if self.faster else "")
         if self.method == "compiled":
             devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
                        "on each, its partitioned program with the gradients' all-reduce"
@@ -321,7 +334,8 @@ class ModelPlan:
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
-            (f" This batch was run too (past {CHECKED_PAST} per device, and cheap).{grew}" if self.device_batch == self.batches[-1]
+            (f" This batch was run too (past {CHECKED_PAST} per device: the lines put it, or its growth past the smaller "
+             f"runs, under {units.human_bytes(WIDE_PEAK)}).{grew}" if self.device_batch == self.batches[-1]
              else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
              "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
              "them: past it they run unchecked.")

@@ -103,7 +103,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 source: str = "function", xla: str = "auto", function_jit: bool | None = None,
                 unmeasured: Sequence[str] = (), dropped: Sequence[str] = (),
                 own_policies: Mapping[str, int] | None = None, adds_loss: bool = False,
-                step_optimizers: Sequence[str] = (), own_compile: str | None = None) -> ModelSetup:
+                step_optimizers: Sequence[str] = (), own_compile: str | None = None,
+                own_optimizer: bool = False) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -143,6 +144,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
             (:attr:`snippets.lib.model_source.SourceFacts.own_compile`): the runs keep what the function's call of it
             set and compile the model again with ``keras.Model.compile``, as a note says.
+        own_optimizer: the function's own optimizer object is planned (no ``--optimizer``): nothing replaced it.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -152,6 +154,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     --policy mixed_bfloat16 is not used: the function sets mixed_float16 itself, which overrides it.
     >>> model_setup(None, None, loss="mse", function_optimizer="sgd", optimizer="adam").notes
     ('--optimizer adam is planned: the function compiles with sgd; it compiles no loss, and the step trains with --loss mse.',)
+    >>> model_setup("mse", None, function_optimizer="adamw", optimizer="adamw").notes
+    ("--optimizer adamw is planned: a new adamw with Keras's defaults, in place of the function's (the same slots; omit --optimizer to plan the function's own object).",)
     >>> model_setup("huber", None, function_optimizer="sgd", optimizer="adam").notes
     ('--optimizer adam is planned: the function compiles with sgd; of its compile, only the loss is kept.',)
     >>> model_setup("mse", None, function_optimizer="adam", optimizer="adam",
@@ -202,6 +206,10 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"--optimizer {optimizer} is planned: a new {optimizer}, without the function's "
                      f"{' or '.join(dropped)} (omit --optimizer to plan the function's own optimizer with "
                      f"{'them' if len(dropped) > 1 else 'it'}).")
+    elif function_optimizer is not None and optimizer is not None and not own_optimizer:
+        # helper-49: the function's AdamW(learning_rate, weight_decay) replaced by --optimizer adamw, unsaid.
+        notes.append(f"--optimizer {optimizer} is planned: a new {optimizer} with Keras's defaults, in place of "
+                     f"{source}'s (the same slots; omit --optimizer to plan {source}'s own object).")
     if own_step and step_optimizers and optimizer:  # an inference plan runs nothing: decide says what to pass
         # helper-45: a GAN whose optimizers are made in __init__ was headed "adam" (--optimizer), which never trains it.
         notes.append(f"Its train_step may train with optimizers of its own ({', '.join(step_optimizers)}): the runs "
@@ -352,6 +360,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         if plan.faster:
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                       f"peak grew faster than linearly up to it (plan a larger --batch to {'compile' if compiled else 'run'} it).")
+        elif plan.floor_only and any(batch >= plan.batches[-1] * plan.replicas for batch in largest.values()):
+            did = "compiled" if compiled else "run"
+            beyond = (f" None past {plan.batches[-1]} per device, the largest batch {did}: up to it the peak grew less "
+                      f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
+                      "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
+                      f"(plan a larger --batch to {'compile' if compiled else 'run'} it).")
         elif any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {checked} per device the line runs beyond the batches compiled: plan "
                       "the batch you choose with --batch to compile it there." if compiled else

@@ -225,7 +225,8 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
     from snippets.lib import private
     from snippets.lib.model_batch import (adds_its_loss, adds_loss_in_training, check_inputs, closed_lookups,
                                           declared_batch, loss_name, noting_added_losses, recording_calls, text_of)
-    from snippets.lib.model_step import compile_of, own_compile, own_train_step
+    from snippets.lib.model_compile import compile_of, own_compile
+    from snippets.lib.model_step import own_train_step
 
     seen, compiles = {}, []
 

@@ -59,8 +59,9 @@ from pathlib import Path
 
 from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
+from snippets.lib.model_compile import compile_again
 from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
-                                      noting_added_losses, recording_calls)
+                                      loss_name, noting_added_losses, recording_calls)
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -224,47 +225,8 @@ def build(step: ModelStep, replica_program: bool = False):
 
         # A LossScaleOptimizer hands its inner optimizer the gradients to aggregate.
         copy_on_aggregation(getattr(optimizer, "inner_optimizer", optimizer))
-    compile_of(model, step.model, model.compiled)(optimizer=optimizer, loss=loss, jit_compile=step.jit)
+    compile_again(model, step.model, optimizer, loss, step.jit)
     return model
-
-
-def own_compile(model) -> str | None:
-    """The signature of ``model``'s own ``compile`` where it cannot take one optimizer and a loss (keras-io's GAN takes
-    two optimizers and a loss_fn, its Keras 3 distiller the student's and the distillation's losses), as
-    ``"(optimizer, metrics, ...)"``; None where it can (Keras's own, or one that passes them on)."""
-    import inspect
-
-    signature = inspect.signature(type(model).compile)
-    try:
-        signature.bind(model, optimizer=None, loss=None, jit_compile=False)
-    except TypeError:
-        return str(signature).replace("(self, ", "(")
-    return None
-
-
-def compile_of(model, name: str, called: bool) -> Callable:
-    """How the planner compiles ``model`` again with the step's optimizer, loss and XLA mode: ``model.compile``, or,
-    where its own compile cannot take them (:func:`own_compile`) and the function called it (``called``),
-    ``keras.Model.compile`` on the model, so that what its own compile set (a distiller's loss functions, a GAN's
-    optimizers) stays for its ``train_step`` or ``compute_loss`` (helper-48: keras-io's distiller was refused, with
-    the advice to plan the student and the teacher apart, which leaves the teacher's forward pass out).
-
-    Raises:
-        ModelError: its own compile cannot take them and the function did not call it, so what its step reads
-            (``self.loss_fn``) was never set.
-    """
-    import functools
-
-    import keras
-
-    signature = own_compile(model)
-    if signature is None:
-        return model.compile
-    if not called:
-        raise ModelError(f"{name}'s model has its own compile{signature}, which the function does not call: call it "
-                         "there as you do before fit, so that what its step reads is set; the planner keeps that and "
-                         "compiles the model again with keras.Model.compile")
-    return functools.partial(keras.Model.compile, model)
 
 
 #: How to give a model its weights before it is returned. A subclassed model's build(input_shape)
@@ -389,10 +351,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     options.autotune.enabled = False
     # A y the step does not read would be one more buffer in the pool.
     dataset = tf.data.Dataset.from_tensors((x,) if fed_x_alone(model, step) else (x, y)).repeat().with_options(options)
-    # A train_step of the model's own with no loss compiled may take x alone (keras-io's VAE and GAN
-    # do): tried once (x, y) fails before running (a tracing error allocates no step's buffers).
-    alone = tf.data.Dataset.from_tensors(x).repeat().with_options(options) if (
-        compiled_loss(model) is None and step.loss is None and own_train_step(model)) else None
+    # A train_step of the model's own may take x alone (keras-io's VAE and GAN do; its DDIM does, with a loss compiled,
+    # helper-49): tried once (x, y) fails before running (a tracing error allocates no step's buffers).
+    alone = tf.data.Dataset.from_tensors(x).repeat().with_options(options) if own_train_step(model) else None
     quick = 0.0  # seconds spent on steps past the ones asked for
     for index in range(max(steps, MAX_STEPS)):
         if index >= steps and quick + (result["seconds_per_step"] or 0) > QUICK_SECONDS:
@@ -413,13 +374,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                 if is_oom(error) or index:
                     raise
                 if alone is None:
-                    if not own_train_step(model):
-                        raise
-                    # helper-48: keras-io's image captioning, its loss compiled, failed with Keras's shape error alone.
-                    raise ModelError(f"{step.model}'s own train_step or compute_loss failed on a batch (x, y): "
-                                     f"{type(error).__name__}: {error_line(error)} (x has the inputs' shapes and dtypes, "
-                                     "y the outputs' shapes, or class ids for a sparse loss; a model that compiles no "
-                                     "loss is tried on x alone too)") from None
+                    raise
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.
                 dataset, alone, model.train_function = alone, None, None
                 try:
@@ -427,9 +382,14 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                 except Exception as again:  # noqa: BLE001
                     if is_oom(again):
                         raise
-                    raise ModelError(f"{step.model}'s own train_step or compute_loss failed on a batch (x, y) and on x "
-                                     f"alone: {type(error).__name__}: {error_line(error)} (y has the output's shape, or "
-                                     "class ids for a sparse loss: pass --loss for the loss it computes)") from None
+                    # Both errors (helper-49: the x-alone one, the step's own, was left out); y follows a compiled loss.
+                    own = compiled_loss(model)
+                    raise ModelError(
+                        f"{step.model}'s own train_step or compute_loss failed on a batch (x, y), {type(error).__name__}: "
+                        f"{error_line(error)}, and on x alone, {type(again).__name__}: {error_line(again).split('. ')[0]} (x has the "
+                        "inputs' shapes and dtypes; y has the output's shape, or class ids for a sparse loss: " +
+                        (f"the loss it compiles, {loss_name(own)}, decides which)" if own is not None else
+                         "pass --loss for the loss it computes)")) from None
         except (tf.errors.OpError, ValueError) as error:
             if not is_oom(error):
                 raise
