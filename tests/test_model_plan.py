@@ -1026,6 +1026,9 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
         model_plan.plan_model(step, run=_quadratic(0)).how().split())
     text = model_report.model_report(plan, capacity, "a card")
     assert "None past 4096 per device, the batch run last" in " ".join(text.split())
+    # Both causes, and the way to a line past it (helper-50: a flat Embedding's advice looped on larger --batch runs).
+    assert ("or faster than the smaller runs showed (a fixed buffer hid the growth there) (plan a larger --batch to run "
+            "it, or --backend jax, which compiles a line without running it).") in " ".join(text.split())
     assert model_report.plan_json(plan)["faster"] == list(plan.faster)
     # A linear step past 256 is run there too, and its lines carry on past it.
     linear = model_plan.plan_model(step, run=_quadratic(0))

@@ -359,13 +359,16 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         beyond, checked = "", line_checked(plan)
         if plan.faster:
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
-                      f"peak grew faster than linearly up to it (plan a larger --batch to {'compile' if compiled else 'run'} it).")
+                      f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
+                      "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
+                      "it" + ("" if compiled else ", or --backend jax, which compiles a line without running it") + ").")
         elif plan.floor_only and any(batch >= plan.batches[-1] * plan.replicas for batch in largest.values()):
             did = "compiled" if compiled else "run"
             beyond = (f" None past {plan.batches[-1]} per device, the largest batch {did}: up to it the peak grew less "
                       f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
-                      f"(plan a larger --batch to {'compile' if compiled else 'run'} it).")
+                      f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
+                      ("" if compiled else ", or --backend jax, which compiles a line without running it") + ").")
         elif any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {checked} per device the line runs beyond the batches compiled: plan "
                       "the batch you choose with --batch to compile it there." if compiled else
