@@ -176,9 +176,11 @@ def test_runs_that_peak_in_the_update_still_grow_by_the_rules_activations():
     plan = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off"), weights, run=fake)
     floor = model_plan.rule_slope(weights, plan.step)
     assert floor == (1024 + 3 * 16384) * 4  # x + 3 x [b, F] per sample, float32
-    assert plan.per_sample == floor and "at least the 196 KiB per sample the rule counts" in plan.how()
+    # Every line on the floor: no growth past the runs was measured, so no card's batch goes past them (helper-49).
+    assert plan.per_sample == floor and "the runs grew less than the 196 KiB per sample the rule counts" in " ".join(
+        plan.how().split())
     capacity = 30976 * units.MiB
-    assert plan.largest_batch(capacity) < (capacity - 400 * units.MiB) / floor  # not (capacity - 400 MiB) / 8 KiB
+    assert plan.largest_batch(capacity) == 1024  # not (capacity - 400 MiB) / 8 KiB, nor the floor's line far past 1024
     # Without the weights (a plan from runs alone) the runs' own slope stands.
     # (flat runs get a third at WIDE_BATCH, which shows the same 8 KiB: the floor is still needed).
     assert model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off"), run=fake).per_sample == 8 * units.KiB
@@ -463,6 +465,10 @@ def test_a_compiled_plans_line_grows_at_least_by_the_rules_activations():
     from snippets.lib import model_report
 
     assert floored.floor_only and not flat.floor_only and floored.largest_batch(card) == 32 * 2
+    run = replace(floored, method="measured", step=replace(step, batch=1024, strategy="single", devices=1),
+                  batches=(16, 32, 512, 1024), peaks=(1_022_256, 1_026_992, 1_030_000, 1_031_000))
+    assert run.floor_only and "No larger batch is planned: up to 1024 per device the runs grew less than the 3.79 KiB" in (
+        " ".join(run.how().split()))
     assert ("None past 32 per device, the largest batch compiled: up to it the peak grew less than the 3.79 KiB per "
             "sample the rule counts") in " ".join(model_report.model_report(floored, card, "a card").split())
 

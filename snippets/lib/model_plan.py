@@ -362,6 +362,10 @@ class ModelPlan:
         if self.method == "measured":
             # A card's largest batch past this one is still read off the lines.
             larger = f" Larger batches on {fitted}." if self.device_batch > SMALL_BATCHES[-1] and not self.faster else ""
+            if larger and self.floor_only:  # helper-50: the line was described, and the cap said elsewhere alone
+                larger = (f" No larger batch is planned: up to {self.batches[-1]} per device the runs grew less than the "
+                          f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts, and no growth past them "
+                          "was measured.")
             return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
                     f"+{MARGIN:.0%} for other orders of the step's ops.{wide}{larger}")
