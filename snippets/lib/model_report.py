@@ -361,14 +361,14 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                       f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
                       "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
-                      "it" + ("" if compiled else ", or --backend jax, which compiles a line without running it") + ").")
+                      "it" + ("" if compiled else JAX_LINE) + ").")
         elif plan.floor_only and any(batch >= plan.batches[-1] * plan.replicas for batch in largest.values()):
             did = "compiled" if compiled else "run"
             beyond = (f" None past {plan.batches[-1]} per device, the largest batch {did}: up to it the peak grew less "
                       f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                       f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
-                      ("" if compiled else ", or --backend jax, which compiles a line without running it") + ").")
+                      ("" if compiled else JAX_LINE) + ").")
         elif any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {checked} per device the line runs beyond the batches compiled: plan "
                       "the batch you choose with --batch to compile it there." if compiled else
@@ -397,6 +397,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     lines.append(textwrap.fill(plan.caveats, 100, break_on_hyphens=False))
     return "\n".join(lines)
 
+
+#: Where a run step's largest batch stops at its last run: the other way to a line past it.
+JAX_LINE = ", or --backend jax, which compiles a line without running it"
 
 #: Whose share of the card a plan's capacity is (``"pool"`` in ``--json``).
 TF_POOL, JAX_POOL = "TensorFlow's allocator", "JAX's default 75% pool"

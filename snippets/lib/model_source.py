@@ -166,7 +166,7 @@ class SourceFacts(NamedTuple):
         step_optimizers: where the model's class overrides ``train_step``, its attributes that hold an optimizer other
             than the compiled one (keras-io's GAN variants make theirs in ``__init__``): :func:`step_optimizers`.
         own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
-            (:func:`snippets.lib.model_step.own_compile`), or None: the runs keep what the function's call of it set.
+            (:func:`snippets.lib.model_compile.own_compile`), or None: the runs keep what the function's call of it set.
     """
 
     weights: list
