@@ -511,6 +511,17 @@ def test_a_models_own_train_step_that_takes_x_alone_is_measured():
     # keras-io's VAE and GAN take their batch as x alone and compile no loss: (x, y) fails, x runs.
     result = run(ModelStep("tests.plan_builders:own_step_x_only", "adam", 8, "off"))
     assert result["completed"] and result["step_peak"] > 0
+    # The plan says it fed x alone, and why (x, y) failed: a step that read y made here otherwise went unsaid.
+    assert result["x_alone"].startswith("ValueError: ") and "received 2 input tensors" in result["x_alone"]
+    from snippets.lib import model_report
+
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 8, "off"), "measured", (8,), (units.MiB,),
+                                x_alone=result["x_alone"])
+    setup = model_report.model_setup(None, None, optimizer="adam", own_step=True)
+    note = model_report.x_alone_note(result["x_alone"])
+    assert note in " ".join(model_report.model_report(plan, units.GiB, None, (), setup).split())
+    assert model_report.model_json(plan, units.GiB, None, "m:f", (), setup)["setup"]["notes"][-1] == note
+    assert note not in str(model_report.model_json(replace(plan, x_alone=""), units.GiB, None, "m:f", (), setup))
 
 
 @pytest.mark.parametrize("strategy, real, expected", [

@@ -462,6 +462,7 @@ def test_keras_ios_distiller_is_measured_with_what_its_own_compile_set(kernel):
                                            "--loss", "sparse_categorical_crossentropy", "--batch", "16"])
     text = " ".join(out.split())
     assert code == 0 and "Trains with loss sparse_categorical_crossentropy (--loss)" in text, out
+    assert "fed it x alone" not in text  # its compute_loss took (x, y)
     assert ("Its class's own compile(optimizer, metrics, student_loss_fn, distillation_loss_fn, alpha=0.1, "
             "temperature=3) cannot take one optimizer and a loss: the runs keep what the function's call of it set "
             "and compile the model again with keras.Model.compile.") in text, out

@@ -98,6 +98,7 @@ class ModelPlan:
         faster: ``(batch, peak, line)`` when the run (or compile) at the reader's batch past :data:`CHECKED_PAST` peaked
             over the line through the smaller batches by more than :data:`MARGIN`: the peak grows faster than linearly, so
             the largest batch stops there (bytes; empty if not). At a run short of it, :func:`plan_model` refuses.
+        x_alone: why the model's own ``train_step`` ran on x alone (its error on ``(x, y)``, one line); "" if it did not.
     """
 
     step: ModelStep
@@ -122,6 +123,7 @@ class ModelPlan:
     raced_steps: int = 0
     short_of: int = 0
     faster: tuple[int, ...] = ()
+    x_alone: str = ""
 
     @property
     def replicas(self) -> int:
@@ -483,7 +485,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          wide_ran_out=wide_ran_out, wide_why=wide_why,
                          steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,
                          raced_steps=min(len(group[-1]["step_peaks"]) for group in groups) if len(counts) > 1 else 0,
-                         faster=faster)
+                         faster=faster, x_alone=next((r["x_alone"] for group in groups for r in group if r.get("x_alone")), ""))
 
     plan = assemble()
     # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest batch they do, from

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from snippets.lib import hardware, model_plan, units
 from snippets.lib.model_remedies import BatchRemedy
@@ -263,6 +263,23 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                       adds_loss and not own_step)
 
 
+def x_alone_note(error: str) -> str:
+    """The note on a plan whose model's own ``train_step`` failed on ``(x, y)`` and ran on x alone
+    (:attr:`snippets.lib.model_plan.ModelPlan.x_alone`: ``error``, that failure in one line).
+
+    >>> print(x_alone_note("ValueError: too many values to unpack (expected 2)"))
+    Its own train_step failed on a batch (x, y) (ValueError: too many values to unpack (expected 2)), so the runs fed it x alone, as keras-io's VAE and GAN take their batch. If your fit feeds it (x, y), the y made here did not suit the step: y has the output's shape, or class ids for a sparse loss (the loss it compiles, else --loss, decides which).
+    """
+    return (f"Its own train_step failed on a batch (x, y) ({error}), so the runs fed it x alone, as keras-io's VAE "
+            "and GAN take their batch. If your fit feeds it (x, y), the y made here did not suit the step: y has the "
+            "output's shape, or class ids for a sparse loss (the loss it compiles, else --loss, decides which).")
+
+
+def run_notes(setup: ModelSetup | None, plan: model_plan.ModelPlan) -> ModelSetup | None:
+    """``setup`` with the notes on what the plan's runs found (:func:`x_alone_note`); None stays None."""
+    return replace(setup, notes=(*setup.notes, x_alone_note(plan.x_alone))) if setup and plan.x_alone else setup
+
+
 def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
     """What ``setup`` trains with, in one sentence, then each of its notes wrapped at 100 columns; an
     inference plan (``training`` False), or a rule plan of a step with no loss, gets its dtype policy
@@ -310,7 +327,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     """The text for a measured (or rule-planned) model: what it trains with, the peak, the verdict,
     how it was obtained, the batches that fit, remedies, caveats. ``capacity`` in bytes per device."""
     h = units.human_bytes
-    step = plan.step
+    step, setup = plan.step, run_notes(setup, plan)
     compiled = plan.method == "compiled"
     if step.strategy != "mirrored":
         where = "one device"
@@ -439,7 +456,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     ``method``, ``how``, ``fits``, ``capacity``, ``card``, ``model``, ``setup`` and ``remedies`` are the keys a
     rule plan's JSON has too (``python -m snippets.decide --json``).
     """
-    pool = JAX_POOL if plan.method == "compiled" else TF_POOL
+    pool, setup = JAX_POOL if plan.method == "compiled" else TF_POOL, run_notes(setup, plan)
     # method and how at the top, where a rule plan's JSON has them (snippets.lib.rule_report.as_json).
     return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan_json(plan),
             "setup": asdict(setup) if setup else None,

@@ -311,7 +311,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     Returns:
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
         "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable",
-        "max_steps", "optimizer_bytes"}`` (the last, the optimizer's variables after the steps, once completed); peaks in
+        "max_steps", "optimizer_bytes"}`` (the last, the optimizer's variables after the steps, once completed), and
+        ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone; peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused).
@@ -379,6 +380,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                 dataset, alone, model.train_function = alone, None, None
                 try:
                     model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+                    # The plan says so, with why (x, y) failed: a y made here that its step did not read as made.
+                    result["x_alone"] = f"{type(error).__name__}: {error_line(error).split('. ')[0]}"
                 except Exception as again:  # noqa: BLE001
                     if is_oom(again):
                         raise
