@@ -156,7 +156,8 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
         done: what the planner does with the step: ``"measured"`` (TensorFlow), ``"compiled by XLA, not run"`` (``--backend jax``).
 
     Raises:
-        ValueError: the source compiled with an optimizer the planner does not know (one line).
+        ValueError: the source compiled with an optimizer the planner does not know, or none for fit where its
+            train_step applies optimizers of its own (an inference plan of a model that only trains; one line).
     """
     compiles = model_report.SOURCES[source][1]
     if facts.optimizer is not None:
@@ -181,6 +182,11 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
     if facts.loss is not None:
         return "rmsprop", (f"No --optimizer: {compiles} without naming one, so fit trains with compile's default, "
                            f"rmsprop, which is {done}.")
+    if facts.step_optimizers:
+        # helper-51: a CycleGAN whose own compile set four optimizers got an inference plan, of a model that only trains.
+        raise ValueError(f"its train_step trains with optimizers of its own ({', '.join(facts.step_optimizers)}) and {compiles} "
+                         "none for fit: pass --optimizer, which compiles the model (the runs measure the step with the optimizers "
+                         "it applies)" + (f"; it cannot run yet: {facts.unknown_input}" if facts.unknown_input else ""))
     return None, None
 
 
@@ -580,10 +586,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             said = textwrap.fill(how, max(72, len(text.splitlines()[0])))
             if inference and args.loss:
                 said += f"\n--loss {args.loss} is not used: an inference plan has no loss (pass --optimizer to plan training)."
-            facts = getattr(args, "source", None)
-            if inference and facts is not None and facts.step_optimizers:  # helper-45: a GAN's own optimizers, none compiled
-                said += "\n" + textwrap.fill(f"Its train_step may train with optimizers of its own ({', '.join(facts.step_optimizers)}): pass any --optimizer to "
-                                             "run that step" + (f", once it can be run: {facts.unknown_input}." if facts.unknown_input else ", which the runs measure as it is."), len(said.split("\n")[0]))
             # An inference plan answers another question than the reader may have asked: said first.
             text = "\n".join([said, "", text] if inference else [text, said])
     except (ValueError, MemoryError, RuntimeError) as error:

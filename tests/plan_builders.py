@@ -567,3 +567,21 @@ def loss_scaled():
     """Compiles with a LossScaleOptimizer around an accumulating, clipping Adam, as a mixed_float16 script can."""
     inner = keras.optimizers.Adam(global_clipnorm=1.0, gradient_accumulation_steps=2)
     return _tiny_compiled(keras.optimizers.LossScaleOptimizer(inner))
+
+
+class HostCall(keras.layers.Layer):
+    """Runs a Python function on the host (``tf.py_function``), which XLA cannot compile."""
+
+    def call(self, x):
+        import tensorflow as tf
+
+        out = tf.py_function(lambda t: t * 2.0, [x], x.dtype)
+        out.set_shape(x.shape)
+        return out
+
+
+def not_xla_compilable():
+    """A Dense model with :class:`HostCall` in it, compiled with MSE (helper-51: a graph network XLA could not compile)."""
+    model = keras.Sequential([keras.Input((16,)), HostCall(), keras.layers.Dense(4)])
+    model.compile(optimizer="adam", loss="mse")
+    return model

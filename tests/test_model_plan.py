@@ -1249,3 +1249,29 @@ def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_
     assert bent.peak_at(512) == 14 * units.MiB and bent.peak_at(16) == units.MiB
     peaks = [bent.peak_at(b) for b in range(1, 8193, 7)]
     assert peaks == sorted(peaks)  # never falls as the batch grows
+
+
+def test_runs_that_peak_far_apart_across_thread_counts_get_the_order_caveat_and_no_benchmark_run_did():
+    # helper-51: a Masking + GRU tagger's step peaked 64-661 MiB from one fresh process to the next, run alike; its runs at
+    # 16 per device peaked 85 and 233 MiB at one and eight threads, wider apart than any benchmark configuration.
+    MiB = units.MiB
+    step = ModelStep("m:f", "adam", 128, "off")
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (233 * MiB, 377 * MiB), threads=(1, 8),
+                                by_threads=((85 * MiB, 163 * MiB), (233 * MiB, 377 * MiB)))
+    assert plan.order_apart == (16, 85 * MiB, 233 * MiB)
+    assert model_plan.order_caveat(16, 85 * MiB, 233 * MiB) in plan.caveats
+    assert "apart from one inter-op thread count" not in replace(plan, step=replace(step, xla="on")).caveats
+    close = replace(plan, by_threads=((150 * MiB, 300 * MiB), (233 * MiB, 377 * MiB)))
+    assert close.order_apart is None and "apart from one" not in close.caveats
+    # The threshold sits above every pair of runs the planner's thread counts made in the benchmark (no XLA).
+    import json
+    from collections import defaultdict
+
+    from benchmarks.model_planner import RESULTS
+    sets = defaultdict(dict)
+    for key, result in json.loads(RESULTS.read_text())["runs"].items():
+        fields, threads, real, *tail = json.loads(key)
+        if result.get("completed") and fields["xla"] == "off" and threads in model_plan.PLAN_THREADS:
+            sets[json.dumps([fields, real, tail], sort_keys=True)][threads] = result["step_peak"]
+    spans = [max(peaks.values()) / min(peaks.values()) for peaks in sets.values() if len(peaks) > 1]
+    assert len(spans) > 300 and 1.5 < max(spans) < model_plan.ORDER_SPREAD

@@ -104,6 +104,24 @@ def is_oom(error: Exception) -> bool:
     return isinstance(error, tf.errors.ResourceExhaustedError) or any(m in str(error) for m in OOM_MARKERS)
 
 
+#: What TensorFlow says when XLA cannot compile a step (an op without an XLA kernel, a Python loop over a tensor).
+XLA_FAILURES = ("tf2xla conversion failed", "Detected unsupported operations when trying to compile graph")
+
+
+def xla_refusal(model: str, error: BaseException) -> str | None:
+    """The refusal for a step XLA could not compile (:data:`XLA_FAILURES`), or None. helper-51: keras-io's graph
+    attention network failed to compile under ``--xla auto`` and was then tried on x alone, whose error hid the cause.
+
+    >>> print(xla_refusal("m:f", ValueError("tf2xla conversion failed while converting f. Run with TF_DUMP_GRAPH_PREFIX")))
+    XLA could not compile m:f's train step (ValueError: tf2xla conversion failed while converting f), as Keras would try on a GPU host under jit_compile="auto" or True: if your model compiles with jit_compile=False, plan it with --xla off
+    """
+    if not any(marker in str(error) for marker in XLA_FAILURES):
+        return None
+    return (f"XLA could not compile {model}'s train step ({type(error).__name__}: {error_line(error).split('. ')[0]}), "
+            "as Keras would try on a GPU host under jit_compile=\"auto\" or True: if your model compiles with "
+            "jit_compile=False, plan it with --xla off")
+
+
 def phase_of(error: Exception) -> str:
     """The training phase an OOM's op belongs to, from the op's name in the message.
 
@@ -136,17 +154,27 @@ def summary(error: BaseException) -> str:
 
 
 def error_line(error: BaseException) -> str:
-    """The line of ``error``'s message that says what went wrong: its first, unless Keras wrapped the
+    r"""The line of ``error``'s message that says what went wrong: its first, unless Keras wrapped the
     cause ("Exception encountered when calling X.call()."), then the innermost cause's, without terminal
     colours. Keras nests wrappers: a functional model's layer whose output spec it infers by calling it
-    adds "Could not automatically infer the output shape ... Error encountered:" around its inner layer's."""
+    adds "Could not automatically infer the output shape ... Error encountered:" around its inner layer's,
+    and puts it first where the model itself is the layer (helper-51: keras-io's graph attention network's
+    refusal ended at "Error encountered:").
+
+    >>> error_line(ValueError("Could not automatically infer the output shape / dtype of 'gat'. Error encountered:"
+    ...                       "\n\nException encountered when calling GAT.call().\n\nindices[3] = 9 is not in [0, 8)"))
+    'indices[3] = 9 is not in [0, 8)'
+    """
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
     lines = [line for line in lines if line]
     if not lines:
         return _raised_at(error)
-    if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
-        said = [line for line in lines[1:]
-                if not line.startswith("Exception encountered when calling") and not line.endswith("Error encountered:")]
+
+    def wrapper(line: str) -> bool:
+        return line.startswith("Exception encountered when calling") or line.endswith("Error encountered:")
+
+    if len(lines) > 1 and wrapper(lines[0]):
+        said = [line for line in lines[1:] if not wrapper(line)]
         return said[0] if said else lines[1]
     if len(lines) > 1 and lines[0] == "Graph execution error:":
         # TensorFlow puts the op's own message last, before the node's name ("[[{{node Cast}}]]").

@@ -214,6 +214,20 @@ def faster_growth(batches: Sequence[int], peaks: Sequence[int]) -> tuple[int, ..
     return (b2, p2, round(line)) if p2 > line * (1 + MARGIN) else ()
 
 
+def half_on_cpu(message: str) -> str:
+    """What to do where XLA:CPU has no 16-bit kernel for an op a GPU's has (helper-51: a mixed_float16 attention model
+    compiled for ``--backend jax`` stopped at "The precision 'F16_F16_F32' is not supported by dot_general on CPU"):
+    a clause for the error's line, "" for any other error.
+
+    >>> half_on_cpu("The precision 'F16_F16_F32' is not supported by dot_general on CPU")[:60]
+    '; XLA:CPU has no kernel for this 16-bit op, which a GPU has:'
+    """
+    if "is not supported by" not in message or "on CPU" not in message:
+        return ""
+    return ("; XLA:CPU has no kernel for this 16-bit op, which a GPU has: plan it without --policy (float32, its "
+            "activations an upper bound), with mixed_bfloat16, or on the TensorFlow backend (without --backend jax)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m snippets.lib.jax_step '[step, batches]'``: :func:`compile_on_jax`'s result as JSON,
     or ``{"refused": ...}`` / ``{"error": ...}`` in one line."""
@@ -227,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModelError as error:
         reply = {"refused": str(error)}
     except Exception as error:  # noqa: BLE001 (one line for the parent)
-        reply = {"error": f"{type(error).__name__}: {error_line(error)}"}
+        reply = {"error": f"{type(error).__name__}: {error_line(error)}{half_on_cpu(str(error))}"}
     print(json.dumps(reply), flush=True)
     os._exit(0)
 

@@ -45,7 +45,7 @@ from snippets.lib import fork_server, planner, units
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, COMPILED_HALF_CAVEAT, FEW_STEPS, GPU_CAVEATS, HALF_CAVEAT,
-    THREADS_CAVEAT, few_steps_caveat)
+    ORDER_SPREAD, THREADS_CAVEAT, few_steps_caveat, order_caveat)
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
@@ -382,12 +382,22 @@ class ModelPlan:
                 f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
 
     @property
+    def order_apart(self) -> tuple[int, int, int] | None:
+        """``(batch, low, high)``: the batch run whose worst steps at two thread counts (:attr:`by_threads`) lie
+        furthest apart, :data:`ORDER_SPREAD` or more (bytes); None if none does."""
+        spans = [(max(peaks) / min(peaks), batch, min(peaks), max(peaks))
+                 for batch, peaks in zip(self.batches, zip(*self.by_threads)) if len(peaks) > 1 and min(peaks) > 0]
+        widest = max(spans, default=None)
+        return widest[1:] if widest and widest[0] >= ORDER_SPREAD else None
+
+    @property
     def caveats(self) -> str:
         """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
         compiled plan (Keras on JAX; with :data:`ALL_REDUCE_CAVEAT` over several devices), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
         :data:`CAVEATS` otherwise; with :data:`HALF_CAVEAT` for a step run here under a 16-bit policy
         (:data:`COMPILED_HALF_CAVEAT` for one compiled here); with :func:`few_steps_caveat` for a step without XLA whose
-        runs at the most threads took fewer than :data:`FEW_STEPS` steps."""
+        runs at the most threads took fewer than :data:`FEW_STEPS` steps; with :func:`order_caveat` for one without XLA whose
+        runs at one batch peaked :data:`ORDER_SPREAD` or more apart (:attr:`order_apart`)."""
         half = units.computes_in_16_bits(self.step.policy)
         if self.method == "compiled":
             found = f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
@@ -396,6 +406,9 @@ class ModelPlan:
         run = self.method in ("measured", "interpolated", "extrapolated")
         if run and not self.step.jit and 0 < self.raced_steps < FEW_STEPS:
             found = f"{found} {few_steps_caveat(self.raced_steps)}"
+        apart = self.order_apart if run and not self.step.jit else None
+        if apart:
+            found = f"{found} {order_caveat(*apart)}"
         return f"{found} {HALF_CAVEAT}" if half and run else found
 
 

@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from snippets.lib import allocator, fork_server, optimizers, placements, units
-from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
+from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel, xla_refusal
 from snippets.lib.model_compile import compile_again
 from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
                                       loss_name, noting_added_losses, recording_calls)
@@ -374,6 +374,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
             except Exception as error:  # noqa: BLE001 (the reader's train_step can raise anything)
                 if is_oom(error) or index:
                     raise
+                if step.jit and xla_refusal(step.model, error):
+                    raise ModelError(xla_refusal(step.model, error)) from None
                 if alone is None:
                     raise
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.

@@ -11,6 +11,8 @@ this is headroom, not a fixed cost. XLA:GPU assigns its own buffers (an XLA figu
 NCCL's buffers and the GPU layout optimizer's NHWC/NCHW transposes exist on a GPU host only.
 """
 
+from snippets.lib.units import human_bytes
+
 #: What CPU emulation cannot measure, said next to every verdict on a reader's model
 #: (:data:`CAVEATS` for a step without XLA; :attr:`snippets.lib.model_plan.ModelPlan.caveats` picks).
 GPU_CAVEATS = (
@@ -70,3 +72,25 @@ def few_steps_caveat(steps: int) -> str:
     return (f"Without XLA each step's threads race, and an order of its ops that keeps a buffer longer can show in one "
             f"step of several; runs here took as few as {steps} steps (slow on this CPU), which may have missed it: "
             "leave headroom beyond the margin.")
+
+
+#: How far apart a step's runs at one batch may peak from one inter-op thread count to the other before a plan says its
+#: peak turns on an order that changes between processes. Over the benchmark's runs without XLA (benchmarks/results/
+#: model_planner.json) the widest was 1.86x (a 1-D CNN at 32 per device; tests/test_model_plan.py holds it under this).
+#: helper-51: a Masking + GRU(200 steps) + attention tagger ran 2.7x apart at 16 and 2.3x at 32, and the same step, run
+#: alike in fresh processes (one thread, fixed hash seed, no address randomisation), peaked 64-661 MiB: five plans of
+#: one command read 1.46-4.99 GiB, one "Fits" a cap that one run in six ran out of.
+ORDER_SPREAD = 2.0
+
+
+def order_caveat(batch: int, low: int, high: int) -> str:
+    """Said beside a plan without XLA whose runs at ``batch`` per device peaked ``low`` and ``high`` bytes at two inter-op
+    thread counts, :data:`ORDER_SPREAD` or more apart.
+
+    >>> print(order_caveat(16, 85 * 2**20, 233 * 2**20))
+    At 16 per device its runs peaked 2.7x apart from one inter-op thread count to the other (85 MiB and 233 MiB), wider than any the benchmark measured: this step's peak turns on the order its ops run in, which can change from one fresh process to the next, so a run may peak above this plan. Leave headroom, or plan it several times and keep the highest.
+    """
+    return (f"At {batch} per device its runs peaked {high / low:.1f}x apart from one inter-op thread count to the other "
+            f"({human_bytes(low)} and {human_bytes(high)}), wider than any the benchmark measured: this step's peak turns "
+            "on the order its ops run in, which can change from one fresh process to the next, so a run may peak above "
+            "this plan. Leave headroom, or plan it several times and keep the highest.")
