@@ -1275,3 +1275,24 @@ def test_runs_that_peak_far_apart_across_thread_counts_get_the_order_caveat_and_
             sets[json.dumps([fields, real, tail], sort_keys=True)][threads] = result["step_peak"]
     spans = [max(peaks.values()) / min(peaks.values()) for peaks in sets.values() if len(peaks) > 1]
     assert len(spans) > 300 and 1.5 < max(spans) < model_plan.ORDER_SPREAD
+
+
+def test_a_compiled_plans_batches_off_its_compiled_ones_say_xlas_figure_can_jump_there():
+    # helper-51: a seq2seq Transformer compiled on JAX at 256 and 512 per device (4284 and 8346 MiB) was offered
+    # "batch 248" for 4 GiB off the line; XLA:CPU's figure had jumped from 1754 MiB at 200 to 4110 at 245 (4157 at 248).
+    from snippets.lib import model_report
+
+    MiB = units.MiB
+    plan = model_plan.ModelPlan(ModelStep("m:f", "rmsprop", 512, "on"), "compiled", (256, 512), (4284 * MiB, 8346 * MiB),
+                                weights_bytes=50 * MiB)
+    largest = plan.largest_batch(4 * units.GiB)
+    assert 0 < largest < 256 and largest not in plan.batches
+    first = model_remedies.batch_remedies(plan, 4 * units.GiB, 1, 50 * MiB)[0]
+    assert first.label == f"batch {largest}" and first.how == (
+        f"the line through the compiled batches at that batch, not compiled there: XLA's figure can jump between batches, "
+        f"so plan --batch {largest} to compile it")
+    text = " ".join(model_report.model_report(plan, 4 * units.GiB, "a card", [first]).split())
+    assert ("Off the batches compiled these are read off the line through them, and XLA's figure can jump between "
+            "batches: plan the batch you choose with --batch to compile it there.") in text
+    on_it = replace(plan, batches=(largest, 512), peaks=(plan.peak_at(largest), 8346 * MiB))
+    assert model_remedies.batch_remedies(on_it, 4 * units.GiB, 1, 50 * MiB)[0].how == "the compiled figure at that batch"

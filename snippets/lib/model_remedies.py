@@ -63,21 +63,27 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
     found = []
     b, replicas = plan.device_batch, plan.replicas
 
-    def basis(per_device: int) -> str:
-        """What ``plan.peak_at(per_device)`` rests on (ModelPlan._measured_peak_at)."""
+    def basis(per_device: int, at: str, check: bool = False) -> str:
+        """What ``plan.peak_at(per_device)`` rests on (ModelPlan._measured_peak_at), ``at`` naming the batch; ``check``:
+        off a compiled batch, how to compile it."""
         if plan.method == "compiled":
-            return "compiled line"
+            if per_device in plan.batches:
+                return f"the compiled figure {at}"
+            # helper-51: XLA:CPU's figure for a seq2seq Transformer jumped from 1754 MiB at 200 to 4110 at 245, and
+            # "batch 248", read off the line through 256 and 512, fitted 4 GiB there; compiled at 248 it did not.
+            return (f"the line through the compiled batches {at}, not compiled there: XLA's figure can jump between batches"
+                    + (f", so plan --batch {per_device * replicas} to compile it" if check else ""))
         if per_device in plan.batches:
-            return "measured run"
+            return f"the measured run {at}"
         if per_device < plan.batches[0]:
-            return "measured line, drawn below its runs"
+            return f"the measured line, drawn below its runs, {at}"
         between = per_device < plan.batches[-1]
-        return "chord between the measured runs" if between and plan.wide_why == "cheap" else "measured line"
+        return f"the {'chord between the measured runs' if between and plan.wide_why == 'cheap' else 'measured line'} {at}"
 
     largest = plan.largest_batch(capacity)
     if 0 < largest < plan.step.batch:
         found.append(BatchRemedy(f"batch {largest}", plan.peak_at(largest // replicas),
-                                 f"the {basis(largest // replicas)} at that batch",
+                                 basis(largest // replicas, "at that batch", check=True),
                                  "fewer samples per update: retune the learning rate"))
     # A step that accumulates already was measured with its accumulators: k more micro-batches add none.
     k0 = plan.step.accumulation
@@ -90,7 +96,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if peak <= capacity:
             found.append(BatchRemedy(f"gradient_accumulation_steps={k0 * k} (batch {plan.step.batch // k} per step, "
                                      f"same effective batch {plan.step.batch * k0})", peak,
-                                     f"the {basis(b // k)} at {b // k} per device{accumulators}",
+                                     basis(b // k, f"at {b // k} per device") + accumulators,
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
@@ -109,7 +115,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         peak = plan.peak_at(plan.step.batch // more) + (trainable_bytes if single else 0)
         if plan.step.strategy == "mirrored" or plan.step.xla == "off":
             peak = max(peak, plan.init_peak)
-        how = f"the {basis(plan.step.batch // more)} at that per-replica batch" + (", plus the all-reduced gradient" if single else "")
+        how = basis(plan.step.batch // more, "at that per-replica batch") + (", plus the all-reduced gradient" if single else "")
         # Keras on JAX jits the replicas' step too (keras.distribution.DataParallel): only the one-device
         # compile is another program's; on TensorFlow a compiled line is, since a strategy compiles none.
         on_jax = plan.method == "compiled"
