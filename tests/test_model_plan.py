@@ -1260,9 +1260,14 @@ def test_runs_that_peak_far_apart_across_thread_counts_get_the_order_caveat_and_
                                 by_threads=((85 * MiB, 163 * MiB), (233 * MiB, 377 * MiB)))
     assert plan.order_apart == (16, 85 * MiB, 233 * MiB)
     assert model_plan.order_caveat(16, 85 * MiB, 233 * MiB) in plan.caveats
+    from snippets.lib import model_report
+
+    text = " ".join(model_report.model_report(plan, 16 * units.GiB, "a card").split())
+    assert "to spare. Not certain: its runs peaked further apart than the margin covers (the caveats below say why)." in text
     assert "apart from one inter-op thread count" not in replace(plan, step=replace(step, xla="on")).caveats
     close = replace(plan, by_threads=((150 * MiB, 300 * MiB), (233 * MiB, 377 * MiB)))
     assert close.order_apart is None and "apart from one" not in close.caveats
+    assert "Not certain" not in model_report.model_report(close, 16 * units.GiB, "a card")
     # The threshold sits above every pair of runs the planner's thread counts made in the benchmark (no XLA).
     import json
     from collections import defaultdict

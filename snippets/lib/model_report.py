@@ -353,7 +353,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     # The verdict holds the larger peak (ModelPlan.total); the initialisation's is said to be the one.
     peak = h(plan.total) + (" (initialisation, above the step)" if plan.init_peak > plan.step_peak else "")
     if spare >= 0:
-        lines.append(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.")
+        # helper-51: a "Fits" a run then ran out of, for a step whose peak changed from one process to the next.
+        unsure = (" Not certain: its runs peaked further apart than the margin covers (the caveats below say why)."
+                  if plan.method != "compiled" and not plan.step.jit and plan.order_apart else "")
+        lines.append(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}")
     else:
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
