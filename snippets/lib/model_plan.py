@@ -384,7 +384,9 @@ class ModelPlan:
     @property
     def order_apart(self) -> tuple[int, int, int] | None:
         """``(batch, low, high)``: the batch run whose worst steps at two thread counts (:attr:`by_threads`) lie
-        furthest apart, :data:`ORDER_SPREAD` or more (bytes); None if none does."""
+        furthest apart, :data:`ORDER_SPREAD` or more (bytes); None if none does, or the step was not run without XLA."""
+        if self.method not in ("measured", "interpolated", "extrapolated") or self.step.jit:
+            return None
         spans = [(max(peaks) / min(peaks), batch, min(peaks), max(peaks))
                  for batch, peaks in zip(self.batches, zip(*self.by_threads)) if len(peaks) > 1 and min(peaks) > 0]
         widest = max(spans, default=None)
@@ -406,9 +408,8 @@ class ModelPlan:
         run = self.method in ("measured", "interpolated", "extrapolated")
         if run and not self.step.jit and 0 < self.raced_steps < FEW_STEPS:
             found = f"{found} {few_steps_caveat(self.raced_steps)}"
-        apart = self.order_apart if run and not self.step.jit else None
-        if apart:
-            found = f"{found} {order_caveat(*apart)}"
+        if self.order_apart:
+            found = f"{found} {order_caveat(*self.order_apart)}"
         return f"{found} {HALF_CAVEAT}" if half and run else found
 
 

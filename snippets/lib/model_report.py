@@ -355,7 +355,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if spare >= 0:
         # helper-51: a "Fits" a run then ran out of, for a step whose peak changed from one process to the next.
         unsure = (" Not certain: its runs peaked further apart than the margin covers (the caveats below say why)."
-                  if plan.method != "compiled" and not plan.step.jit and plan.order_apart else "")
+                  if plan.order_apart else "")
         lines.append(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}")
     else:
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
