@@ -190,10 +190,9 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
     return None, None
 
 
-def measured_plan(args, weights: Sequence[planner.Weight],
-                  setup: model_report.ModelSetup | None = None) -> model_plan.ModelPlan:
-    """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), or on
-    ``--backend jax`` by compiling it (:func:`snippets.lib.jax_step.plan_on_jax`); progress on stderr."""
+def measured_plan(args, weights: Sequence[planner.Weight], setup: model_report.ModelSetup | None = None) -> model_plan.ModelPlan:
+    """Plan ``--model`` by running its step (:func:`snippets.lib.model_plan.plan_model`), or on ``--backend jax`` by
+    compiling it, its largest batch for the card's pool (or --device-memory) too (:func:`snippets.lib.jax_step.plan_on_jax`)."""
     if args.loss is not None:
         import keras
 
@@ -232,7 +231,8 @@ def measured_plan(args, weights: Sequence[planner.Weight],
 
         refuse_unjitted_on_jax(facts.no_xla if facts else {},
                                setup.xla_from if setup.xla == "off" and setup.source_chose_xla else None)
-        return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights)
+        pool = units.parse_size(args.device_memory) if args.device_memory else hardware.jax_pool_bytes(args.card)
+        return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights, capacity=pool)
     try:
         return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
     except RuntimeError as error:  # a run's own exception, in one line (model_step._run_job)

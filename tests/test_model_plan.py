@@ -1197,16 +1197,37 @@ def test_the_json_gives_the_largest_batch_of_the_card_planned_for_among_the_othe
     assert set(model_report.BATCH_CARDS) < set(found["largest_global_batch"])
 
 
+def fake_compiler(figure, asked=None):
+    """A stand-in for :class:`snippets.lib.jax_step.Compiler` whose figures are ``figure(global batch)``; each call's
+    batches are appended to ``asked``."""
+
+    class Fake:
+        def __init__(self, step, timeout=900):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_):
+            pass
+
+        def __call__(self, batches):
+            if asked is not None:
+                asked.append(list(batches))
+            return [figure(b) for b in batches]
+
+    return Fake
+
+
 def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_at_a_faster_growth(monkeypatch):
     # Keras on JAX compiles the reader's batch itself, but its line through half and all of it hid the contrastive
     # head's B x B term: helper-34's largest batch, drawn from 2048 and 4096, came out 2.6 times too large.
     from snippets.lib import jax_step, model_report
 
-    def compiled(step, batches):
-        return [{"total": round(10 * units.MiB + 8 * units.KiB * b + 8 * b * b), "weights_bytes": units.MiB}
-                for b in batches]
+    def compiled(b):
+        return {"total": round(10 * units.MiB + 8 * units.KiB * b + 8 * b * b), "weights_bytes": units.MiB}
 
-    monkeypatch.setattr(jax_step, "compiled_fresh", compiled)
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(compiled))
     plan = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
     # Such growth found, 16 and 32 are compiled too: below the quarter no line through these figures holds (helper-39: a
     # card held "no batch" of a step that came to 4 GiB at 16384 per device).
@@ -1227,8 +1248,8 @@ def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_
     from snippets.lib.model_remedies import mixed_precision_peak
     assert plan.state < 0 and mixed_precision_peak(plan, units.MiB) >= plan.step_peak / 2
     # The same shape without the B x B term.
-    monkeypatch.setattr(jax_step, "compiled_fresh", lambda step, batches: [
-        {"total": 10 * units.MiB + 8 * units.KiB * b, "weights_bytes": units.MiB} for b in batches])
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(
+        lambda b: {"total": 10 * units.MiB + 8 * units.KiB * b, "weights_bytes": units.MiB}))
     linear = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
     assert not linear.faster and linear.largest_batch(30 * units.GiB) > 100 * 4096
     # Up to CHECKED_PAST, half and all of it as before.
@@ -1236,8 +1257,7 @@ def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_
     # Between two compiles, the chord through them (above a convex peak); beyond the reader's batch, the line through
     # it and its half, which a convex peak makes the steeper.
     mild = {1024: 30 * units.MiB, 2048: 62 * units.MiB, 4096: 130 * units.MiB}  # 4096: 1.03 of the line, no stop
-    monkeypatch.setattr(jax_step, "compiled_fresh", lambda step, batches: [
-        {"total": mild[b], "weights_bytes": units.MiB} for b in batches])
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(lambda b: {"total": mild[b], "weights_bytes": units.MiB}))
     bent = jax_step.plan_on_jax(ModelStep("m:f", "adam", 4096, "on"))
     assert not bent.faster and bent.peak_at(1536) == 46 * units.MiB and bent.peak_at(3072) == 96 * units.MiB
     assert bent.peak_at(8192) == 130 * units.MiB + 2 * 68 * units.MiB  # 34 KiB per sample, not 1024 -> 4096's 33 KiB
@@ -1249,6 +1269,54 @@ def test_a_compiled_plan_past_the_checked_line_compiles_a_quarter_too_and_stops_
     assert bent.peak_at(512) == 14 * units.MiB and bent.peak_at(16) == units.MiB
     peaks = [bent.peak_at(b) for b in range(1, 8193, 7)]
     assert peaks == sorted(peaks)  # never falls as the batch grows
+
+
+def test_a_compiled_plan_offers_the_largest_batch_for_its_capacity_only_where_it_compiled_it(monkeypatch):
+    # helper-51: a seq2seq Transformer's XLA figure jumped from 1754 MiB at 200 per device to 4110 at 245, and
+    # "batch 248", read off the line through 256 and 512, was offered for 4 GiB: compiled there it came to 4157 MiB.
+    # A stand-in with such a jump at 245; 246 is the largest batch that truly fits 4 GiB.
+    from snippets.lib import jax_step, model_remedies, model_report
+
+    MiB, cap = units.MiB, 4 * units.GiB
+
+    def figure(b):
+        return {"total": (1000 + 4 * b if b < 245 else 2000 + 8.5 * b) * MiB, "weights_bytes": MiB}
+
+    asked, told = [], []
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(figure, asked))
+    step = ModelStep("m:f", "adam", 512, "on")
+    plain = jax_step.plan_on_jax(step)
+    assert plain.largest_batch(cap) == 252 and figure(252)["total"] > cap  # the line's batch, over when compiled
+    asked.clear()
+    plan = jax_step.plan_on_jax(step, progress=told.append, capacity=cap)
+    # The line's batch, the chord once, then halfway: the chord alone crept down 249, 248, 247 towards the jump.
+    assert asked == [[128, 256, 512], [252], [249], [188], [218], [233]]
+    assert plan.largest_batch(cap) == 233 and plan.peak_at(233) == figure(233)["total"] <= cap
+    assert plan.confirmed_for == cap and [b for b, _ in plan.confirmed] == [188, 218, 233, 249, 252]
+    assert told[1] == "compiling 252 per device, the largest batch the line puts in 4 GiB, to check it ..."
+    assert told[2].startswith("252 per device came to 4.04 GiB, over: compiling 249")
+    how = " ".join(plan.how().split())
+    assert ("Compiled too, to check the largest batch the line puts in 4 GiB: 252 per device came to 4.04 GiB, over "
+            "it; 249 per device") in how and how.endswith("only a compiled batch that fits is offered for it.")
+    # The smaller-batch remedy and the text offer the compiled batch, not one read off the line.
+    found = model_remedies.batch_remedies(plan, cap, 1, MiB)
+    assert found[0].label == "batch 233" and found[0].how == "the compiled figure at that batch"
+    text = " ".join(model_report.model_report(plan, cap, None, found).split())
+    assert "Largest batch that fits 4 GiB (each device): 233, planned from the same compiled steps." in text
+    # The four cards were not compiled at their batches: said, by name.
+    assert ("Not compiled at their batch, the V100-PCIE-16GB, V100-SXM2-32GB, A100-80GB and H100-80GB's are read off "
+            "the line") in text
+    assert model_report.model_json(plan, cap, None, "m:f")["plan"]["confirmed"][-1] == [252, figure(252)["total"]]
+    # A smooth figure: the line's batch compiled once, and it fits.
+    asked.clear()
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(lambda b: {"total": (100 + 4 * b) * MiB,
+                                                                       "weights_bytes": MiB}, asked))
+    smooth = jax_step.plan_on_jax(step, capacity=cap)
+    assert asked == [[128, 256, 512], [999]] and smooth.largest_batch(cap) == 999 and smooth.confirmed == (
+        (999, 4096 * MiB),)
+    # Where the line puts no batch in the capacity, nothing more is compiled.
+    asked.clear()
+    assert jax_step.plan_on_jax(step, capacity=50 * MiB).confirmed == () and asked == [[128, 256, 512]]
 
 
 def test_runs_that_peak_far_apart_across_thread_counts_get_the_order_caveat_and_no_benchmark_run_did():
@@ -1297,7 +1365,8 @@ def test_a_compiled_plans_batches_off_its_compiled_ones_say_xlas_figure_can_jump
         f"the line through the compiled batches at that batch, not compiled there: XLA's figure can jump between batches, "
         f"so plan --batch {largest} to compile it")
     text = " ".join(model_report.model_report(plan, 4 * units.GiB, "a card", [first]).split())
-    assert ("Off the batches compiled these are read off the line through them, and XLA's figure can jump between "
-            "batches: plan the batch you choose with --batch to compile it there.") in text
+    assert ("Not compiled at their batch, the V100-PCIE-16GB, V100-SXM2-32GB, A100-80GB and H100-80GB's are read off "
+            "the line through the compiled batches, and XLA's figure can jump between batches: plan the batch you choose "
+            "with --batch to compile it there.") in text
     on_it = replace(plan, batches=(largest, 512), peaks=(plan.peak_at(largest), 8346 * MiB))
     assert model_remedies.batch_remedies(on_it, 4 * units.GiB, 1, 50 * MiB)[0].how == "the compiled figure at that batch"

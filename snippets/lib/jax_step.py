@@ -16,11 +16,14 @@ Run by :func:`plan_on_jax`; by hand::
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -52,9 +55,10 @@ def device_bytes(compiled) -> dict[str, int]:
 
 
 def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
-    """Keras on JAX: XLA's buffer assignment of the model's train step at each batch, without running it.
+    """Keras on JAX: XLA's buffer assignment of the model's train step at each batch, without running it
+    (:func:`prepare_on_jax`, then its function at ``batches``).
 
-    Call in a process whose Keras backend is JAX (:func:`compiled_fresh` starts one). The model is
+    Call in a process whose Keras backend is JAX (:class:`Compiler` starts one). The model is
     built and trained for one step on one sample per replica (which builds its optimizer slots and
     metrics), then Keras's own ``train_step`` is lowered and compiled as ``fit`` compiles it
     (``make_train_function`` in keras/src/backend/jax/trainer.py: ``jax.jit(train_step,
@@ -75,6 +79,16 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
         ModelError: as :func:`build`, when Keras's backend is not JAX, or when the process has fewer
             JAX devices than ``step.devices``.
     """
+    found = prepare_on_jax(step)(batches or [step.batch])
+    import keras
+
+    keras.distribution.set_distribution(None)
+    return found
+
+
+def prepare_on_jax(step: ModelStep) -> Callable[[Sequence[int]], list[dict]]:
+    """:func:`compile_on_jax`'s model built and trained one step, its distribution set: the function that
+    compiles its train step at a list of global batches (:func:`compile_on_jax`'s returns and raises)."""
     import jax
     import keras
 
@@ -110,44 +124,91 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
         sharding = None if distribution is None else distribution.get_data_layout(shape).backend_layout
         return jax.ShapeDtypeStruct(shape, array.dtype, sharding=sharding)
 
-    results = []
-    for batch in batches or [step.batch]:
-        shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), data)
-        found = device_bytes(step_fn.lower(state, shapes).compile())
-        results.append({"batch": batch, **found, "weights_bytes": weights})
-    if distribution is not None:
-        keras.distribution.set_distribution(None)
-    return results
+    def compile_at(batches: Sequence[int]) -> list[dict]:
+        results = []
+        for batch in batches:
+            shapes = jax.tree_util.tree_map(lambda a, b=batch: shaped(a, b), data)
+            found = device_bytes(step_fn.lower(state, shapes).compile())
+            results.append({"batch": batch, **found, "weights_bytes": weights})
+        return results
+
+    return compile_at
 
 
-def compiled_fresh(step: ModelStep, batches: Sequence[int] = (), timeout: float = 900) -> list[dict]:
-    """:func:`compile_on_jax` in a new Python process on Keras's JAX backend (CPU), with as many
-    emulated devices as ``step`` has replicas.
+#: How the JAX child marks its answer on standard output, where the reader's builder may print too.
+ANSWER = "compiled: "
 
-    Raises:
-        ModelError: the model was refused (one line). RuntimeError: the process failed otherwise.
+
+class Compiler:
+    """A JAX child, ``python -m snippets.lib.jax_step --serve STEP``, that builds ``step``'s model once
+    (:func:`prepare_on_jax`) and compiles its train step at each list of global batches it is called with:
+    a plan's later compiles (a faster growth's small batches, the largest batch checked, :func:`confirm_largest`)
+    cost no new process, import or build. A context manager; the child ends on :meth:`close`.
+
+    Called with ``batches`` (global, samples per step), it returns :func:`compile_on_jax`'s list.
+
+    Raises (on a call):
+        ModelError: the model was refused (one line). RuntimeError: the process failed otherwise, or gave
+            no answer within ``timeout`` seconds (it is killed).
     """
-    check_step(step)
-    env = fork_server.child_env(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-    if step.strategy == "mirrored":
-        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
-                                     f"--xla_force_host_platform_device_count={step.devices}"]).strip()
-    try:
-        done = subprocess.run([sys.executable, "-m", "snippets.lib.jax_step", json.dumps([step.fields(), list(batches)])],
-                              capture_output=True, text=True, check=False, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{step.label()}: no result in {timeout:.0f} s") from None
-    lines = done.stdout.strip().splitlines()
-    if not (lines and lines[-1][:1] in "[{"):
-        raise RuntimeError((done.stderr.strip().splitlines() or ["the JAX process failed"])[-1])
-    reply = json.loads(lines[-1])
-    if isinstance(reply, dict):
-        raise ModelError(reply.get("refused") or reply.get("error", "the JAX process failed"))
-    return reply
+
+    def __init__(self, step: ModelStep, timeout: float = 900) -> None:
+        check_step(step)
+        env = fork_server.child_env(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+        if step.strategy == "mirrored":
+            env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""),
+                                         f"--xla_force_host_platform_device_count={step.devices}"]).strip()
+        self.step, self.timeout, self.killed = step, timeout, False
+        # stderr to a file: reading stdout line by line cannot stall on a full stderr pipe (fork_server.Server).
+        self.errors = tempfile.TemporaryFile("w+")
+        self.child = subprocess.Popen([sys.executable, "-m", "snippets.lib.jax_step", "--serve",
+                                       json.dumps(step.fields())], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self.errors, text=True, env=env)
+
+    def __enter__(self) -> Compiler:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+    def _kill(self) -> None:
+        self.killed = True
+        self.child.kill()
+
+    def __call__(self, batches: Sequence[int]) -> list[dict]:
+        timer = threading.Timer(self.timeout, self._kill)
+        timer.start()
+        try:
+            self.child.stdin.write(json.dumps(list(batches)) + "\n")
+            self.child.stdin.flush()
+            reply = next((json.loads(line[len(ANSWER):]) for line in self.child.stdout if line.startswith(ANSWER)), None)
+        except OSError:  # the child ended while being written to: said below
+            reply = None
+        finally:
+            timer.cancel()
+        if isinstance(reply, list):
+            return reply
+        if isinstance(reply, dict):
+            raise ModelError(reply.get("refused") or reply.get("error", "the JAX process failed"))
+        self.child.wait()
+        if self.killed:
+            raise RuntimeError(f"{self.step.label()}: no result in {self.timeout:.0f} s")
+        self.errors.seek(0)
+        raise RuntimeError((self.errors.read().strip().splitlines() or ["the JAX process failed"])[-1])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.child.stdin.close()
+        try:
+            self.child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
+        self.errors.close()
 
 
 def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
-                weights: Sequence[planner.Weight] | None = None) -> ModelPlan:
+                weights: Sequence[planner.Weight] | None = None, capacity: int | None = None) -> ModelPlan:
     """Plan ``step`` for Keras on JAX (a :class:`~snippets.lib.model_plan.ModelPlan`, method
     ``"compiled"``): XLA's compiled memory analysis of ``fit``'s train step at the reader's batch and
     at half of it (past :data:`~snippets.lib.model_plan.CHECKED_PAST` a quarter too, for
@@ -163,7 +224,8 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
 
     ``strategy="single"``: one device. ``strategy="mirrored"``: ``keras.distribution.DataParallel``
     over ``step.devices`` emulated devices, each device's partitioned program
-    (:func:`compile_on_jax`).
+    (:func:`compile_on_jax`). ``capacity`` (bytes per device; None: none): the largest batch that fits it is
+    compiled too (:func:`confirm_largest`). One process compiles them all (:class:`Compiler`).
 
     Raises:
         ModelError: the model was refused, or its weights (``weights``) are too large to build here: the
@@ -185,18 +247,60 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
     say = progress or (lambda line: None)
     say(f"compiling {step.model}'s train step on JAX at {listed} samples per device ...")
-    results = compiled_fresh(step, [b * replicas for b in batches])
-    compiled = replace(step, xla="on")
-    faster = faster_growth(batches, [r["total"] for r in results]) if quarter else ()
-    if faster:  # past CHECKED_PAST, so the quarter is above SMALL_BATCHES
-        # Below the quarter no line through these figures holds (helper-39: "no batch fits" a card, at 4 GiB for 16384):
-        # the small batches' own figures.
-        say(f"the peak grows faster than linearly: compiling {' and '.join(map(str, SMALL_BATCHES))} per device too ...")
-        results = compiled_fresh(step, [b * replicas for b in SMALL_BATCHES]) + results
-        batches = [*SMALL_BATCHES, *batches]
-    return ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
-                     weights_bytes=results[0]["weights_bytes"],
-                     rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0, faster=faster)
+    with Compiler(step) as compile_at:
+        results = compile_at([b * replicas for b in batches])
+        compiled = replace(step, xla="on")
+        faster = faster_growth(batches, [r["total"] for r in results]) if quarter else ()
+        if faster:  # past CHECKED_PAST, so the quarter is above SMALL_BATCHES
+            # Below the quarter no line through these figures holds (helper-39: "no batch fits" a card, at 4 GiB for
+            # 16384): the small batches' own figures.
+            say(f"the peak grows faster than linearly: compiling {' and '.join(map(str, SMALL_BATCHES))} per device too ...")
+            results = compile_at([b * replicas for b in SMALL_BATCHES]) + results
+            batches = [*SMALL_BATCHES, *batches]
+        plan = ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
+                         weights_bytes=results[0]["weights_bytes"],
+                         rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0, faster=faster)
+        return plan if capacity is None else confirm_largest(plan, capacity, compile_at, say)
+
+
+#: Compiles at most that :func:`confirm_largest` adds to a plan.
+CONFIRMS = 5
+
+
+def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequence[int]], list[dict]],
+                    say: Callable[[str], None]) -> ModelPlan:
+    """``plan`` (compiled) with :attr:`~snippets.lib.model_plan.ModelPlan.confirmed`: the largest batch its line puts
+    in ``capacity`` bytes per device (``L``), compiled there; while no compiled batch up to ``L`` fits, or the largest
+    that does lies more than a sixteenth below the smallest that does not, a batch between them, up to
+    :data:`CONFIRMS` compiles. The first on the chord between them (a smooth figure: one more compile), the rest
+    halfway (a figure that jumps: the chord would creep down to the jump a batch at a time). Between the largest that
+    fits (else 0 samples, at the weights) and the smallest above it that does not. Then
+    :meth:`~snippets.lib.model_plan.ModelPlan.largest_batch` offers, for ``capacity``, the largest compiled batch up
+    to ``L`` that fits: never a batch read off the line.
+
+    helper-51: XLA:CPU's figure for a seq2seq Transformer jumped from 1754 MiB at 200 per device to 4110 at 245;
+    "batch 248", read off the line through 256 and 512, was offered for 4 GiB, and compiled at 248 came to 4157 MiB.
+
+    ``compile_at``: global batches to :func:`compile_on_jax`'s figures (a :class:`Compiler`); ``say``: progress.
+    """
+    replicas, found, h = plan.replicas, [], units.human_bytes
+    line = want = plan.largest_batch(capacity) // replicas
+    while want and want not in plan.compiled_points and len(found) < CONFIRMS:
+        if not found:
+            say(f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ...")
+        found.append((want, compile_at([want * replicas])[0]["total"]))
+        plan = replace(plan, confirmed=tuple(sorted(found)), confirmed_for=capacity)
+        points = {b: p for b, p in plan.compiled_points.items() if b <= line}
+        low, low_peak = max(((b, p) for b, p in points.items() if p <= capacity), default=(0, plan.weights_bytes))
+        high, high_peak = min(((b, p) for b, p in points.items() if b > low and p > capacity), default=(0, 0))
+        if not high or (low and high - low <= high // 16):
+            break
+        chord = low + int((capacity - low_peak) * (high - low) / (high_peak - low_peak))
+        want = min(high - 1, chord if len(found) == 1 else (low + high) // 2)
+        if want <= low:
+            break
+        say(f"{found[-1][0]} per device came to {h(found[-1][1])}, over: compiling {want} ...")
+    return plan
 
 
 def faster_growth(batches: Sequence[int], peaks: Sequence[int]) -> tuple[int, ...]:
@@ -228,20 +332,44 @@ def half_on_cpu(message: str) -> str:
             "activations an upper bound), with mixed_bfloat16, or on the TensorFlow backend (without --backend jax)")
 
 
+def answer(error: Exception) -> dict:
+    """The child's line for ``error``: ``{"refused": ...}`` for a :class:`ModelError`, else ``{"error": ...}``."""
+    if isinstance(error, ModelError):
+        return {"refused": str(error)}
+    return {"error": f"{type(error).__name__}: {error_line(error)}{half_on_cpu(str(error))}"}
+
+
+def serve(fields: dict) -> None:
+    """:class:`Compiler`'s child: build the model of ``fields`` (:class:`ModelStep`'s) once, then answer each line
+    of global batches on stdin with :data:`ANSWER` and their figures (or the error, which a failed build gives every
+    line), until stdin ends."""
+    try:
+        compile_at, failed = prepare_on_jax(check_step(ModelStep(**fields))), None
+    except Exception as error:  # noqa: BLE001 (one line for the parent)
+        compile_at, failed = None, answer(error)
+    for line in sys.stdin:
+        try:
+            reply = failed or compile_at(json.loads(line))
+        except Exception as error:  # noqa: BLE001
+            reply = answer(error)
+        print(ANSWER + json.dumps(reply), flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m snippets.lib.jax_step '[step, batches]'``: :func:`compile_on_jax`'s result as JSON,
-    or ``{"refused": ...}`` / ``{"error": ...}`` in one line."""
+    or ``{"refused": ...}`` / ``{"error": ...}`` in one line; ``--serve STEP``: :func:`serve`."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) == 2 and args[0] == "--serve":
+        serve(json.loads(args[1]))
+        os._exit(0)  # JAX's threads need no clean exit
     if len(args) != 1:
         print("usage: python -m snippets.lib.jax_step '[ModelStep fields as JSON, [batches]]'", file=sys.stderr)
         return 2
     try:
         fields, batches = json.loads(args[0])
         reply = compile_on_jax(check_step(ModelStep(**fields)), batches)
-    except ModelError as error:
-        reply = {"refused": str(error)}
     except Exception as error:  # noqa: BLE001 (one line for the parent)
-        reply = {"error": f"{type(error).__name__}: {error_line(error)}{half_on_cpu(str(error))}"}
+        reply = answer(error)
     print(json.dumps(reply), flush=True)
     os._exit(0)
 

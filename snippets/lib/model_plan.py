@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from snippets.lib import fork_server, planner, units
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
@@ -99,6 +99,10 @@ class ModelPlan:
             over the line through the smaller batches by more than :data:`MARGIN`: the peak grows faster than linearly, so
             the largest batch stops there (bytes; empty if not). At a run short of it, :func:`plan_model` refuses.
         x_alone: why the model's own ``train_step`` ran on x alone (its error on ``(x, y)``, one line); "" if it did not.
+        confirmed: for ``compiled``, ``(batch, figure)`` per device, ascending: batches compiled to check the largest
+            batch that fits :attr:`confirmed_for` bytes (:func:`snippets.lib.jax_step.confirm_largest`), which
+            :meth:`largest_batch` then offers from these figures alone.
+        confirmed_for: the capacity :attr:`confirmed` checked, bytes per device (0: none).
     """
 
     step: ModelStep
@@ -124,10 +128,17 @@ class ModelPlan:
     short_of: int = 0
     faster: tuple[int, ...] = ()
     x_alone: str = ""
+    confirmed: tuple[tuple[int, int], ...] = ()
+    confirmed_for: int = 0
 
     @property
     def replicas(self) -> int:
         return self.step.devices if self.step.strategy == "mirrored" else 1
+
+    @property
+    def compiled_points(self) -> dict[int, int]:
+        """Every compiled figure, per-device batch to bytes: :attr:`batches` and :attr:`confirmed`."""
+        return {**dict(zip(self.batches, self.peaks)), **dict(self.confirmed)}
 
     @property
     def device_batch(self) -> int:
@@ -229,8 +240,8 @@ class ModelPlan:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes."""
         if self.method == "compiled":
             # One buffer assignment: the compiled figure itself, or the line between two of them.
-            if device_batch in self.batches:
-                return self.peaks[self.batches.index(device_batch)]
+            if device_batch in self.compiled_points:
+                return self.compiled_points[device_batch]
             if device_batch < self.batches[0]:
                 return round(below_first(self.batches, self.peaks, device_batch, self.weights_bytes, bool(self.faster)))
             return round(chord(self.batches, self.peaks, device_batch) or self.line_peak(device_batch))
@@ -279,6 +290,13 @@ class ModelPlan:
         """
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
+        if self.confirmed:
+            # The line's batch, where it was compiled (jax_step.confirm_largest), is offered only if its figure fits,
+            # else the largest compiled batch below it that does: XLA's figure can jump between batches.
+            line, points = replace(self, confirmed=()).largest_batch(capacity) // self.replicas, self.compiled_points
+            if line in points:
+                return max((b for b, p in points.items() if b <= line and p <= capacity), default=0) * self.replicas
+            return line * self.replicas
         lines = self._reaching_lines(self.batches[-1] + 1)
         margin = 0 if self.method == "compiled" else MARGIN
         room = capacity / (1 + margin)
@@ -323,10 +341,14 @@ class ModelPlan:
             rule = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
                     if self.rule_slope else "")
             slope = f"other batches {through}{rule}, {low}; " if len(self.batches) > 1 else ""
+            checked = "; ".join(f"{b} per device came to {units.human_bytes(p)}" + (", over it" if p > self.confirmed_for else "")
+                                for b, p in reversed(self.confirmed))
+            checked = (f" Compiled too, to check the largest batch the line puts in {units.human_bytes(self.confirmed_for)}: "
+                       f"{checked}; only a compiled batch that fits is offered for it." if checked else "")
             return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
                     f"whole step jit-compiled as fit does, its state donated) at batch "
                     f"{listed} per device, its inputs given as shapes (no data); "
-                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).{grew}")
+                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).{grew}{checked}")
         cheap = self.wide_why == "cheap"
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")

@@ -67,7 +67,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         """What ``plan.peak_at(per_device)`` rests on (ModelPlan._measured_peak_at), ``at`` naming the batch; ``check``:
         off a compiled batch, how to compile it."""
         if plan.method == "compiled":
-            if per_device in plan.batches:
+            if per_device in plan.compiled_points:
                 return f"the compiled figure {at}"
             # helper-51: XLA:CPU's figure for a seq2seq Transformer jumped from 1754 MiB at 200 to 4110 at 245, and
             # "batch 248", read off the line through 256 and 512, fitted 4 GiB there; compiled at 248 it did not.

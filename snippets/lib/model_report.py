@@ -389,10 +389,13 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                       f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
                       ("" if compiled else JAX_LINE) + ").")
-        elif compiled and any(batch // plan.replicas not in plan.batches for batch in largest.values() if batch):
+        elif compiled and any(batch // plan.replicas not in plan.compiled_points for batch in largest.values() if batch):
             # helper-51: a seq2seq Transformer's compiled figure jumped 2.3x between 200 and 245 per device.
-            beyond = (" Off the batches compiled these are read off the line through them, and XLA's figure can jump "
-                      "between batches: plan the batch you choose with --batch to compile it there.")
+            off = [name for name, batch in largest.items() if batch and batch // plan.replicas not in plan.compiled_points]
+            beyond = (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the "
+                      f"{', '.join(off[:-1]) + ' and ' if len(off) > 1 else ''}{off[-1]}'s "
+                      f"{'is' if len(off) == 1 else 'are'} read off the line through the compiled batches, and XLA's "
+                      "figure can jump between batches: plan the batch you choose with --batch to compile it there.")
         elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom."
@@ -448,7 +451,8 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             # A compiled plan compiles the train step only: its initialisation is not known.
             "init_peak": None if plan.method == "compiled" else plan.init_peak, "step_peak": plan.step_peak,
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
-            "steps_run": list(plan.steps_run), "faster": list(plan.faster)}
+            "steps_run": list(plan.steps_run), "faster": list(plan.faster),
+            "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None}
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
@@ -517,4 +521,8 @@ JSON_KEYS = {
     "plan.steps_run": "the fewest and the most steps a run took; empty if compiled",
     "plan.faster": ("[batch, peak, line] when the run at the reader's own batch peaked above the line through the smaller "
                     "runs by more than the margin (the peak grows faster than linearly: no larger batch is planned); empty if not"),
+    "plan.confirmed": ("a compiled plan's [batch, peak] per device compiled to check the largest batch that fits "
+                       "plan.confirmed_for (the largest batch offered for it is the largest of these, or of "
+                       "plan.batches, that fits); empty if none"),
+    "plan.confirmed_for": "the capacity plan.confirmed checked, bytes per device; null if none",
 }
