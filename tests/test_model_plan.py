@@ -1317,6 +1317,39 @@ def test_a_compiled_plan_offers_the_largest_batch_for_its_capacity_only_where_it
     # Where the line puts no batch in the capacity, nothing more is compiled.
     asked.clear()
     assert jax_step.plan_on_jax(step, capacity=50 * MiB).confirmed == () and asked == [[128, 256, 512]]
+    # Figures that grow less than the rule's Dense activations (XLA fused them) stop every card at the last batch
+    # compiled (floor_only), except the capacity's, whose batch past it is compiled: then its growth is known.
+    from snippets.lib import planner
+
+    asked.clear()
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(lambda b: {"total": MiB + 64 * units.KiB * b,
+                                                                       "weights_bytes": MiB}, asked))
+    fused = jax_step.plan_on_jax(step, weights=[planner.Weight((16, 8192))], capacity=cap)
+    assert fused.floor_only and asked[1][0] > 512 and fused.largest_batch(cap) == asked[1][0]
+    assert replace(fused, confirmed=()).largest_batch(cap) == 512 and fused.largest_batch(cap // 2) == 512
+    text = " ".join(model_report.model_report(fused, cap, None).split())
+    assert f"Largest batch that fits 4 GiB (each device): {asked[1][0]}," in text
+    # For a card's pool, that card's batch is compiled past 512, and the sentence names the cards it leaves at 512.
+    from snippets.lib import hardware
+
+    pool = hardware.jax_pool_bytes("V100-SXM2-32GB")
+    carded = jax_step.plan_on_jax(step, weights=[planner.Weight((16, 8192))], capacity=pool)
+    text = " ".join(model_report.model_report(carded, pool, "V100-SXM2-32GB").split())
+    assert f"V100-SXM2-32GB {carded.largest_batch(pool)} (23.81 GiB per card)" in text and carded.largest_batch(pool) > 512
+    assert "For the V100-PCIE-16GB, A100-80GB and H100-80GB: none past 512 per device, the largest batch compiled" in text
+    # A compile that fails there (a shape too large for XLA) leaves the plan as it was, said on stderr.
+
+    class Failing(fake_compiler(lambda b: {"total": MiB + 64 * units.KiB * b, "weights_bytes": MiB})):
+        def __call__(self, batches):
+            if batches[0] > 512:
+                raise jax_step.ModelError("RuntimeError: too large")
+            return super().__call__(batches)
+
+    monkeypatch.setattr(jax_step, "Compiler", Failing)
+    told.clear()
+    failed = jax_step.plan_on_jax(step, progress=told.append, weights=[planner.Weight((16, 8192))], capacity=cap)
+    assert failed.confirmed == () and failed.largest_batch(cap) == 512
+    assert told[-1].endswith("did not compile (RuntimeError: too large): its largest batch stays read off the line")
 
 
 def test_runs_that_peak_far_apart_across_thread_counts_get_the_order_caveat_and_no_benchmark_run_did():

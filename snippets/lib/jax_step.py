@@ -284,11 +284,16 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     ``compile_at``: global batches to :func:`compile_on_jax`'s figures (a :class:`Compiler`); ``say``: progress.
     """
     replicas, found, h = plan.replicas, [], units.human_bytes
-    line = want = plan.largest_batch(capacity) // replicas
+    # Past the last batch compiled though the figures grew less than the rule's floor (floor_only): compiled, it is known.
+    line = want = plan.largest_batch(capacity, past_floor=True) // replicas
     while want and want not in plan.compiled_points and len(found) < CONFIRMS:
         if not found:
             say(f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ...")
-        found.append((want, compile_at([want * replicas])[0]["total"]))
+        try:
+            found.append((want, compile_at([want * replicas])[0]["total"]))
+        except (ModelError, RuntimeError) as error:  # the plan stands without it: the line's batch is said to be read off it
+            say(f"{want} per device did not compile ({error_line(error)}): its largest batch stays read off the line")
+            break
         plan = replace(plan, confirmed=tuple(sorted(found)), confirmed_for=capacity)
         points = {b: p for b, p in plan.compiled_points.items() if b <= line}
         low, low_peak = max(((b, p) for b, p in points.items() if p <= capacity), default=(0, plan.weights_bytes))

@@ -280,8 +280,12 @@ class ModelPlan:
         """What each device's allocator must give: the larger of the init and step peaks, bytes."""
         return max(self.init_peak, self.step_peak)
 
-    def largest_batch(self, capacity: int) -> int:
+    def largest_batch(self, capacity: int, past_floor: bool = False) -> int:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none.
+
+        For :attr:`confirmed_for`, the largest compiled batch that fits, up to the first :attr:`confirmed` (the line's).
+        ``past_floor``: not stopped at the last batch by :attr:`floor_only` (the batch found is to be compiled:
+        :func:`snippets.lib.jax_step.confirm_largest`, which compiles what no compiled figure showed past it).
 
         Found on the lines, then among every batch up to there or the last batch run
         (:func:`snippets.lib.plan_curve.largest_fitting`): a batch run keeps its own figure and one between two
@@ -291,12 +295,12 @@ class ModelPlan:
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
         if self.confirmed:
-            # The line's batch, where it was compiled (jax_step.confirm_largest), is offered only if its figure fits,
-            # else the largest compiled batch below it that does: XLA's figure can jump between batches.
-            line, points = replace(self, confirmed=()).largest_batch(capacity) // self.replicas, self.compiled_points
-            if line in points:
-                return max((b for b, p in points.items() if b <= line and p <= capacity), default=0) * self.replicas
-            return line * self.replicas
+            if capacity != self.confirmed_for:  # read off the line, as though nothing more had been compiled
+                return replace(self, confirmed=()).largest_batch(capacity)
+            # The line's batch was compiled first (jax_step.confirm_largest), so it is the largest: offered only if its
+            # figure fits, else the largest compiled batch below it that does (XLA's figure can jump between batches).
+            line = max(b for b, _ in self.confirmed)
+            return max((b for b, p in self.compiled_points.items() if b <= line and p <= capacity), default=0) * self.replicas
         lines = self._reaching_lines(self.batches[-1] + 1)
         margin = 0 if self.method == "compiled" else MARGIN
         room = capacity / (1 + margin)
@@ -309,8 +313,9 @@ class ModelPlan:
         else:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
-        # Nothing run past it, or no growth measured up to it.
-        per_device = min(per_device, self.batches[-1]) if self.short_of or self.faster or self.floor_only else per_device
+        # Nothing run past it, or no growth measured up to it (unless the batch is to be compiled: past_floor).
+        capped = self.short_of or self.faster or (self.floor_only and not past_floor)
+        per_device = min(per_device, self.batches[-1]) if capped else per_device
         # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
         return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity, self.batches,
                                max(per_device, self.batches[-1])) * self.replicas

@@ -294,6 +294,15 @@ def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
     return lines + [textwrap.fill(f"Note: {note}", 100, break_on_hyphens=False) for note in setup.notes]
 
 
+def listed(names: Sequence[str]) -> str:
+    """``"A, B and C"``.
+
+    >>> listed(["A"]), listed(["A", "B", "C"])
+    ('A', 'A, B and C')
+    """
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
 def card_pool(plan: model_plan.ModelPlan):
     """The function giving a card's memory for ``plan``: JAX's default pool for a compiled (Keras on
     JAX) plan, TensorFlow's allocator otherwise (:mod:`snippets.lib.hardware`)."""
@@ -382,9 +391,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                       f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
                       "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
                       "it" + ("" if compiled else JAX_LINE) + ").")
-        elif plan.floor_only and any(batch >= plan.batches[-1] * plan.replicas for batch in largest.values()):
+        elif capped := [name for name, batch in largest.items() if batch >= plan.batches[-1] * plan.replicas
+                        and batch // plan.replicas not in dict(plan.confirmed)] if plan.floor_only else []:
             did = "compiled" if compiled else "run"
-            beyond = (f" None past {plan.batches[-1]} per device, the largest batch {did}: up to it the peak grew less "
+            # A card compiled past it for its own pool (jax_step.confirm_largest) is not among them.
+            which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
+            beyond = (f"{which} {'n' if which else 'N'}one past {plan.batches[-1]} per device, the largest batch {did}: up to it the peak grew less "
                       f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                       f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
@@ -392,8 +404,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         elif compiled and any(batch // plan.replicas not in plan.compiled_points for batch in largest.values() if batch):
             # helper-51: a seq2seq Transformer's compiled figure jumped 2.3x between 200 and 245 per device.
             off = [name for name, batch in largest.items() if batch and batch // plan.replicas not in plan.compiled_points]
-            beyond = (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the "
-                      f"{', '.join(off[:-1]) + ' and ' if len(off) > 1 else ''}{off[-1]}'s "
+            beyond = (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the {listed(off)}'s "
                       f"{'is' if len(off) == 1 else 'are'} read off the line through the compiled batches, and XLA's "
                       "figure can jump between batches: plan the batch you choose with --batch to compile it there.")
         elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
