@@ -386,17 +386,19 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
                  "keeps, which grows with the compute capability")
         beyond, checked = "", line_checked(plan)
+        # The cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest).
+        capped = [name for name, batch in largest.items() if plan.floor_only and batch >= plan.batches[-1] * plan.replicas
+                  and batch // plan.replicas not in dict(plan.confirmed)]
         if plan.faster:
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                       f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
                       "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
                       "it" + ("" if compiled else JAX_LINE) + ").")
-        elif capped := [name for name, batch in largest.items() if batch >= plan.batches[-1] * plan.replicas
-                        and batch // plan.replicas not in dict(plan.confirmed)] if plan.floor_only else []:
+        elif capped:
             did = "compiled" if compiled else "run"
-            # A card compiled past it for its own pool (jax_step.confirm_largest) is not among them.
             which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
-            beyond = (f"{which} {'n' if which else 'N'}one past {plan.batches[-1]} per device, the largest batch {did}: up to it the peak grew less "
+            beyond = (f"{which} {'n' if which else 'N'}one past {plan.batches[-1]} per device, the largest batch {did}: "
+                      "up to it the peak grew less "
                       f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                       f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
