@@ -59,7 +59,7 @@ def compile_on_jax(step: ModelStep, batches: Sequence[int] = ()) -> list[dict]:
     (:func:`prepare_on_jax`, then its function at ``batches``).
 
     Call in a process whose Keras backend is JAX (:class:`Compiler` starts one). The model is
-    built and trained for one step on one sample per replica (which builds its optimizer slots and
+    built and trained for one step on two samples per replica (which builds its optimizer slots and
     metrics), then Keras's own ``train_step`` is lowered and compiled as ``fit`` compiles it
     (``make_train_function`` in keras/src/backend/jax/trainer.py: ``jax.jit(train_step,
     donate_argnums=0)``, so the new state is written into the old one's buffers, and under a
@@ -107,10 +107,15 @@ def prepare_on_jax(step: ModelStep) -> Callable[[Sequence[int]], list[dict]]:
         # keras-io's "Customizing what happens in fit() with JAX": Keras on JAX calls train_step(state, data).
         raise ModelError(f"{step.model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls "
                          "train_step(state, data), a stateless step: plan it without --backend jax")
-    x, y = batch_of(model, replicas, compiled_loss(model))
+    # Two samples per replica: a loss over pairs within the batch needs an even one (helper-53).
+    x, y = batch_of(model, 2 * replicas, compiled_loss(model))
     # A 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
     data = (x,) if fed_x_alone(model, step) else (x, y)
-    model.train_on_batch(*data)
+    try:
+        model.train_on_batch(*data)
+    except Exception as error:  # the step compiled later is this one: it fails there too, but unnamed
+        raise RuntimeError(f"the setup step (train_on_batch on {2 * replicas} samples, which builds the optimizer's "
+                           f"slots) failed: {type(error).__name__}: {error_line(error)}") from error
 
     groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
               model.metrics_variables)
@@ -175,11 +180,12 @@ class Compiler:
         self.killed = True
         self.child.kill()
 
-    def __call__(self, batches: Sequence[int]) -> list[dict]:
+    def __call__(self, batches: Sequence[int], accumulation: int | None = None) -> list[dict]:
         timer = threading.Timer(self.timeout, self._kill)
         timer.start()
         try:
-            self.child.stdin.write(json.dumps(list(batches)) + "\n")
+            asked = list(batches) if accumulation is None else {"batches": list(batches), "accumulation": accumulation}
+            self.child.stdin.write(json.dumps(asked) + "\n")
             self.child.stdin.flush()
             reply = next((json.loads(line[len(ANSWER):]) for line in self.child.stdout if line.startswith(ANSWER)), None)
         except OSError:  # the child ended while being written to: said below
@@ -214,7 +220,7 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
     at half of it (past :data:`~snippets.lib.model_plan.CHECKED_PAST` a quarter too, for
     :func:`faster_growth`, and where that finds faster growth the small batches as well), or at :data:`~snippets.lib.model_plan.SMALL_BATCHES` when that half is smaller (the
     line that gives the largest batch: through 1 sample alone it had no slope, and every card's largest
-    batch came out as 1); no step at those batches runs (one ``train_on_batch`` of a sample per replica
+    batch came out as 1); no step at those batches runs (one ``train_on_batch`` of two samples per replica
     creates the optimizer's slots, :func:`compile_on_jax`).
 
     The line's slope is at least :func:`~snippets.lib.model_plan.rule_slope` of ``weights`` (None: no
@@ -260,7 +266,9 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
         plan = ModelPlan(compiled, "compiled", tuple(batches), tuple(r["total"] for r in results),
                          weights_bytes=results[0]["weights_bytes"],
                          rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0, faster=faster)
-        return plan if capacity is None else confirm_largest(plan, capacity, compile_at, say)
+        if capacity is not None:
+            plan = confirm_accumulation(confirm_largest(plan, capacity, compile_at, say), capacity, compile_at, say)
+        return plan
 
 
 #: Compiles at most that :func:`confirm_largest` adds to a plan.
@@ -271,9 +279,9 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
                     say: Callable[[str], None]) -> ModelPlan:
     """``plan`` (compiled) with :attr:`~snippets.lib.model_plan.ModelPlan.confirmed`: the largest batch its line puts
     in ``capacity`` bytes per device (``L``), compiled there; while no compiled batch up to ``L`` fits, or the largest
-    that does lies more than a sixteenth below the smallest that does not, a batch between them, up to
-    :data:`CONFIRMS` compiles. The first on the chord between them (a smooth figure: one more compile), the rest
-    halfway (a figure that jumps: the chord would creep down to the jump a batch at a time). Between the largest that
+    that does lies more than a 32nd below the smallest that does not, a batch between them, up to
+    :data:`CONFIRMS` compiles: on the chord between them, each side weighted as regula falsi's Illinois variant does
+    (a figure that jumps: the plain chord would creep to the jump a batch at a time). Between the largest that
     fits (else 0 samples, at the weights) and the smallest above it that does not. Then
     :meth:`~snippets.lib.model_plan.ModelPlan.largest_batch` offers, for ``capacity``, the largest compiled batch up
     to ``L`` that fits: never a batch read off the line.
@@ -286,26 +294,74 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     replicas, found, h = plan.replicas, [], units.human_bytes
     # Past the last batch compiled though the figures grew less than the rule's floor (floor_only): compiled, it is known.
     line = want = plan.largest_batch(capacity, past_floor=True) // replicas
+    multiple = 1  # 8 once a batch failed to compile (a loss over pairs wants an even one: helper-53's, at 1023)
+    told = f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ..."
     while want and want not in plan.compiled_points and len(found) < CONFIRMS:
-        if not found:
-            say(f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ...")
+        say(told)
         try:
             found.append((want, compile_at([want * replicas])[0]["total"]))
-        except (ModelError, RuntimeError) as error:  # the plan stands without it: the line's batch is said to be read off it
+        except (ModelError, RuntimeError) as error:
+            if multiple == 1 and want > 8 and want % 8:
+                told = (f"{want} per device did not compile ({error_line(error)}): compiling {want // 8 * 8}, a multiple "
+                        "of 8, and only such batches after it ...")
+                multiple, want = 8, want // 8 * 8
+                continue
+            # The plan stands with what did compile: how() says the rest is read off the line.
             say(f"{want} per device did not compile ({error_line(error)}): its largest batch stays read off the line")
-            break
+            return replace(plan, confirm_failed=error_line(error), confirmed_for=capacity)
         plan = replace(plan, confirmed=tuple(sorted(found)), confirmed_for=capacity)
         points = {b: p for b, p in plan.compiled_points.items() if b <= line}
         low, low_peak = max(((b, p) for b, p in points.items() if p <= capacity), default=(0, plan.weights_bytes))
         high, high_peak = min(((b, p) for b, p in points.items() if b > low and p > capacity), default=(0, 0))
-        if not high or (low and high - low <= high // 16):
+        if not high or (low and high - low <= high // 32):
             break
-        chord = low + int((capacity - low_peak) * (high - low) / (high_peak - low_peak))
-        want = min(high - 1, chord if len(found) == 1 else (low + high) // 2)
+        # The chord (a smooth figure: one more compile), as regula falsi's Illinois variant draws it: each compile that
+        # lands on the same side as the one before halves the other side's weight, so a figure that jumps, to which the
+        # plain chord would creep a batch at a time, is closed in on too (helper-53: halving from the second compile,
+        # its offers were 10-12% short of the largest batch that fit).
+        overs = [p > capacity for _, p in found]
+        streak = next((i for i, over in enumerate(reversed(overs)) if over != overs[-1]), len(overs)) - 1
+        under, above = (capacity - low_peak) * 0.5 ** (streak * overs[-1]), (high_peak - capacity) * 0.5 ** (
+            streak * (not overs[-1]))
+        want = min(high - 1, max(low + 1, low + int(under * (high - low) / (under + above)))) // multiple * multiple
         if want <= low:
             break
-        say(f"{found[-1][0]} per device came to {h(found[-1][1])}, over: compiling {want} ...")
+        b, p = found[-1]
+        told = f"{b} per device came to {h(p)}, {'over it' if p > capacity else 'which fits'}: compiling {want} ..."
     return plan
+
+
+def confirm_accumulation(plan: ModelPlan, capacity: int, compile_at: Callable[..., list[dict]],
+                         say: Callable[[str], None]) -> ModelPlan:
+    """``plan`` (compiled, not fitting ``capacity`` bytes per device) with
+    :attr:`~snippets.lib.model_plan.ModelPlan.accumulated`: the step with ``gradient_accumulation_steps=k`` compiled at
+    the reader's per-device batch over ``k``, for each ``k`` of 2, 4 ... 64 dividing it whose step without accumulation
+    fits, smallest first, until one fits.
+
+    Compiled, not counted: Keras on JAX's accumulating step held about 2.2 times the weights more than the step at the
+    same batch without (helper-53: a wide MLP at 16384 per device, 986 MiB where one accumulator per variable put 725
+    for an 800 MiB pool). One build serves every ``k``: ``k`` is a constant of the program (the ``ops.cond`` that
+    applies the update on every k-th step, and the divisor of the accumulated gradients: ``BaseOptimizer.apply`` in
+    keras/src/optimizers/base_optimizer.py), so its buffers are the same for any ``k`` of 2 or more. Not for a step
+    that accumulates already, or trains the builder's own optimizer (whose ``gradient_accumulation_steps`` is its
+    own): :func:`snippets.lib.model_remedies.batch_remedies` counts those.
+
+    ``compile_at``: a :class:`Compiler`; ``say``: progress.
+    """
+    b, step = plan.device_batch, plan.step
+    if plan.step_peak <= capacity or step.accumulation > 1 or step.own_optimizer:
+        return plan
+    found, ks = [], [k for k in (2, 4, 8, 16, 32, 64) if b % k == 0 and plan.peak_at(b // k) <= capacity]
+    for k in ks:
+        say(f"compiling the step with gradient_accumulation_steps={k} at {b // k} per device ...")
+        try:
+            found.append((k, compile_at([b // k * plan.replicas], accumulation=ks[0])[0]["total"]))
+        except (ModelError, RuntimeError) as error:  # the remedy stays the rule's estimate, and says so
+            say(f"gradient_accumulation_steps={k} did not compile ({error_line(error)})")
+            break
+        if found[-1][1] <= capacity:
+            break
+    return replace(plan, accumulated=tuple(found))
 
 
 def faster_growth(batches: Sequence[int], peaks: Sequence[int]) -> tuple[int, ...]:
@@ -348,13 +404,21 @@ def serve(fields: dict) -> None:
     """:class:`Compiler`'s child: build the model of ``fields`` (:class:`ModelStep`'s) once, then answer each line
     of global batches on stdin with :data:`ANSWER` and their figures (or the error, which a failed build gives every
     line), until stdin ends."""
+    step = check_step(ModelStep(**fields))
     try:
-        compile_at, failed = prepare_on_jax(check_step(ModelStep(**fields))), None
+        compile_at, failed = prepare_on_jax(step), None
     except Exception as error:  # noqa: BLE001 (one line for the parent)
         compile_at, failed = None, answer(error)
+    built = step.accumulation
     for line in sys.stdin:
         try:
-            reply = failed or compile_at(json.loads(line))
+            asked = json.loads(line)
+            # {"batches": [...], "accumulation": k}: the step with gradient_accumulation_steps=k, built in place of the
+            # one before (confirm_accumulation), so the child never holds two models' state.
+            if isinstance(asked, dict) and not failed and asked["accumulation"] != built:
+                compile_at = None
+                compile_at, built = prepare_on_jax(replace(step, accumulation=asked["accumulation"])), asked["accumulation"]
+            reply = failed or compile_at(asked["batches"] if isinstance(asked, dict) else asked)
         except Exception as error:  # noqa: BLE001
             reply = answer(error)
         print(ANSWER + json.dumps(reply), flush=True)

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from snippets.lib import fork_server, planner, units
+from snippets.lib.compiled_how import compiled_how
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, COMPILED_HALF_CAVEAT, FEW_STEPS, GPU_CAVEATS, HALF_CAVEAT,
@@ -103,6 +104,9 @@ class ModelPlan:
             batch that fits :attr:`confirmed_for` bytes (:func:`snippets.lib.jax_step.confirm_largest`), which
             :meth:`largest_batch` then offers from these figures alone.
         confirmed_for: the capacity :attr:`confirmed` checked, bytes per device (0: none).
+        confirm_failed: why the largest batch the line put in :attr:`confirmed_for` did not compile (one line; "": it did).
+        accumulated: for ``compiled``, ``(k, figure)``: the step with ``gradient_accumulation_steps=k`` compiled at the
+            reader's per-device batch over ``k``, bytes per device (:func:`snippets.lib.jax_step.confirm_accumulation`).
     """
 
     step: ModelStep
@@ -130,6 +134,8 @@ class ModelPlan:
     x_alone: str = ""
     confirmed: tuple[tuple[int, int], ...] = ()
     confirmed_for: int = 0
+    confirm_failed: str = ""
+    accumulated: tuple[tuple[int, int], ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -240,11 +246,14 @@ class ModelPlan:
         """Planned per-device step peak at ``device_batch`` samples per device, bytes."""
         if self.method == "compiled":
             # One buffer assignment: the compiled figure itself, or the line between two of them.
-            if device_batch in self.compiled_points:
-                return self.compiled_points[device_batch]
-            if device_batch < self.batches[0]:
-                return round(below_first(self.batches, self.peaks, device_batch, self.weights_bytes, bool(self.faster)))
-            return round(chord(self.batches, self.peaks, device_batch) or self.line_peak(device_batch))
+            # Every compiled figure, the checks' too (helper-53: 1024, between the checks at 907 and 1360, read 585 MiB
+            # off the line where 907 had compiled to 665).
+            batches, peaks = zip(*sorted(self.compiled_points.items()))
+            if device_batch in batches:
+                return peaks[batches.index(device_batch)]
+            if device_batch < batches[0]:
+                return round(below_first(batches, peaks, device_batch, self.weights_bytes, bool(self.faster)))
+            return round(chord(batches, peaks, device_batch) or max(self.line_peak(device_batch), peaks[-1]))
         return self._measured_peak_at(device_batch)
 
     def _measured_peak_at(self, device_batch: int) -> int:
@@ -294,13 +303,13 @@ class ModelPlan:
         """
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
-        if self.confirmed:
-            if capacity != self.confirmed_for:  # read off the line, as though nothing more had been compiled
-                return replace(self, confirmed=()).largest_batch(capacity)
+        if self.confirmed and capacity == self.confirmed_for:
             # The line's batch was compiled first (jax_step.confirm_largest), so it is the largest: offered only if its
             # figure fits, else the largest compiled batch below it that does (XLA's figure can jump between batches).
             line = max(b for b, _ in self.confirmed)
             return max((b for b, p in self.compiled_points.items() if b <= line and p <= capacity), default=0) * self.replicas
+        # Other capacities: read off the line and the chords between every compiled batch, up to the largest compiled.
+        top = max(self.compiled_points) if self.method == "compiled" else self.batches[-1]
         lines = self._reaching_lines(self.batches[-1] + 1)
         margin = 0 if self.method == "compiled" else MARGIN
         room = capacity / (1 + margin)
@@ -315,10 +324,11 @@ class ModelPlan:
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         # Nothing run past it, or no growth measured up to it (unless the batch is to be compiled: past_floor).
         capped = self.short_of or self.faster or (self.floor_only and not past_floor)
-        per_device = min(per_device, self.batches[-1]) if capped else per_device
+        per_device = min(per_device, top) if capped else per_device
         # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
-        return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity, self.batches,
-                               max(per_device, self.batches[-1])) * self.replicas
+        return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity,
+                               sorted(self.compiled_points) if self.method == "compiled" else self.batches,
+                               max(per_device, top)) * self.replicas
 
     def how(self) -> str:
         """One sentence: how the figure was obtained (a ``rule`` plan: its own note)."""
@@ -336,24 +346,7 @@ class ModelPlan:
                 "showed (a fixed buffer, such as a large kernel's update, hid the growth there), so no larger batch is "
                 "planned." if self.faster else "")
         if self.method == "compiled":
-            devices = (f"each device of keras.distribution.DataParallel over {self.replicas}, every variable whole "
-                       "on each, its partitioned program with the gradients' all-reduce"
-                       if self.replicas > 1 else "one device")
-            through = ("between two on the chord" + ("" if self.faster else f", beyond on the line through {self.batches[-2]} and "
-                       f"{self.batches[-1]}") if self.batches[-1] > CHECKED_PAST else f"on the line through those of {b1} or more")
-            low = (f"below {self.batches[0]} at its figure there" if self.faster else
-                   f"below {self.batches[0]} on the line through {self.batches[0]} and {self.batches[1]}")
-            rule = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
-                    if self.rule_slope else "")
-            slope = f"other batches {through}{rule}, {low}; " if len(self.batches) > 1 else ""
-            checked = "; ".join(f"{b} per device came to {units.human_bytes(p)}" + (", over it" if p > self.confirmed_for else "")
-                                for b, p in reversed(self.confirmed))
-            checked = (f" Compiled too, to check the largest batch the line puts in {units.human_bytes(self.confirmed_for)}: "
-                       f"{checked}; only a compiled batch that fits is offered for it." if checked else "")
-            return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "
-                    f"whole step jit-compiled as fit does, its state donated) at batch "
-                    f"{listed} per device, its inputs given as shapes (no data); "
-                    f"{slope}XLA:CPU's figures (XLA:GPU assigns its own buffers).{grew}{checked}")
+            return compiled_how(self, grew)
         cheap = self.wide_why == "cheap"
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")

@@ -43,7 +43,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
       samples per step plus one accumulator per trainable variable
       (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
       field case F22), the smallest ``k`` that fits; a step already accumulating over ``k0``
-      (``plan.step.accumulation``) was measured with its accumulators, so ``k0 x k`` steps add none;
+      (``plan.step.accumulation``) was measured with its accumulators, so ``k0 x k`` steps add none; a compiled
+      plan's is the accumulating step's compiled figure (``plan.accumulated``), else that rule, an estimate;
     - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used), else twice or four times
       that, up to 8 (one host's GPUs), the fewest that fit and divide the batch:
       ``B / N`` samples per replica, the lines at that batch (plus the all-reduced gradient when they
@@ -89,18 +90,32 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
     k0 = plan.step.accumulation
     accumulators = (" + one accumulator per trainable variable (by rule)" if k0 == 1 else
                     f" (its accumulators measured with it, for gradient_accumulation_steps={k0})")
+    compiled = dict(plan.accumulated)
     for k in (2, 4, 8, 16, 32, 64):
         if b % k:
             continue
         peak = round(plan.peak_at(b // k) + (trainable_bytes if k0 == 1 else 0))
+        how = basis(b // k, f"at {b // k} per device") + accumulators
+        # Keras on JAX's accumulating step, compiled (jax_step.confirm_accumulation): the rule's one accumulator per
+        # variable put a wide MLP's at 725 MiB, compiled 986 (helper-53). Not compiled: the rule, an estimate.
+        guess = plan.method == "compiled" and k0 == 1 and k not in compiled
+        if k in compiled:
+            peak, how = compiled[k], (f"the compiled figure of the step with gradient_accumulation_steps={k} at "
+                                      f"{b // k} per device, its accumulators in it")
+        elif guess:
+            # No lower than an accumulating step compiled at a larger micro-batch: its accumulators do not shrink.
+            peak = max(peak, min(compiled.values(), default=0))
+            how += (f"; Keras on JAX's accumulating step can hold more (a wide MLP's, 2.2 times its weights): set "
+                    f"gradient_accumulation_steps={k} on the optimizer and plan --batch {plan.step.batch // k} to "
+                    "compile it")
         if peak <= capacity:
             found.append(BatchRemedy(f"gradient_accumulation_steps={k0 * k} (batch {plan.step.batch // k} per step, "
-                                     f"same effective batch {plan.step.batch * k0})", peak,
-                                     basis(b // k, f"at {b // k} per device") + accumulators,
+                                     f"same effective batch {plan.step.batch * k0})", peak, how,
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
-                                     "statistics come from each micro-batch"))
+                                     "statistics come from each micro-batch; a loss over pairs within the batch "
+                                     "pairs within each micro-batch only", estimate=guess))
             break
     # The fewest that fit, up to four times as many: MirroredStrategy is one host's GPUs (8 on a DGX H100 or A100).
     for more in (max(devices, 2 * replicas) << i for i in range(3)):

@@ -357,7 +357,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         # Keras-on-JAX figure and a rule are other methods, which it did not measure).
         lines.append(textwrap.fill(model_plan.accuracy_line(), 100, break_on_hyphens=False))
     spare = capacity - plan.total
-    against = ("each device" if not card_name else f"JAX's default 75% pool of a {card_name}" if compiled
+    against = ("each device" if not card_name else f"JAX's default 75% pool of {'an' if card_name[0] in 'AEFHILMNORSX' else 'a'} {card_name}" if compiled
                else f"{card_name}'s allocator")
     # The verdict holds the larger peak (ModelPlan.total); the initialisation's is said to be the one.
     peak = h(plan.total) + (" (initialisation, above the step)" if plan.init_peak > plan.step_peak else "")
@@ -373,8 +373,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         source = "compiled steps" if compiled else "runs"
         if card_name not in largest:  # --device-memory, or a card the list below leaves out
             own = plan.largest_batch(capacity)
-            per = f" ({own // plan.replicas} per replica)" if plan.replicas > 1 else ""
-            lines.append(f"Largest {'global ' if per else ''}batch that fits {h(capacity)} ({against}): {own}{per}, "
+            per = f" ({own // plan.replicas} per replica)" if plan.replicas > 1 and own else ""
+            lines.append(f"Largest {'global ' if per else ''}batch that fits {h(capacity)} ({against}): {own or 'none'}{per}, "
                          f"planned from the same {source}.")
         pool = card_pool(plan)
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
@@ -387,8 +387,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                  "keeps, which grows with the compute capability")
         beyond, checked = "", line_checked(plan)
         # The cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest).
-        capped = [name for name, batch in largest.items() if plan.floor_only and batch >= plan.batches[-1] * plan.replicas
-                  and batch // plan.replicas not in dict(plan.confirmed)]
+        top = line_checked(plan) if compiled else plan.batches[-1]
+        capped = [name for name, batch in largest.items() if plan.floor_only and batch >= top * plan.replicas
+                  and not (plan.confirmed and pool(name) == plan.confirmed_for)]
         if plan.faster:
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                       f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
@@ -397,24 +398,24 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         elif capped:
             did = "compiled" if compiled else "run"
             which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
-            beyond = (f"{which} {'n' if which else 'N'}one past {plan.batches[-1]} per device, the largest batch {did}: "
+            beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch {did}: "
                       "up to it the peak grew less "
                       f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                       f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
                       ("" if compiled else JAX_LINE) + ").")
-        elif compiled and any(batch // plan.replicas not in plan.compiled_points for batch in largest.values() if batch):
-            # helper-51: a seq2seq Transformer's compiled figure jumped 2.3x between 200 and 245 per device.
-            off = [name for name, batch in largest.items() if batch and batch // plan.replicas not in plan.compiled_points]
-            beyond = (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the {listed(off)}'s "
-                      f"{'is' if len(off) == 1 else 'are'} read off the line through the compiled batches, and XLA's "
-                      "figure can jump between batches: plan the batch you choose with --batch to compile it there.")
         elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom."
                       if checked == model_plan.LINE_CHECKED else
                       f" Past {checked} per device, the largest batch run, the line runs further than any run checked "
                       "it: leave those batches more headroom.")
+        # helper-51: a seq2seq Transformer's compiled figure jumped 2.3x between 200 and 245 per device.
+        off = [name for name, batch in largest.items() if compiled and batch and batch // plan.replicas not in plan.compiled_points]
+        if off:  # helper-53: read off the line, a card's batch compiled to as much as twice its pool
+            beyond += (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the largest batch for the "
+                       f"{listed(off)} is read off the line through the compiled batches, and XLA's figure can jump "
+                       "between batches (to twice the line's): plan the batch you choose with --batch to compile it there.")
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
@@ -426,6 +427,14 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                                 f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ",
                                 break_on_hyphens=False)
                   for rank, r in enumerate(remedies_found, 1)]
+    accumulated = [peak for _, peak in plan.accumulated]
+    if accumulated and min(accumulated) > capacity:  # helper-53: the rule's one accumulator said a wide MLP's fitted
+        ks = [k for k, _ in plan.accumulated]
+        lines.append(textwrap.fill(
+            f"Gradient accumulation does not fit: compiled with gradient_accumulation_steps={listed(list(map(str, ks)))} "
+            f"at your batch over each, the accumulating step came to {h(min(accumulated))} or more per device: its "
+            "accumulators, and the update it applies every k-th step, do not shrink with the micro-batch.", 100))
+    if remedies_found:
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
             "blocks, which trades memory for a second forward pass of each block (keras.RematScope fails "
@@ -448,7 +457,7 @@ def line_checked(plan: model_plan.ModelPlan) -> int:
     (:data:`snippets.lib.model_plan.LINE_CHECKED`), the largest batch compiled for a compiled one (the
     benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs), or this plan's largest run past
     that (:data:`snippets.lib.model_plan.CHECKED_PAST`)."""
-    return max(plan.batches) if plan.method == "compiled" else max(model_plan.LINE_CHECKED, *plan.batches)
+    return max(plan.compiled_points) if plan.method == "compiled" else max(model_plan.LINE_CHECKED, *plan.batches)
 
 
 def plan_json(plan: model_plan.ModelPlan) -> dict:
@@ -465,7 +474,8 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             "init_peak": None if plan.method == "compiled" else plan.init_peak, "step_peak": plan.step_peak,
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
             "steps_run": list(plan.steps_run), "faster": list(plan.faster),
-            "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None}
+            "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None,
+            "accumulated": [list(point) for point in plan.accumulated]}
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
@@ -538,4 +548,6 @@ JSON_KEYS = {
                        "plan.confirmed_for (the largest batch offered for it is the largest of these, or of "
                        "plan.batches, that fits); empty if none"),
     "plan.confirmed_for": "the capacity plan.confirmed checked, bytes per device; null if none",
+    "plan.accumulated": ("a compiled plan that does not fit: [k, peak] per device of the step with "
+                         "gradient_accumulation_steps=k compiled at the batch over k, smallest k first; empty if none"),
 }
