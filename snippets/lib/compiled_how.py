@@ -23,7 +23,8 @@ def compiled_how(plan, grew: str) -> str:
            f"below {batches[0]} on the line through {batches[0]} and {batches[1]}" if len(batches) > 1 else "")
     rule = f", at least the {h(round(plan.rule_slope))} per sample the rule counts" if plan.rule_slope else ""
     slope = f"other batches {through}{rule}, {low}; " if len(batches) > 1 else ""
-    checked = "; ".join(f"{b} per device came to {h(p)}" + (", over it" if p > plan.confirmed_for else ", which fits")
+    checked = "; ".join(f"{b} per device came to {units.against(p, plan.confirmed_for)}"
+                        + (", over it" if p > plan.confirmed_for else ", which fits")
                         for b, p in reversed(plan.confirmed))
     checked = (f" Compiled too, to check the largest batch the line puts in {h(plan.confirmed_for)}: "
                f"{checked}; only a compiled batch that fits is offered for it." if checked else "")

@@ -327,7 +327,8 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
         if want <= low:
             break
         b, p = found[-1]
-        told = f"{b} per device came to {h(p)}, {'over it' if p > capacity else 'which fits'}: compiling {want} ..."
+        told = (f"{b} per device came to {units.against(p, capacity)}, {'over it' if p > capacity else 'which fits'}: "
+                f"compiling {want} ...")
     return plan
 
 

@@ -423,7 +423,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if remedies_found:
         lines.append(f"Remedies that fit, derived from the {'compiled steps' if compiled else 'measurement'} "
                      "(figures per device):")
-        lines += [textwrap.fill(f"{rank}. {r.label}: {h(r.peak)}{', an ESTIMATE' if r.estimate else ''} "
+        # A figure that rounds to the capacity says by how much it is under (units.against).
+        lines += [textwrap.fill(f"{rank}. {r.label}: {units.against(r.peak, capacity)}"
+                                f"{', an ESTIMATE' if r.estimate else ''} "
                                 f"({r.how}). Costs: {r.cost}.", 100, subsequent_indent="   ",
                                 break_on_hyphens=False)
                   for rank, r in enumerate(remedies_found, 1)]

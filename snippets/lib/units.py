@@ -163,6 +163,17 @@ def human_bytes(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def against(nbytes: int, capacity: int) -> str:
+    """``nbytes`` in :func:`human_bytes`, with how far over or under ``capacity`` it is where both read the same.
+
+    >>> against(4 * GiB + MiB, 4 * GiB), against(3 * GiB, 4 * GiB)
+    ('4 GiB (1 MiB over)', '3 GiB')
+    """
+    if human_bytes(nbytes) != human_bytes(capacity) or nbytes == capacity:
+        return human_bytes(nbytes)
+    return f"{human_bytes(nbytes)} ({human_bytes(abs(nbytes - capacity))} {'over' if nbytes > capacity else 'under'})"
+
+
 #: Mixed-precision policies: (variable dtype, compute dtype). Keras keeps the
 #: variables in float32 and casts a float16 copy for each layer call
 #: (Keras API page "Mixed precision"; field case F10).
