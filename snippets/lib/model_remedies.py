@@ -114,8 +114,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
-                                     "statistics come from each micro-batch; a loss over pairs within the batch "
-                                     "pairs within each micro-batch only", estimate=guess))
+                                     "statistics come from each micro-batch, and a loss over pairs within the batch, "
+                                     "which sees only the pairs within each micro-batch", estimate=guess))
             break
     # The fewest that fit, up to four times as many: MirroredStrategy is one host's GPUs (8 on a DGX H100 or A100).
     for more in (max(devices, 2 * replicas) << i for i in range(3)):
