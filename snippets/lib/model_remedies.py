@@ -105,7 +105,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         elif guess:
             # No lower than an accumulating step compiled at a larger micro-batch: its accumulators do not shrink.
             peak = max(peak, min(compiled.values(), default=0))
-            how += (f"; Keras on JAX's accumulating step can hold more (a wide MLP's, 2.2 times its weights): set "
+            how += (f"; Keras on JAX's accumulating step can hold more than one accumulator per variable: set "
                     f"gradient_accumulation_steps={k} on the optimizer and plan --batch {plan.step.batch // k} to "
                     "compile it")
         if peak <= capacity:
