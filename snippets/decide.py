@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 
-from snippets.lib import (cli, fork_server, hardware, model_plan, model_remedies, model_report, optimizers, pictures,
-                          placements, planner, private, splits, units)
+from snippets.lib import (cli, fork_server, hardware, model_accumulation, model_plan, model_remedies, model_report,
+                          optimizers, pictures, placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import declared_batch_failure, declared_batch_note
 from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
@@ -274,11 +274,9 @@ def benchmark(repeats: int = 5) -> dict:
     """Seconds the planner takes on the full seed model, after imports.
 
     Imports Keras and TensorFlow first, then times, ``repeats`` times, the
-    whole path a reader runs: build the seed model ([131072, 65536] kernel)
-    under ``StatelessScope``, read its weights, plan float32 + RMSprop
-    mirrored over 4 devices, rank remedies. The first run includes counting
-    RMSprop's slots (one probe build). Nothing is asserted here: the
-    benchmark quotes the figures.
+    whole path a reader runs: build the seed model ([131072, 65536] kernel) under ``StatelessScope``, read its weights,
+    plan float32 + RMSprop mirrored over 4 devices, rank remedies. The first run includes counting RMSprop's slots (one
+    probe build). Nothing is asserted here: the benchmark quotes the figures.
 
     Returns:
         ``{"first_s": float, "best_s": float, "repeats": int}``.
@@ -529,6 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 capacity = hardware.jax_pool_bytes(card.name)
             own = getattr(getattr(args, "source", None), "own_policies", None) or {}
             half = any(map(units.computes_in_16_bits, own))
+            # A run step that does not fit: its accumulating step is run too, for the accumulation remedy.
+            plan = model_accumulation.measure_accumulation(plan, capacity, model_plan.stderr_progress)
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")

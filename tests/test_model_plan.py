@@ -553,15 +553,22 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     assert labels[0].startswith("batch ") and any("gradient_accumulation_steps=" in x for x in labels)
     assert all(r.peak <= units.GiB and r.how for r in found)
     accumulation = next(r for r in found if "accumulation" in r.label)
-    assert "one accumulator per trainable variable" in accumulation.how
+    # The accumulating step not run: the rule's one accumulator per variable, an estimate, which says so.
+    assert "one accumulator per trainable variable (by rule; the accumulating step can hold more" in accumulation.how
+    assert accumulation.estimate and accumulation.peak == plan.peak_at(64) + 10 * units.MiB
     assert all(r.cost for r in found)
+    # Run (model_accumulation.measure_accumulation): what it peaked above the step, measured, no estimate.
+    run = next(r for r in model_remedies.batch_remedies(replace(plan, accumulator_extra=25 * units.MiB), units.GiB, 4,
+                                                        10 * units.MiB) if "accumulation" in r.label)
+    assert run.peak == plan.peak_at(64) + 25 * units.MiB and not run.estimate
+    assert "+ what the accumulating step peaked above the step without, run at 16 per device" in run.how
     # Mixed precision comes last, as what it is: a rule's best case this host cannot measure. At 1 GiB
     # even that does not fit; at 2 GiB it does.
-    assert not any(r.estimate for r in found)
+    assert not any(r.estimate for r in found if r is not accumulation)
     roomy = model_remedies.batch_remedies(plan, 2 * units.GiB, 4, 10 * units.MiB)
     mixed = roomy[-1]
     assert "mixed_float16" in mixed.label and mixed.estimate and "by rule, the best case" in mixed.how
-    assert not any(r.estimate for r in roomy[:-1])
+    assert not any(r.estimate for r in roomy[:-1] if "accumulation" not in r.label)
     # 10 MiB per sample measured (220 -> 380 MiB over 16 samples) with the extrapolation's allowance beyond 32,
     # halved; the state and a 16-bit copy stay.
     state = 380 * units.MiB - 10 * units.MiB * 32
@@ -569,7 +576,8 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     assert mixed.peak == round((state + 5 * units.MiB + activations / 2) * 1.10)
     already = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", policy="mixed_float16"), "extrapolated",
                                    (16, 32), (220 * units.MiB, 380 * units.MiB))
-    assert not any(r.estimate for r in model_remedies.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB))
+    assert not any(r.estimate for r in model_remedies.batch_remedies(already, 16 * units.GiB, 4, 10 * units.MiB)
+                   if "accumulation" not in r.label)
     # A step that accumulates already: more steps of it, its accumulators measured with it, not added again.
     accumulating = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", accumulation=4), "extrapolated",
                                         (16, 32), (220 * units.MiB, 380 * units.MiB))
@@ -1450,3 +1458,44 @@ def test_a_compiled_plans_batches_off_its_compiled_ones_say_xlas_figure_can_jump
             "twice the line's): plan the batch you choose with --batch to compile it there.") in text
     on_it = replace(plan, batches=(largest, 512), peaks=(plan.peak_at(largest), 8346 * MiB))
     assert model_remedies.batch_remedies(on_it, 4 * units.GiB, 1, 50 * MiB)[0].how == "the compiled figure at that batch"
+
+
+def test_a_run_plan_that_does_not_fit_runs_its_accumulating_step_for_the_accumulation_remedy():
+    # A wide MLP (16384 wide, 128 MiB of weights, Adam, TensorFlow) peaked 1.5 times its weights above the step without
+    # when it accumulated (no XLA), 2.5 times with XLA, where the rule counted one accumulator: the remedy under-planned.
+    from snippets.lib import model_accumulation
+
+    MiB = units.MiB
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off"), "extrapolated", (16, 32), (220 * MiB, 380 * MiB))
+    calls = []
+
+    def run(step, cap, inter_op_threads=None, peak=235 * MiB):
+        calls.append((step.batch, step.accumulation, inter_op_threads))
+        return {"completed": True, "step_peak": peak - (3 * MiB if inter_op_threads == 1 else 0)}
+
+    measured = model_accumulation.measure_accumulation(plan, units.GiB, run=run)
+    # At the plan's first batch, at each of its thread counts, gradient_accumulation_steps=2 (any k is the same program).
+    assert calls == [(16, 2, t) for t in model_plan.plan_threads(plan.step)] and measured.accumulator_extra == 15 * MiB
+    remedy = next(r for r in model_remedies.batch_remedies(measured, units.GiB, 4, 10 * MiB) if "accumulation" in r.label)
+    assert remedy.peak == plan.peak_at(64) + 15 * MiB and not remedy.estimate
+    # Where no micro-batch leaves room for what it adds, the report says so.
+    from snippets.lib import model_report
+
+    heavy = replace(measured, accumulator_extra=1000 * MiB)
+    text = " ".join(model_report.model_report(heavy, units.GiB, None, model_remedies.batch_remedies(
+        heavy, units.GiB, 4, 10 * MiB)).split())
+    assert ("Gradient accumulation does not fit: the step with gradient_accumulation_steps=2 peaked 1000 MiB above the "
+            "step without at 16 per device") in text
+    assert model_report.model_json(measured, units.GiB, None, "m:f")["plan"]["accumulator_extra"] == 15 * MiB
+    # Never under one accumulator per variable: a draw of the runs can put the step's own peak higher.
+    assert model_accumulation.accumulation_how(replace(plan, accumulator_extra=MiB), 10 * MiB)[0] == 10 * MiB
+    # Nothing run where it fits, where no micro-batch would, or for a step that accumulates already; a run that ran out
+    # leaves the plan as it was.
+    calls.clear()
+    for same in (model_plan.ModelPlan(plan.step, "extrapolated", (16, 32), (20 * MiB, 38 * MiB)),
+                 replace(plan, step=replace(plan.step, accumulation=2))):
+        assert model_accumulation.measure_accumulation(same, units.GiB, run=run) is same
+    assert model_accumulation.measure_accumulation(plan, 100 * MiB, run=run) is plan and not calls
+    out = model_accumulation.measure_accumulation(plan, units.GiB, run=lambda s, c, inter_op_threads=None: {
+        "completed": False, "step_peak": None})
+    assert out is plan and out.accumulator_extra == 0

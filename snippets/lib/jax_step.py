@@ -344,13 +344,13 @@ def confirm_accumulation(plan: ModelPlan, capacity: int, compile_at: Callable[..
     for an 800 MiB pool). One build serves every ``k``: ``k`` is a constant of the program (the ``ops.cond`` that
     applies the update on every k-th step, and the divisor of the accumulated gradients: ``BaseOptimizer.apply`` in
     keras/src/optimizers/base_optimizer.py), so its buffers are the same for any ``k`` of 2 or more. Not for a step
-    that accumulates already, or trains the builder's own optimizer (whose ``gradient_accumulation_steps`` is its
-    own): :func:`snippets.lib.model_remedies.batch_remedies` counts those.
+    that accumulates already (its accumulators are in its figures). The builder's own optimizer is given ``k`` too
+    (:func:`snippets.lib.model_step.build`).
 
     ``compile_at``: a :class:`Compiler`; ``say``: progress.
     """
     b, step = plan.device_batch, plan.step
-    if plan.step_peak <= capacity or step.accumulation > 1 or step.own_optimizer:
+    if plan.step_peak <= capacity or step.accumulation > 1:
         return plan
     found, ks = [], [k for k in (2, 4, 8, 16, 32, 64) if b % k == 0 and plan.peak_at(b // k) <= capacity]
     for k in ks:

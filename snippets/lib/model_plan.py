@@ -107,6 +107,8 @@ class ModelPlan:
         confirm_failed: why the largest batch the line put in :attr:`confirmed_for` did not compile (one line; "": it did).
         accumulated: for ``compiled``, ``(k, figure)``: the step with ``gradient_accumulation_steps=k`` compiled at the
             reader's per-device batch over ``k``, bytes per device (:func:`snippets.lib.jax_step.confirm_accumulation`).
+        accumulator_extra: for a run plan, bytes the step with ``gradient_accumulation_steps=2`` peaked above this one at
+            its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
     """
 
     step: ModelStep
@@ -136,6 +138,7 @@ class ModelPlan:
     confirmed_for: int = 0
     confirm_failed: str = ""
     accumulated: tuple[tuple[int, int], ...] = ()
+    accumulator_extra: int = 0
 
     @property
     def replicas(self) -> int:
@@ -275,6 +278,9 @@ class ModelPlan:
         # 64: 1.27 of the step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord
         # through two draws can pass under (a wide MLP at 64: 0.945 on it): the lines stay. benchmarks.model_planner.rows.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
+        if device_batch < self.batches[0]:  # no further under the first run than the flattest line falls: a line levelled
+            # at a larger run's peak can pass under it (a wide MLP's, flat from 16 to 1024: batch 15 at 572 MiB, 16 at 776)
+            seen = self.peaks[0] - min(slope for _, slope in self.lines()) * (self.batches[0] - device_batch)
         between = chord(self.batches, self.peaks, device_batch)
         lines = 0 if between and self.wide_why == "cheap" else self.line_peak(device_batch)
         return round(max(lines, seen, between) * (1 + MARGIN))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from snippets.lib.model_accumulation import accumulation_how
 from snippets.lib.model_plan import MARGIN, ModelPlan
 
 
@@ -40,8 +41,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
 
     - a smaller batch: the largest that fits (the lines themselves);
     - the same effective batch through ``gradient_accumulation_steps=k``: ``B / k``
-      samples per step plus one accumulator per trainable variable
-      (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
+      samples per step plus what the accumulating step measured above the step without
+      (:func:`snippets.lib.model_accumulation.accumulation_how`), else, an estimate, one accumulator per trainable
+      variable (``trainable_bytes``, Keras 3.15 keeps them in the variables' dtype;
       field case F22), the smallest ``k`` that fits; a step already accumulating over ``k0``
       (``plan.step.accumulation``) was measured with its accumulators, so ``k0 x k`` steps add none; a compiled
       plan's is the accumulating step's compiled figure (``plan.accumulated``), else that rule, an estimate;
@@ -88,13 +90,15 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                  "fewer samples per update: retune the learning rate"))
     # A step that accumulates already was measured with its accumulators: k more micro-batches add none.
     k0 = plan.step.accumulation
-    accumulators = (" + one accumulator per trainable variable (by rule)" if k0 == 1 else
-                    f" (its accumulators measured with it, for gradient_accumulation_steps={k0})")
+    extra, accumulators, unmeasured = (
+        (0, f" (its accumulators measured with it, for gradient_accumulation_steps={k0})", False) if k0 > 1 else
+        (trainable_bytes, " + one accumulator per trainable variable (by rule)", False) if plan.method == "compiled"
+        else accumulation_how(plan, trainable_bytes))
     compiled = dict(plan.accumulated)
     for k in (2, 4, 8, 16, 32, 64):
         if b % k:
             continue
-        peak = round(plan.peak_at(b // k) + (trainable_bytes if k0 == 1 else 0))
+        peak = round(plan.peak_at(b // k) + extra)
         how = basis(b // k, f"at {b // k} per device") + accumulators
         # Keras on JAX's accumulating step, compiled (jax_step.confirm_accumulation): the rule's one accumulator per
         # variable put a wide MLP's at 725 MiB, compiled 986 (helper-53). Not compiled: the rule, an estimate.
@@ -115,7 +119,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      "one keeps the same samples per second, more if it does not; the large batch's "
                                      "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
                                      "statistics come from each micro-batch, and a loss over pairs within the batch, "
-                                     "which sees only the pairs within each micro-batch", estimate=guess))
+                                     "which sees only the pairs within each micro-batch",
+                                     estimate=guess or unmeasured))
             break
     # The fewest that fit, up to four times as many: MirroredStrategy is one host's GPUs (8 on a DGX H100 or A100).
     for more in (max(devices, 2 * replicas) << i for i in range(3)):

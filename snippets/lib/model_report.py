@@ -436,6 +436,11 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             f"Gradient accumulation does not fit: compiled with gradient_accumulation_steps={listed(list(map(str, ks)))} "
             f"at your batch over each, the accumulating step came to {h(min(accumulated))} or more per device: its "
             "accumulators, and the update it applies every k-th step, do not shrink with the micro-batch.", 100))
+    elif plan.accumulator_extra and not any(r.label.startswith("gradient_accumulation_steps=") for r in remedies_found):
+        lines.append(textwrap.fill(
+            f"Gradient accumulation does not fit: the step with gradient_accumulation_steps=2 peaked "
+            f"{h(plan.accumulator_extra)} above the step without at {plan.batches[0]} per device (its accumulators, and "
+            "the update it applies every k-th step), more than any micro-batch's step leaves room for.", 100))
     if remedies_found:
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
@@ -477,7 +482,7 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
             "steps_run": list(plan.steps_run), "faster": list(plan.faster),
             "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None,
-            "accumulated": [list(point) for point in plan.accumulated]}
+            "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
@@ -552,4 +557,6 @@ JSON_KEYS = {
     "plan.confirmed_for": "the capacity plan.confirmed checked, bytes per device; null if none",
     "plan.accumulated": ("a compiled plan that does not fit: [k, peak] per device of the step with "
                          "gradient_accumulation_steps=k compiled at the batch over k, smallest k first; empty if none"),
+    "plan.accumulator_extra": ("a run plan that does not fit: bytes the step with gradient_accumulation_steps=2 peaked "
+                               "above it at its first batch, which the accumulation remedy adds; null if not run"),
 }

@@ -218,8 +218,13 @@ def build(step: ModelStep, replica_program: bool = False):
     if step.own_optimizer and compiled is None:
         raise ModelError(f"{step.model} compiled no optimizer this time, though it did when read: pass --optimizer")
     optimizer = compiled if step.own_optimizer else optimizers.make_optimizer(step.optimizer)
-    if step.accumulation > 1 and not step.own_optimizer:  # the builder's object has its own (inside a LossScaleOptimizer)
-        optimizer.gradient_accumulation_steps = step.accumulation
+    # The builder's object keeps its own (read on the optimizer a LossScaleOptimizer wraps); given none, it takes the
+    # accumulation remedy's (model_accumulation), before it is built: its accumulators are made when it is.
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if step.accumulation > 1 and not (step.own_optimizer and inner.gradient_accumulation_steps):
+        if inner.built:
+            raise ModelError(f"{step.model}'s optimizer is built already: gradient_accumulation_steps cannot be given to it")
+        inner.gradient_accumulation_steps = step.accumulation
     if replica_program and step.devices > 1:
         from snippets.lib.step_ledger import copy_on_aggregation
 
