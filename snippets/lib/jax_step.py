@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -280,9 +281,11 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     """``plan`` (compiled) with :attr:`~snippets.lib.model_plan.ModelPlan.confirmed`: the largest batch its line puts
     in ``capacity`` bytes per device (``L``), compiled there; while no compiled batch up to ``L`` fits, or the largest
     that does lies more than a 32nd below the smallest that does not, a batch between them, up to
-    :data:`CONFIRMS` compiles: on the chord between them, each side weighted as regula falsi's Illinois variant does
-    (a figure that jumps: the plain chord would creep to the jump a batch at a time). Between the largest that
-    fits (else 0 samples, at the weights) and the smallest above it that does not. Then
+    :data:`CONFIRMS` compiles, a failed one included: on the chord between them, each side weighted as regula falsi's
+    Illinois variant does (a figure that jumps: the plain chord would creep to the jump a batch at a time), or their
+    geometric mean where they lie more than 4 times apart. Between the largest that fits (else 0 samples, at the
+    weights) and the smallest above it that does not. A batch that fails to compile is said in
+    :attr:`~snippets.lib.model_plan.ModelPlan.confirm_failed`; after the first, only multiples of 8 are asked. Then
     :meth:`~snippets.lib.model_plan.ModelPlan.largest_batch` offers, for ``capacity``, the largest compiled batch up
     to ``L`` that fits: never a batch read off the line.
 
@@ -296,19 +299,23 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     line = want = plan.largest_batch(capacity, past_floor=True) // replicas
     multiple = 1  # 8 once a batch failed to compile (a loss over pairs wants an even one: helper-53's, at 1023)
     told = f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ..."
-    while want and want not in plan.compiled_points and len(found) < CONFIRMS:
+    for _ in range(CONFIRMS):  # a compile that fails counts too
+        if not want or want in plan.compiled_points:
+            break
         say(told)
         try:
             found.append((want, compile_at([want * replicas])[0]["total"]))
         except (ModelError, RuntimeError) as error:
+            # Said in how() whether or not the search goes on (helper-54: a retry that compiled left no trace).
+            plan = replace(plan, confirm_failed=f"{want} per device: {error_line(error)}", confirmed_for=capacity)
             if multiple == 1 and want > 8 and want % 8:
                 told = (f"{want} per device did not compile ({error_line(error)}): compiling {want // 8 * 8}, a multiple "
                         "of 8, and only such batches after it ...")
                 multiple, want = 8, want // 8 * 8
                 continue
-            # The plan stands with what did compile: how() says the rest is read off the line.
-            say(f"{want} per device did not compile ({error_line(error)}): its largest batch stays read off the line")
-            return replace(plan, confirm_failed=error_line(error), confirmed_for=capacity)
+            say(f"{want} per device did not compile ({error_line(error)}): the largest compiled batch that fits "
+                f"{h(capacity)} is offered for it")
+            return plan
         plan = replace(plan, confirmed=tuple(sorted(found)), confirmed_for=capacity)
         points = {b: p for b, p in plan.compiled_points.items() if b <= line}
         low, low_peak = max(((b, p) for b, p in points.items() if p <= capacity), default=(0, plan.weights_bytes))
@@ -323,7 +330,10 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
         streak = next((i for i, over in enumerate(reversed(overs)) if over != overs[-1]), len(overs)) - 1
         under, above = (capacity - low_peak) * 0.5 ** (streak * overs[-1]), (high_peak - capacity) * 0.5 ** (
             streak * (not overs[-1]))
-        want = min(high - 1, max(low + 1, low + int(under * (high - low) / (under + above)))) // multiple * multiple
+        want = max(low + 1, low + int(under * (high - low) / (under + above)))
+        # Far apart, the geometric mean: from a line's batch far over (helper-54: 56 million per device came to
+        # 11497 TiB), the chord crept up from the largest batch that fit, doubling at best, and offered 2528 of ~100k.
+        want = min(high - 1, math.isqrt(low * high) if low and high > 4 * low else want) // multiple * multiple
         if want <= low:
             break
         b, p = found[-1]

@@ -41,7 +41,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from snippets.lib import fork_server, planner, units
+from snippets.lib import compiled_curve, fork_server, planner, units
 from snippets.lib.compiled_how import compiled_how
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
@@ -209,7 +209,8 @@ class ModelPlan:
         with Adam, flat from 16 to 512 per device, had a V100-SXM2-32GB's largest batch put at 20.9 million on the
         floor's 1.27 KiB per sample; its steps grew about 16.8 KB per sample, near 1.8 million)."""
         found = self.lines()
-        return len(self.batches) > 1 and bool(found) and all(slope <= self.rule_slope for _, slope in found)
+        steeper = self.method == "compiled" and compiled_curve.last_slope(self) > self.rule_slope  # checks past the line
+        return len(self.batches) > 1 and bool(found) and all(s <= self.rule_slope for _, s in found) and not steeper
 
     def _line_at(self, device_batch: int) -> tuple[float, float]:
         """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
@@ -251,12 +252,14 @@ class ModelPlan:
             # One buffer assignment: the compiled figure itself, or the line between two of them.
             # Every compiled figure, the checks' too (helper-53: 1024, between the checks at 907 and 1360, read 585 MiB
             # off the line where 907 had compiled to 665).
-            batches, peaks = zip(*sorted(self.compiled_points.items()))
+            batches, peaks = compiled_curve.points(self)
             if device_batch in batches:
                 return peaks[batches.index(device_batch)]
             if device_batch < batches[0]:
                 return round(below_first(batches, peaks, device_batch, self.weights_bytes, bool(self.faster)))
-            return round(chord(batches, peaks, device_batch) or max(self.line_peak(device_batch), peaks[-1]))
+            # Past the largest: no lower than the line through the two largest (helper-54: checks far above the line).
+            return round(chord(batches, peaks, device_batch) or max(self.line_peak(device_batch), peaks[-1],
+                                                                    compiled_curve.beyond(self, device_batch)))
         return self._measured_peak_at(device_batch)
 
     def _measured_peak_at(self, device_batch: int) -> int:
@@ -309,11 +312,15 @@ class ModelPlan:
         """
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
-        if self.confirmed and capacity == self.confirmed_for:
+        if self.confirmed_for and capacity == self.confirmed_for:
             # The line's batch was compiled first (jax_step.confirm_largest), so it is the largest: offered only if its
-            # figure fits, else the largest compiled batch below it that does (XLA's figure can jump between batches).
-            line = max(b for b, _ in self.confirmed)
+            # figure fits, else the largest compiled batch below it that does (XLA's figure can jump between batches);
+            # where a check failed to compile, only a compiled batch (helper-54: the failed one had been offered).
+            line = max((b for b, _ in self.confirmed), default=max(self.compiled_points))
             return max((b for b, p in self.compiled_points.items() if b <= line and p <= capacity), default=0) * self.replicas
+        if self.confirmed_for:  # no more than a smaller capacity's compiled batch, no less than a larger one's
+            checked, other = replace(self, confirmed_for=0).largest_batch(capacity), self.largest_batch(self.confirmed_for)
+            return max(checked, other) if capacity > self.confirmed_for else min(checked, other)
         # Other capacities: read off the line and the chords between every compiled batch, up to the largest compiled.
         top = max(self.compiled_points) if self.method == "compiled" else self.batches[-1]
         lines = self._reaching_lines(self.batches[-1] + 1)
@@ -329,7 +336,8 @@ class ModelPlan:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         # Nothing run past it, or no growth measured up to it (unless the batch is to be compiled: past_floor).
-        capped = self.short_of or self.faster or (self.floor_only and not past_floor)
+        capped = (self.short_of or self.faster or (self.floor_only and not past_floor)
+                  or (self.method == "compiled" and compiled_curve.grows_faster(self)))
         per_device = min(per_device, top) if capped else per_device
         # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
         return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity,

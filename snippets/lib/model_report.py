@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from snippets.lib import hardware, model_plan, units
+from snippets.lib import compiled_curve, hardware, model_plan, units
 from snippets.lib.model_remedies import BatchRemedy
 from snippets.lib.private import CUDNN
 
@@ -388,9 +388,15 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         beyond, checked = "", line_checked(plan)
         # The cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest).
         top = line_checked(plan) if compiled else plan.batches[-1]
-        capped = [name for name, batch in largest.items() if plan.floor_only and batch >= top * plan.replicas
+        faster = compiled and compiled_curve.grows_faster(plan)  # the checks grew faster than linearly
+        capped = [name for name, batch in largest.items() if (plan.floor_only or faster) and batch >= top * plan.replicas
                   and not (plan.confirmed and pool(name) == plan.confirmed_for)]
-        if plan.faster:
+        if capped and faster and not plan.faster:
+            which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
+            beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: the "
+                      "compiled figures grew faster than linearly (as a loss over pairs within the batch does), so no line "
+                      "past them holds (plan a larger --batch to compile it).")
+        elif plan.faster:
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                       f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
                       "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
@@ -412,10 +418,11 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                       "it: leave those batches more headroom.")
         # helper-51: a seq2seq Transformer's compiled figure jumped 2.3x between 200 and 245 per device.
         off = [name for name, batch in largest.items() if compiled and batch and batch // plan.replicas not in plan.compiled_points]
-        if off:  # helper-53: read off the line, a card's batch compiled to as much as twice its pool
+        if off:  # helper-53, -54: read off the line, a card's batch compiled to 2.7 times its pool
             beyond += (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the largest batch for the "
                        f"{listed(off)} is read off the line through the compiled batches, and XLA's figure can jump "
-                       "between batches (to twice the line's): plan the batch you choose with --batch to compile it there.")
+                       "between batches, or grow faster than the line (to more than twice its figure): plan the batch you "
+                       "choose with --batch to compile it there.")
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
@@ -482,7 +489,7 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
             "steps_run": list(plan.steps_run), "faster": list(plan.faster),
             "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None,
-            "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
+            "confirm_failed": plan.confirm_failed or None, "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
@@ -554,7 +561,10 @@ JSON_KEYS = {
     "plan.confirmed": ("a compiled plan's [batch, peak] per device compiled to check the largest batch that fits "
                        "plan.confirmed_for (the largest batch offered for it is the largest of these, or of "
                        "plan.batches, that fits); empty if none"),
-    "plan.confirmed_for": "the capacity plan.confirmed checked, bytes per device; null if none",
+    "plan.confirmed_for": ("the capacity plan.confirmed checked, bytes per device (a check that failed to compile: "
+                           "plan.confirm_failed); null if none"),
+    "plan.confirm_failed": ("the batch per device a check failed to compile at, and its error, in one line (only "
+                            "compiled batches are offered for plan.confirmed_for); null if none"),
     "plan.accumulated": ("a compiled plan that does not fit: [k, peak] per device of the step with "
                          "gradient_accumulation_steps=k compiled at the batch over k, smallest k first; empty if none"),
     "plan.accumulator_extra": ("a run plan that does not fit: bytes the step with gradient_accumulation_steps=2 peaked "

@@ -1,0 +1,47 @@
+"""A compiled plan's figures as one curve: every batch XLA compiled, the checks' included.
+
+:class:`snippets.lib.model_plan.ModelPlan` of method ``"compiled"`` holds the batches its line was drawn through
+(``batches``) and the batches compiled to check the largest batch for the reader's capacity (``confirmed``,
+:func:`snippets.lib.jax_step.confirm_largest`). These read a batch off all of them: helper-54's trial found the
+line through the first two carried past checks that had come out far above it (a loss over pairs: a card's batch read
+off it compiled to 2.7 times the card's pool, and the plan said its growth was under the rule's).
+"""
+
+from __future__ import annotations
+
+from snippets.lib.plan_runs import MARGIN
+
+
+def points(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(batches, figures)`` of every compiled figure of ``plan``, per device, ascending."""
+    found = sorted(plan.compiled_points.items())
+    return tuple(b for b, _ in found), tuple(p for _, p in found)
+
+
+def last_slope(plan) -> float:
+    """Bytes per sample between the two largest compiled batches (0 for fewer than two)."""
+    batches, figures = points(plan)
+    return (figures[-1] - figures[-2]) / (batches[-1] - batches[-2]) if len(batches) > 1 else 0.0
+
+
+def beyond(plan, device_batch: int) -> float:
+    """Past the largest compiled batch: the line through the two largest compiled figures, bytes (0 for fewer)."""
+    batches, figures = points(plan)
+    return figures[-1] + last_slope(plan) * (device_batch - batches[-1]) if len(batches) > 1 else 0.0
+
+
+def grows_faster(plan) -> bool:
+    """Whether some compiled figure lies above the line through the two compiled batches below it by more than
+    :data:`~snippets.lib.plan_runs.MARGIN`: past the largest compiled batch no line holds (a loss over pairs), so no
+    larger batch is read off one.
+
+    Only batches at least a sixteenth apart count: a jump between two close batches (a seq2seq Transformer's figure,
+    1754 MiB at 200 per device, 4110 at 245) is a step, not a growth."""
+    batches, figures = points(plan)
+    for i in range(2, len(batches)):
+        (b0, b1, b2), (p0, p1, p2) = batches[i - 2:i + 1], figures[i - 2:i + 1]
+        if (b1 - b0) * 16 < b1 or (b2 - b1) * 16 < b2:
+            continue
+        if p2 > (p1 + (p1 - p0) / (b1 - b0) * (b2 - b1)) * (1 + MARGIN):
+            return True
+    return False
