@@ -108,15 +108,21 @@ def prepare_on_jax(step: ModelStep) -> Callable[[Sequence[int]], list[dict]]:
         # keras-io's "Customizing what happens in fit() with JAX": Keras on JAX calls train_step(state, data).
         raise ModelError(f"{step.model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls "
                          "train_step(state, data), a stateless step: plan it without --backend jax")
-    # Two samples per replica: a loss over pairs within the batch needs an even one (helper-53).
-    x, y = batch_of(model, 2 * replicas, compiled_loss(model))
-    # A 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
-    data = (x,) if fed_x_alone(model, step) else (x, y)
-    try:
-        model.train_on_batch(*data)
-    except Exception as error:  # the step compiled later is this one: it fails there too, but unnamed
+    # Two samples per replica (a loss over pairs within the batch needs an even batch: helper-53), else the smallest
+    # divisor of the reader's own that trains (a triplet loss, groups of 3: helper-54).
+    per_replica, first = step.batch // replicas, None
+    for n in [2, *(n for n in (3, 4, 6, 8, 12, 16) if per_replica % n == 0)]:
+        x, y = batch_of(model, n * replicas, compiled_loss(model))
+        # A 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
+        data = (x,) if fed_x_alone(model, step) else (x, y)
+        try:
+            model.train_on_batch(*data)
+            break
+        except Exception as error:  # noqa: BLE001 (the first is said if none trains)
+            first = first or f"{type(error).__name__}: {error_line(error)}"
+    else:  # the step compiled later is this one: it fails there too, but unnamed
         raise RuntimeError(f"the setup step (train_on_batch on {2 * replicas} samples, which builds the optimizer's "
-                           f"slots) failed: {type(error).__name__}: {error_line(error)}") from error
+                           f"slots) failed: {first}")
 
     groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
               model.metrics_variables)
@@ -285,7 +291,7 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     Illinois variant does (a figure that jumps: the plain chord would creep to the jump a batch at a time), or their
     geometric mean where they lie more than 4 times apart. Between the largest that fits (else 0 samples, at the
     weights) and the smallest above it that does not. A batch that fails to compile is said in
-    :attr:`~snippets.lib.model_plan.ModelPlan.confirm_failed`; after the first, only multiples of 8 are asked. Then
+    :attr:`~snippets.lib.model_plan.ModelPlan.confirm_failed`; after the first, only multiples of 24 are asked. Then
     :meth:`~snippets.lib.model_plan.ModelPlan.largest_batch` offers, for ``capacity``, the largest compiled batch up
     to ``L`` that fits: never a batch read off the line.
 
@@ -297,7 +303,9 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     replicas, found, h = plan.replicas, [], units.human_bytes
     # Past the last batch compiled though the figures grew less than the rule's floor (floor_only): compiled, it is known.
     line = want = plan.largest_batch(capacity, past_floor=True) // replicas
-    multiple = 1  # 8 once a batch failed to compile (a loss over pairs wants an even one: helper-53's, at 1023)
+    # 24 once a batch failed to compile: a loss over pairs wants an even batch (helper-53's, at 1023), over triplets a
+    # multiple of 3 (helper-54's); 24 is a multiple of each group size up to 4, and of 6, 8 and 12.
+    multiple = 1
     told = f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ..."
     for _ in range(CONFIRMS):  # a compile that fails counts too
         if not want or want in plan.compiled_points:
@@ -308,10 +316,10 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
         except (ModelError, RuntimeError) as error:
             # Said in how() whether or not the search goes on (helper-54: a retry that compiled left no trace).
             plan = replace(plan, confirm_failed=f"{want} per device: {error_line(error)}", confirmed_for=capacity)
-            if multiple == 1 and want > 8 and want % 8:
-                told = (f"{want} per device did not compile ({error_line(error)}): compiling {want // 8 * 8}, a multiple "
-                        "of 8, and only such batches after it ...")
-                multiple, want = 8, want // 8 * 8
+            if multiple == 1 and want > 24 and want % 24:
+                told = (f"{want} per device did not compile ({error_line(error)}): compiling {want // 24 * 24}, a "
+                        "multiple of 24, and only such batches after it ...")
+                multiple, want = 24, want // 24 * 24
                 continue
             say(f"{want} per device did not compile ({error_line(error)}): the largest compiled batch that fits "
                 f"{h(capacity)} is offered for it")

@@ -142,6 +142,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         estimate = single if on_jax else plan.step.jit
         if on_jax and single:
             how += f"; from the one-device compiled step: compile it with --strategy mirrored --devices {more}"
+        elif on_jax:  # helper-54: "the compiled figure" read as compiled over these devices
+            how += (f", compiled over {replicas} devices: each device's program is the same over {more} (every variable "
+                    "whole, its gradients all-reduced)")
         elif plan.step.jit and not on_jax:
             how += ("; from the XLA-compiled step, while Keras compiles none under a strategy: measure it with "
                     "--strategy mirrored")

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from snippets.lib import compiled_curve, hardware, model_plan, units
+from snippets.lib import compiled_curve, hardware, model_accumulation, model_plan, units
 from snippets.lib.model_remedies import BatchRemedy
 from snippets.lib.private import CUDNN
 
@@ -443,11 +443,21 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             f"Gradient accumulation does not fit: compiled with gradient_accumulation_steps={listed(list(map(str, ks)))} "
             f"at your batch over each, the accumulating step came to {h(min(accumulated))} or more per device: its "
             "accumulators, and the update it applies every k-th step, do not shrink with the micro-batch.", 100))
-    elif plan.accumulator_extra and not any(r.label.startswith("gradient_accumulation_steps=") for r in remedies_found):
+    elif plan.total > capacity and plan.method != "rule" and plan.step.accumulation == 1 and not plan.accumulated and (
+            not (ks := [k for k in model_accumulation.ACCUMULATIONS if plan.device_batch % k == 0])
+            or all(plan.peak_at(plan.device_batch // k) + plan.accumulator_extra > capacity for k in ks)):
+        # helper-54: a batch of 300 had no k whose micro-batch fits, and nothing said so.
+        b = plan.device_batch
         lines.append(textwrap.fill(
             f"Gradient accumulation does not fit: the step with gradient_accumulation_steps=2 peaked "
             f"{h(plan.accumulator_extra)} above the step without at {plan.batches[0]} per device (its accumulators, and "
-            "the update it applies every k-th step), more than any micro-batch's step leaves room for.", 100))
+            "the update it applies every k-th step), more than any micro-batch's step leaves room for."
+            if plan.accumulator_extra else
+            f"Gradient accumulation does not fit: at {b // ks[-1]} per device, the smallest micro-batch that "
+            f"gradient_accumulation_steps={ks[-1]} makes of your {b}, the step alone is planned at "
+            f"{h(plan.peak_at(b // ks[-1]))}, over {h(capacity)}." if ks else
+            f"Gradient accumulation: none of gradient_accumulation_steps=2, 4 ... 64 divides your {b} per device "
+            "(plan a batch that one does, to see it).", 100))
     if remedies_found:
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
