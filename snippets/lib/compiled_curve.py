@@ -9,7 +9,14 @@ off it compiled to 2.7 times the card's pool, and the plan said its growth was u
 
 from __future__ import annotations
 
+import math
+
 from snippets.lib.plan_runs import MARGIN
+
+#: Batches a compiled plan offers or compiles are multiples of the reader's per-device batch's common divisor with
+#: this: a loss over pairs wants even batches, over triplets multiples of 3 (helper-55: an odd card batch, and an odd
+#: half of the reader's, failed to compile), and 24 holds every group size up to 4, and 6, 8 and 12.
+GROUPS = 24
 
 
 def points(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -45,3 +52,19 @@ def grows_faster(plan) -> bool:
         if p2 > (p1 + (p1 - p0) / (b1 - b0) * (b2 - b1)) * (1 + MARGIN):
             return True
     return False
+
+
+def group(plan) -> int:
+    """What every batch ``plan`` offers or compiles is a multiple of: :data:`GROUPS`' common divisor with the reader's
+    per-device batch (8 for 256, 6 for 300, 1 for 257)."""
+    return math.gcd(plan.device_batch, GROUPS)
+
+
+def grouped(plan, device_batch: int) -> int:
+    """``device_batch`` down to a multiple of :func:`group`, unless that is 0.
+
+    >>> from types import SimpleNamespace
+    >>> grouped(SimpleNamespace(device_batch=35490), 179807), grouped(SimpleNamespace(device_batch=512), 5)
+    (179802, 5)
+    """
+    return device_batch // group(plan) * group(plan) or device_batch

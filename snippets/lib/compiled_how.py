@@ -30,7 +30,8 @@ def compiled_how(plan, grew: str) -> str:
                f"{checked}; only a compiled batch that fits is offered for it." if checked else "")
     if plan.confirm_failed:
         offered = plan.largest_batch(plan.confirmed_for) // plan.replicas
-        checked += (f" Checking the largest batch in {h(plan.confirmed_for)}, a compile failed ({plan.confirm_failed}): "
+        failed = "compiles failed" if "; " in plan.confirm_failed else "a compile failed"
+        checked += (f" Checking the largest batch in {h(plan.confirmed_for)}, {failed} ({plan.confirm_failed}): "
                     "the batch offered for it is " + ("the largest compiled that fits." if offered in plan.compiled_points
                                                       else "read off the line."))
     return (f"Compiled, not run: XLA's buffer assignment of Keras on JAX's train step ({devices}; the "

@@ -28,8 +28,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from snippets.lib import fork_server, planner, units
+from snippets.lib import compiled_curve, fork_server, planner, units
 from snippets.lib.errors import error_line
+from snippets.lib.model_accumulation import accumulations
 from snippets.lib.model_batch import batch_of
 from snippets.lib.model_plan import CHECKED_PAST, MARGIN, SMALL_BATCHES, ModelPlan, rule_slope, runs_here
 from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap, fed_x_alone,
@@ -252,10 +253,12 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                          f"({copies}), more than this host can spare: plan it by rule with --strategy "
                          "data_parallel (Keras on JAX's DataParallel), without --backend jax")
     per_device = step.batch // replicas
-    half = per_device // 2
+    # Multiples of the group a loss over pairs or triplets needs, as the reader's batch is (compiled_curve.group).
+    g = math.gcd(per_device, compiled_curve.GROUPS)
+    half = per_device // 2 // g * g or per_device // 2
     # Past CHECKED_PAST a quarter too: a line through two figures hides a B x B term (helper-34: a contrastive
     # loss compiled at 4096 was right there, but its largest batch, drawn from 2048, came out 2.6 times too large).
-    quarter = [per_device // 4] if per_device > CHECKED_PAST else []
+    quarter = [per_device // 4 // g * g or per_device // 4] if per_device > CHECKED_PAST else []
     batches = sorted({per_device, *([half] if half >= SMALL_BATCHES[0] else SMALL_BATCHES), *quarter})
     listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
     say = progress or (lambda line: None)
@@ -303,9 +306,9 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     replicas, found, h = plan.replicas, [], units.human_bytes
     # Past the last batch compiled though the figures grew less than the rule's floor (floor_only): compiled, it is known.
     line = want = plan.largest_batch(capacity, past_floor=True) // replicas
-    # 24 once a batch failed to compile: a loss over pairs wants an even batch (helper-53's, at 1023), over triplets a
-    # multiple of 3 (helper-54's); 24 is a multiple of each group size up to 4, and of 6, 8 and 12.
-    multiple = 1
+    # The reader's group (compiled_curve.group), and 24 once a batch failed to compile: a loss over pairs wants an even
+    # batch (helper-53's, at 1023), over triplets a multiple of 3 (helper-54's).
+    multiple = compiled_curve.group(plan)
     told = f"compiling {want} per device, the largest batch the line puts in {h(capacity)}, to check it ..."
     for _ in range(CONFIRMS):  # a compile that fails counts too
         if not want or want in plan.compiled_points:
@@ -315,8 +318,10 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
             found.append((want, compile_at([want * replicas])[0]["total"]))
         except (ModelError, RuntimeError) as error:
             # Said in how() whether or not the search goes on (helper-54: a retry that compiled left no trace).
-            plan = replace(plan, confirm_failed=f"{want} per device: {error_line(error)}", confirmed_for=capacity)
-            if multiple == 1 and want > 24 and want % 24:
+            failed = f"{want} per device: {error_line(error)}"
+            plan = replace(plan, confirm_failed="; ".join(filter(None, [plan.confirm_failed, failed])),
+                           confirmed_for=capacity)
+            if multiple < 24 and want > 24 and want % 24:
                 told = (f"{want} per device did not compile ({error_line(error)}): compiling {want // 24 * 24}, a "
                         "multiple of 24, and only such batches after it ...")
                 multiple, want = 24, want // 24 * 24
@@ -354,8 +359,9 @@ def confirm_accumulation(plan: ModelPlan, capacity: int, compile_at: Callable[..
                          say: Callable[[str], None]) -> ModelPlan:
     """``plan`` (compiled, not fitting ``capacity`` bytes per device) with
     :attr:`~snippets.lib.model_plan.ModelPlan.accumulated`: the step with ``gradient_accumulation_steps=k`` compiled at
-    the reader's per-device batch over ``k``, for each ``k`` of 2, 4 ... 64 dividing it whose step without accumulation
-    fits, smallest first, until one fits.
+    the reader's per-device batch over ``k``, for each ``k`` up to 64 dividing it whose step without accumulation
+    fits (:func:`snippets.lib.model_accumulation.accumulations`), smallest first, until one fits, at most
+    :data:`CONFIRMS`.
 
     Compiled, not counted: Keras on JAX's accumulating step held about 2.2 times the weights more than the step at the
     same batch without (helper-53: a wide MLP at 16384 per device, 986 MiB where one accumulator per variable put 725
@@ -370,8 +376,8 @@ def confirm_accumulation(plan: ModelPlan, capacity: int, compile_at: Callable[..
     b, step = plan.device_batch, plan.step
     if plan.step_peak <= capacity or step.accumulation > 1:
         return plan
-    found, ks = [], [k for k in (2, 4, 8, 16, 32, 64) if b % k == 0 and plan.peak_at(b // k) <= capacity]
-    for k in ks:
+    found, ks = [], [k for k in accumulations(b, compiled_curve.group(plan)) if plan.peak_at(b // k) <= capacity]
+    for k in ks[:CONFIRMS]:
         say(f"compiling the step with gradient_accumulation_steps={k} at {b // k} per device ...")
         try:
             found.append((k, compile_at([b // k * plan.replicas], accumulation=ks[0])[0]["total"]))

@@ -19,8 +19,21 @@ from dataclasses import replace
 from snippets.lib.model_plan import PARALLEL, ModelPlan, plan_threads, thread_counts
 from snippets.lib.model_step import ModelError, measure_many
 
-#: The micro-batch counts :func:`snippets.lib.model_remedies.batch_remedies` tries, smallest first.
-ACCUMULATIONS = (2, 4, 8, 16, 32, 64)
+#: The micro-batch counts :func:`snippets.lib.model_remedies.batch_remedies` tries, smallest first: every ``k`` up to
+#: 64 that divides the per-device batch (helper-54: with powers of 2 alone, a batch of 300 had none that fit, where
+#: ``k=5`` did).
+ACCUMULATIONS = tuple(range(2, 65))
+
+
+def accumulations(device_batch: int, group: int = 1) -> list[int]:
+    """The ``k`` of :data:`ACCUMULATIONS` that divide ``device_batch`` into micro-batches that are multiples of
+    ``group`` (a compiled plan's :func:`snippets.lib.compiled_curve.group`: a triplet loss's micro-batch of 512, from
+    3072 over 6, failed to compile), ascending.
+
+    >>> accumulations(300)[:6], accumulations(7), accumulations(3072, 24)
+    ([2, 3, 4, 5, 6, 10], [7], [2, 4, 8, 16, 32, 64])
+    """
+    return [k for k in ACCUMULATIONS if device_batch % k == 0 and (device_batch // k) % group == 0]
 
 
 def wants_accumulation(plan: ModelPlan, capacity: int) -> bool:
@@ -30,7 +43,7 @@ def wants_accumulation(plan: ModelPlan, capacity: int) -> bool:
     b = plan.device_batch
     return (plan.method in ("measured", "interpolated", "extrapolated") and plan.total > capacity
             and plan.step.accumulation == 1
-            and any(b % k == 0 and plan.peak_at(b // k) <= capacity for k in ACCUMULATIONS))
+            and any(plan.peak_at(b // k) <= capacity for k in accumulations(b)))
 
 
 def measure_accumulation(plan: ModelPlan, capacity: int, progress: Callable[[str], None] | None = None,

@@ -104,7 +104,8 @@ class ModelPlan:
             batch that fits :attr:`confirmed_for` bytes (:func:`snippets.lib.jax_step.confirm_largest`), which
             :meth:`largest_batch` then offers from these figures alone.
         confirmed_for: the capacity :attr:`confirmed` checked, bytes per device (0: none).
-        confirm_failed: why the largest batch the line put in :attr:`confirmed_for` did not compile (one line; "": it did).
+        confirm_failed: each batch a check failed to compile at, and why (one line; "": none); no batch past the largest
+            compiled is offered for any capacity then (helper-55: a card's batch past one that failed failed too).
         accumulated: for ``compiled``, ``(k, figure)``: the step with ``gradient_accumulation_steps=k`` compiled at the
             reader's per-device batch over ``k``, bytes per device (:func:`snippets.lib.jax_step.confirm_accumulation`).
         accumulator_extra: for a run plan, bytes the step with ``gradient_accumulation_steps=2`` peaked above this one at
@@ -321,8 +322,7 @@ class ModelPlan:
         if self.confirmed_for:  # no more than a smaller capacity's compiled batch, no less than a larger one's
             checked, other = replace(self, confirmed_for=0).largest_batch(capacity), self.largest_batch(self.confirmed_for)
             return max(checked, other) if capacity > self.confirmed_for else min(checked, other)
-        # Other capacities: read off the line and the chords between every compiled batch, up to the largest compiled.
-        top = max(self.compiled_points) if self.method == "compiled" else self.batches[-1]
+        top = max(self.compiled_points) if self.method == "compiled" else self.batches[-1]  # read off lines and chords
         lines = self._reaching_lines(self.batches[-1] + 1)
         margin = 0 if self.method == "compiled" else MARGIN
         room = capacity / (1 + margin)
@@ -336,13 +336,13 @@ class ModelPlan:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         # Nothing run past it, or no growth measured up to it (unless the batch is to be compiled: past_floor).
-        capped = (self.short_of or self.faster or (self.floor_only and not past_floor)
+        capped = (self.short_of or self.faster or (self.floor_only and not past_floor) or self.confirm_failed
                   or (self.method == "compiled" and compiled_curve.grows_faster(self)))
         per_device = min(per_device, top) if capped else per_device
         # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
-        return largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity,
-                               sorted(self.compiled_points) if self.method == "compiled" else self.batches,
-                               max(per_device, top)) * self.replicas
+        found = largest_fitting(lambda b: max(self.init_peak, self.peak_at(b)) <= capacity,
+                                sorted(self.compiled_points) if self.method == "compiled" else self.batches, max(per_device, top))
+        return (compiled_curve.grouped(self, found) if self.method == "compiled" else found) * self.replicas
 
     def how(self) -> str:
         """One sentence: how the figure was obtained (a ``rule`` plan: its own note)."""

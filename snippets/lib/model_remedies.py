@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snippets.lib.model_accumulation import accumulation_how
+from snippets.lib import compiled_curve
+from snippets.lib.model_accumulation import accumulation_how, accumulations
 from snippets.lib.model_plan import MARGIN, ModelPlan
 
 
@@ -95,9 +96,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         (trainable_bytes, " + one accumulator per trainable variable (by rule)", False) if plan.method == "compiled"
         else accumulation_how(plan, trainable_bytes))
     compiled = dict(plan.accumulated)
-    for k in (2, 4, 8, 16, 32, 64):
-        if b % k:
-            continue
+    for k in accumulations(b, compiled_curve.group(plan) if plan.method == "compiled" else 1):
         peak = round(plan.peak_at(b // k) + extra)
         how = basis(b // k, f"at {b // k} per device") + accumulators
         # Keras on JAX's accumulating step, compiled (jax_step.confirm_accumulation): the rule's one accumulator per

@@ -389,9 +389,14 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         # The cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest).
         top = line_checked(plan) if compiled else plan.batches[-1]
         faster = compiled and compiled_curve.grows_faster(plan)  # the checks grew faster than linearly
-        capped = [name for name, batch in largest.items() if (plan.floor_only or faster) and batch >= top * plan.replicas
-                  and not (plan.confirmed and pool(name) == plan.confirmed_for)]
-        if capped and faster and not plan.faster:
+        capped = [name for name, batch in largest.items() if (plan.floor_only or faster or plan.confirm_failed)
+                  and batch >= top * plan.replicas and not (plan.confirmed and pool(name) == plan.confirmed_for)]
+        if capped and plan.confirm_failed and not plan.faster:
+            which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
+            beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: a check "
+                      "failed to compile (above), so no batch past the compiled ones is offered (plan a larger --batch "
+                      "to compile it).")
+        elif capped and faster and not plan.faster:
             which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
             beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: the "
                       "compiled figures grew faster than linearly (as a loss over pairs within the batch does), so no line "
@@ -444,7 +449,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             f"at your batch over each, the accumulating step came to {h(min(accumulated))} or more per device: its "
             "accumulators, and the update it applies every k-th step, do not shrink with the micro-batch.", 100))
     elif plan.total > capacity and plan.method != "rule" and plan.step.accumulation == 1 and not plan.accumulated and (
-            not (ks := [k for k in model_accumulation.ACCUMULATIONS if plan.device_batch % k == 0])
+            not (ks := model_accumulation.accumulations(plan.device_batch, compiled_curve.group(plan) if compiled else 1))
             or all(plan.peak_at(plan.device_batch // k) + plan.accumulator_extra > capacity for k in ks)):
         # helper-54: a batch of 300 had no k whose micro-batch fits, and nothing said so.
         b = plan.device_batch
@@ -453,10 +458,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             f"{h(plan.accumulator_extra)} above the step without at {plan.batches[0]} per device (its accumulators, and "
             "the update it applies every k-th step), more than any micro-batch's step leaves room for."
             if plan.accumulator_extra else
-            f"Gradient accumulation does not fit: at {b // ks[-1]} per device, the smallest micro-batch that "
-            f"gradient_accumulation_steps={ks[-1]} makes of your {b}, the step alone is planned at "
+            f"Gradient accumulation does not fit: at {b // ks[-1]} per device, the smallest micro-batch a "
+            f"gradient_accumulation_steps up to 64 makes of your {b} (k={ks[-1]}), the step alone is planned at "
             f"{h(plan.peak_at(b // ks[-1]))}, over {h(capacity)}." if ks else
-            f"Gradient accumulation: none of gradient_accumulation_steps=2, 4 ... 64 divides your {b} per device "
+            f"Gradient accumulation: no gradient_accumulation_steps from 2 to 64 divides your {b} per device "
             "(plan a batch that one does, to see it).", 100))
     if remedies_found:
         lines.append(textwrap.fill(
