@@ -357,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
                         help="--model: the Keras backend you train on. tensorflow (default): measured; jax: XLA's compiled "
-                        "memory analysis of the train step (XLA:CPU's figures; the largest batch offered for the capacity, "
-                        "and the accumulating step where the step does not fit, compiled too) on one device, or with --strategy mirrored on each of keras.distribution.DataParallel's --devices")
+                        "memory analysis of the train step (XLA:CPU's figures; the largest batch offered for the capacity and each "
+                        "card's, and the accumulating step where the step does not fit, compiled too) on one device, or with --strategy mirrored on each of keras.distribution.DataParallel's --devices")
     parser.add_argument("--top", type=int, default=5, help="how many remedies to list (default 5)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON, every figure in bytes "
                         '(a refusal as {"error": its line}, with exit status 2)')

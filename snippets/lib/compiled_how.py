@@ -28,6 +28,9 @@ def compiled_how(plan, grew: str) -> str:
                         for b, p in reversed(plan.confirmed))
     checked = (f" Compiled too, to check the largest batch the line puts in {h(plan.confirmed_for)}: "
                f"{checked}; only a compiled batch that fits is offered for it." if checked else "")
+    if plan.checked:  # jax_step.confirm_cards
+        checked += (" And at the cards' largest batches read off them: " + "; ".join(
+            f"{b} per device came to {h(p)}" for b, p in plan.checked) + ".")
     if plan.confirm_failed:
         offered = plan.largest_batch(plan.confirmed_for) // plan.replicas
         failed = "compiles failed" if "; " in plan.confirm_failed else "a compile failed"

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from snippets.lib import compiled_curve, fork_server, planner, units
+from snippets.lib import compiled_curve, fork_server, hardware, planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_accumulation import accumulations
 from snippets.lib.model_batch import batch_of
@@ -278,7 +278,37 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                          rule_slope=rule_slope(weights, compiled) if weights is not None else 0.0, faster=faster)
         if capacity is not None:
             plan = confirm_accumulation(confirm_largest(plan, capacity, compile_at, say), capacity, compile_at, say)
+            plan = confirm_cards(plan, compile_at, say)
         return plan
+
+
+def confirm_cards(plan: ModelPlan, compile_at: Callable[[Sequence[int]], list[dict]],
+                  say: Callable[[str], None], rounds: int = 2) -> ModelPlan:
+    """``plan`` with :attr:`~snippets.lib.model_plan.ModelPlan.checked`: the largest batch of each card of
+    :data:`snippets.lib.model_report.BATCH_CARDS`, read off the compiled figures, compiled there; then again, the
+    batches read off the figures with those in them, up to ``rounds`` times. A card's batch that is still not compiled
+    is named in the report. A compile that fails is kept in ``confirm_failed`` (no card is offered past the compiled
+    batches then).
+
+    helper-54, -55: read off the line, a card's batch for a loss over pairs compiled to 1.18 and 2.63 times the card's
+    pool, its checks at the reader's capacity almost linear.
+    """
+    from snippets.lib.model_report import BATCH_CARDS
+
+    for _ in range(rounds):
+        wanted = sorted({plan.largest_batch(hardware.jax_pool_bytes(name)) // plan.replicas for name in BATCH_CARDS}
+                        - set(plan.compiled_points) - {0})
+        if not wanted:
+            break
+        say(f"compiling {', '.join(map(str, wanted))} per device, the cards' largest batches, to check them ...")
+        try:
+            found = {b: r["total"] for b, r in zip(wanted, compile_at([b * plan.replicas for b in wanted]))}
+        except (ModelError, RuntimeError) as error:
+            say(f"the cards' batches did not compile ({error_line(error)}): none is offered past the compiled batches")
+            failed = f"{', '.join(map(str, wanted))} per device: {error_line(error)}"
+            return replace(plan, confirm_failed="; ".join(filter(None, [plan.confirm_failed, failed])))
+        plan = replace(plan, checked=tuple(sorted({**dict(plan.checked), **found}.items())))
+    return plan
 
 
 #: Compiles at most that :func:`confirm_largest` adds to a plan.

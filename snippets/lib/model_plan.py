@@ -110,6 +110,7 @@ class ModelPlan:
             reader's per-device batch over ``k``, bytes per device (:func:`snippets.lib.jax_step.confirm_accumulation`).
         accumulator_extra: for a run plan, bytes the step with ``gradient_accumulation_steps=2`` peaked above this one at
             its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
+        checked: for ``compiled``, ``(batch, figure)`` per device of the cards' batches (:func:`jax_step.confirm_cards`).
     """
 
     step: ModelStep
@@ -140,6 +141,7 @@ class ModelPlan:
     confirm_failed: str = ""
     accumulated: tuple[tuple[int, int], ...] = ()
     accumulator_extra: int = 0
+    checked: tuple[tuple[int, int], ...] = ()
 
     @property
     def replicas(self) -> int:
@@ -147,8 +149,8 @@ class ModelPlan:
 
     @property
     def compiled_points(self) -> dict[int, int]:
-        """Every compiled figure, per-device batch to bytes: :attr:`batches` and :attr:`confirmed`."""
-        return {**dict(zip(self.batches, self.peaks)), **dict(self.confirmed)}
+        """Every compiled figure, per-device batch to bytes: :attr:`batches`, :attr:`confirmed` and :attr:`checked`."""
+        return {**dict(zip(self.batches, self.peaks)), **dict(self.confirmed), **dict(self.checked)}
 
     @property
     def device_batch(self) -> int:

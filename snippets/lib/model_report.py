@@ -504,7 +504,7 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
             "steps_run": list(plan.steps_run), "faster": list(plan.faster),
             "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None,
-            "confirm_failed": plan.confirm_failed or None, "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
+            "confirm_failed": plan.confirm_failed or None, "checked": [list(point) for point in plan.checked], "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
@@ -580,6 +580,8 @@ JSON_KEYS = {
                            "plan.confirm_failed); null if none"),
     "plan.confirm_failed": ("the batch per device a check failed to compile at, and its error, in one line (only "
                             "compiled batches are offered for plan.confirmed_for); null if none"),
+    "plan.checked": ("a compiled plan's [batch, peak] per device compiled at the cards' largest batches read off its "
+                     "figures (twice at most); empty if none"),
     "plan.accumulated": ("a compiled plan that does not fit: [k, peak] per device of the step with "
                          "gradient_accumulation_steps=k compiled at the batch over k, smallest k first; empty if none"),
     "plan.accumulator_extra": ("a run plan that does not fit: bytes the step with gradient_accumulation_steps=2 peaked "
