@@ -54,10 +54,19 @@ def grows_faster(plan) -> bool:
     return False
 
 
+def group_of(device_batch: int) -> int:
+    """:data:`GROUPS`' common divisor with a reader's per-device batch (8 for 256, 6 for 300, 1 for 257)."""
+    return math.gcd(device_batch, GROUPS)
+
+
 def group(plan) -> int:
-    """What every batch ``plan`` offers or compiles is a multiple of: :data:`GROUPS`' common divisor with the reader's
-    per-device batch (8 for 256, 6 for 300, 1 for 257)."""
-    return math.gcd(plan.device_batch, GROUPS)
+    """What every batch ``plan`` offers or compiles is a multiple of (:func:`group_of` its per-device batch)."""
+    return group_of(plan.device_batch)
+
+
+def down_to(group_size: int, device_batch: int) -> int:
+    """``device_batch`` down to a multiple of ``group_size``, unless that is 0."""
+    return device_batch // group_size * group_size or device_batch
 
 
 def grouped(plan, device_batch: int) -> int:
@@ -67,4 +76,4 @@ def grouped(plan, device_batch: int) -> int:
     >>> grouped(SimpleNamespace(device_batch=35490), 179807), grouped(SimpleNamespace(device_batch=512), 5)
     (179802, 5)
     """
-    return device_batch // group(plan) * group(plan) or device_batch
+    return down_to(group(plan), device_batch)

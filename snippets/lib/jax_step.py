@@ -254,11 +254,11 @@ def plan_on_jax(step: ModelStep, progress: Callable[[str], None] | None = None,
                          "data_parallel (Keras on JAX's DataParallel), without --backend jax")
     per_device = step.batch // replicas
     # Multiples of the group a loss over pairs or triplets needs, as the reader's batch is (compiled_curve.group).
-    g = math.gcd(per_device, compiled_curve.GROUPS)
-    half = per_device // 2 // g * g or per_device // 2
+    g = compiled_curve.group_of(per_device)
+    half = compiled_curve.down_to(g, per_device // 2)
     # Past CHECKED_PAST a quarter too: a line through two figures hides a B x B term (helper-34: a contrastive
     # loss compiled at 4096 was right there, but its largest batch, drawn from 2048, came out 2.6 times too large).
-    quarter = [per_device // 4 // g * g or per_device // 4] if per_device > CHECKED_PAST else []
+    quarter = [compiled_curve.down_to(g, per_device // 4)] if per_device > CHECKED_PAST else []
     batches = sorted({per_device, *([half] if half >= SMALL_BATCHES[0] else SMALL_BATCHES), *quarter})
     listed = ", ".join(map(str, batches[:-1])) + f" and {batches[-1]}" if len(batches) > 1 else str(batches[0])
     say = progress or (lambda line: None)
@@ -305,10 +305,15 @@ def confirm_cards(plan: ModelPlan, compile_at: Callable[[Sequence[int]], list[di
             found = {b: r["total"] for b, r in zip(wanted, compile_at([b * plan.replicas for b in wanted]))}
         except (ModelError, RuntimeError) as error:
             say(f"the cards' batches did not compile ({error_line(error)}): none is offered past the compiled batches")
-            failed = f"{', '.join(map(str, wanted))} per device: {error_line(error)}"
-            return replace(plan, confirm_failed="; ".join(filter(None, [plan.confirm_failed, failed])))
+            return with_failure(plan, f"{', '.join(map(str, wanted))} per device: {error_line(error)}")
         plan = replace(plan, checked=tuple(sorted({**dict(plan.checked), **found}.items())))
     return plan
+
+
+def with_failure(plan: ModelPlan, failed: str) -> ModelPlan:
+    """``plan`` with ``failed`` (batches and their error, one line) added to
+    :attr:`~snippets.lib.model_plan.ModelPlan.confirm_failed`, after any failure before it."""
+    return replace(plan, confirm_failed="; ".join(filter(None, [plan.confirm_failed, failed])))
 
 
 #: Compiles at most that :func:`confirm_largest` adds to a plan.
@@ -348,9 +353,7 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
             found.append((want, compile_at([want * replicas])[0]["total"]))
         except (ModelError, RuntimeError) as error:
             # Said in how() whether or not the search goes on (helper-54: a retry that compiled left no trace).
-            failed = f"{want} per device: {error_line(error)}"
-            plan = replace(plan, confirm_failed="; ".join(filter(None, [plan.confirm_failed, failed])),
-                           confirmed_for=capacity)
+            plan = replace(with_failure(plan, f"{want} per device: {error_line(error)}"), confirmed_for=capacity)
             if multiple < 24 and want > 24 and want % 24:
                 told = (f"{want} per device did not compile ({error_line(error)}): compiling {want // 24 * 24}, a "
                         "multiple of 24, and only such batches after it ...")
