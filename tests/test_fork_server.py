@@ -32,6 +32,24 @@ def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_proc
     assert fork_server._warm is None
 
 
+def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does():
+    import time
+
+    fork_server.release()  # no child: nothing to end
+    first = measure_many([(STEP, units.GiB, 1)])[0]
+    child = fork_server._warm
+    fork_server.release(after=0.5)
+    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"] and first["completed"]
+    time.sleep(1.0)  # handed out again before its time: kept
+    assert fork_server._warm is child and child.child.poll() is None
+    fork_server.release(after=0.2)
+    for _ in range(100):
+        if child.child.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert fork_server._warm is None and child.child.poll() is not None
+
+
 def test_a_set_left_midway_does_not_hand_its_results_to_the_next_call():
     # An audit: a progress callback that raised (or a Ctrl-C) left the child answering the old set, and the next
     # call read the old results as its own.

@@ -12,8 +12,9 @@ one: it gives its own name, so this module imports none): it reads one JSON line
 standard input and answers with :data:`PROGRESS` lines as runs end, then one :data:`RESULTS` line.
 A child started under another working directory, or other TF_, KERAS_, XLA_, JAX_, CUDA_ or PYTHON*
 variables, is not reused (a test may change them); other variables a builder reads, and edits to this
-project's own modules, reach the runs only through a new child: :func:`close`. The planner closes it
-when a plan's runs are done (a notebook would otherwise keep about 700 MiB idle).
+project's own modules, reach the runs only through a new child: :func:`close`. When a plan's runs are done the
+planner lets it go (:func:`release`): it ends after :data:`IDLE` seconds with no run, so a notebook does not keep
+its ~700 MiB for as long as its kernel lives, and a script or a test that plans again sooner reuses it.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Server:
 
     def __init__(self, module: str) -> None:
         self.module, self.key = module, _key()
-        self.killed, self.lock = False, threading.Lock()
+        self.killed, self.lock, self.claims = False, threading.Lock(), 0
         env = child_env(TF_CPP_MIN_LOG_LEVEL="3")
         # Its stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe; a
         # session of its own, so that a timeout ends its forked runs with it.
@@ -144,12 +145,41 @@ def server(module: str) -> Server:
         if _warm is None or _warm.module != module or not _warm.alive():
             close()
             _warm = Server(module)
+        _warm.claims += 1  # under the lock release()'s timer takes: a child handed out is not ended under its caller
         return _warm
 
 
 def prestart(module: str) -> None:
     """Start ``module``'s child now, so that its TensorFlow import overlaps what the caller does before measuring."""
     server(module)
+
+
+#: Seconds an unused child waits for more runs after :func:`release` before it ends. Another plan in that time
+#: (a notebook's next cell, a script's next configuration) skips a TensorFlow import, about 3 CPU-seconds each.
+IDLE = 60.0
+
+
+def release(after: float = IDLE) -> None:
+    """End the child (if any) ``after`` seconds from now, unless :func:`server` hands it out again before then.
+
+    Called when a plan's runs are done; the wait runs on a daemon thread, so a command's exit does not wait for it
+    (:func:`close` ends the child at exit).
+    """
+    old = _warm
+    if old is None:
+        return
+    claims = old.claims
+
+    def end_if_unused() -> None:
+        global _warm
+        with _starting:
+            if _warm is old and old.claims == claims and not old.lock.locked():
+                _warm = None
+                old.close()
+
+    timer = threading.Timer(after, end_if_unused)
+    timer.daemon = True
+    timer.start()
 
 
 @atexit.register
