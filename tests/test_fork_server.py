@@ -35,11 +35,13 @@ def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_proc
 def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does():
     import time
 
+    tiny = ModelStep("tests.plan_builders:tiny", "adam", 16, "off", loss="mse")
+    fork_server.close()
     fork_server.release()  # no child: nothing to end
-    first = measure_many([(STEP, units.GiB, 1)])[0]
+    fork_server.prestart(model_step.SERVER)
     child = fork_server._warm
     fork_server.release(after=0.5)
-    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"] and first["completed"]
+    assert measure_many([(tiny, units.GiB, 1)])[0]["completed"]
     time.sleep(1.0)  # handed out again before its time: kept
     assert fork_server._warm is child and child.child.poll() is None
     fork_server.release(after=0.2)
