@@ -118,12 +118,14 @@ def test_compile_options_the_plan_leaves_out_are_named(kernel):
 
 
 def refused_before_the_child(argv: list[str]) -> tuple[int, bool]:
-    """Kernel side: ``decide``'s exit status, and whether it left no measuring child started."""
+    """Kernel side: ``decide``'s exit status, and whether it neither started a measuring child nor claimed the one
+    an earlier plan left (kept for the next plan: ended here, the next test's plan would import TensorFlow again)."""
     from snippets.lib import fork_server
 
-    fork_server.close()
+    before = fork_server._warm
+    claims = before and before.claims
     code, _ = run_plan_cli(argv)
-    return code, fork_server._warm is None
+    return code, fork_server._warm is before and (before is None or before.claims == claims)
 
 
 def test_bad_model_kwargs_are_refused_before_the_measuring_child_starts(kernel):
