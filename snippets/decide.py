@@ -393,10 +393,10 @@ def _user_model(read: Callable, source, name: str) -> SourceFacts:
         # Python names the function whose call failed ("build() got an unexpected keyword argument"): the
         # hint is for a call of the reader's function, not for one inside it (helper-32).
         called = any(str(error).startswith(f"{callee}(") for callee in _callee_names(source, name))
-        hint = (" (pass the function's arguments with --model-kwargs '{\"name\": value}')"
-                if isinstance(error, TypeError) and called and any(words in str(error) for words in arguments) else "")
-        raise ValueError(f"building the model from {name} failed: {type(error).__name__}: "
-                         f"{error_line(error)}{hint}") from None
+        takes = isinstance(error, TypeError) and called and any(words in str(error) for words in arguments)
+        hint = ("" if not takes else " (y_true and y_pred are a loss's: --model names a function that returns a model)"
+                if "'y_true'" in str(error) else " (pass the function's arguments with --model-kwargs '{\"name\": value}')")
+        raise ValueError(f"building the model from {name} failed: {type(error).__name__}: {error_line(error)}{hint}") from None
 
 
 def _read_quietly(read: Callable, source, name: str) -> SourceFacts:

@@ -4,7 +4,7 @@ import keras
 
 # Builders with string inputs, kept in a module of their own, under their names here.
 from tests.plan_builders_steps import distiller, distiller_not_compiled  # noqa: F401
-from tests.plan_builders_losses import triplet  # noqa: F401
+from tests.plan_builders_losses import ctc_tagger, triplet  # noqa: F401
 from tests.plan_builders_text import closed_lookup_inside, closed_lookups, text_any_length, text_classifier  # noqa: F401
 
 def tiny():

@@ -1,4 +1,5 @@
-"""Builders of tests/plan_builders.py whose loss groups the samples of a batch (re-exported there under their names)."""
+"""Builders of tests/plan_builders.py whose loss groups the samples of a batch, or takes targets of its own shape
+(re-exported there under their names)."""
 
 import keras
 from keras import ops
@@ -16,4 +17,19 @@ def triplet():
     replica, failed to reshape them into triplets, and the plan was refused)."""
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(32)])
     model.compile(keras.optimizers.Adam(), triplet_loss)
+    return model
+
+
+def ctc_labels(y_true, y_pred):
+    """keras-io's CTCLoss in Keras 3 ops: its y_true is label sequences (batch, label length), not y_pred's shape."""
+    ones = ops.ones((ops.shape(y_true)[0],), dtype="int32")
+    return ops.ctc_loss(ops.cast(y_true, "int32"), y_pred, ops.shape(y_true)[1] * ones, ops.shape(y_pred)[1] * ones,
+                        mask_index=0)
+
+
+def ctc_tagger():
+    """A per-frame softmax compiled with :func:`ctc_labels` (keras-io's DeepSpeech2, small; helper-57: its plan ended
+    on TensorFlow's "Dimensions must be equal", with nothing saying the planner made its targets)."""
+    model = keras.Sequential([keras.Input((20, 8)), keras.layers.Dense(6, activation="softmax")])
+    model.compile(keras.optimizers.Adam(), ctc_labels)
     return model

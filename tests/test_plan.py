@@ -454,6 +454,20 @@ def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_
                          "which)"), out
 
 
+def test_a_loss_that_takes_targets_of_another_shape_is_refused_saying_which_targets_were_made(kernel):
+    # helper-57: keras-io's DeepSpeech2 compiles a CTC loss (label sequences as y); its plan ended on TensorFlow's
+    # "Dimensions must be equal ... compile_loss/ctc_loss", and on JAX on "too many values to unpack".
+    for more, made in (([], "(16, 20, 6) float32"), (["--backend", "jax"], "(2, 20, 6) float32")):
+        code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:ctc_tagger", "--strategy", "single",
+                                               "--batch", "32", *more])
+        last = " ".join(out.strip().splitlines()[-1].split())
+        assert code == 2 and "Traceback" not in out, (more, out)
+        assert last.startswith("python -m snippets.decide: error: tests.plan_builders:ctc_tagger's loss (ctc_labels) "
+                               "failed on the targets made for it, "), (more, last)
+        assert f"(y: {made}; a target has its output's shape" in last and "{{node" not in last, (more, last)
+        assert last.endswith("add the loss with add_loss, as keras-io's captcha OCR does)"), (more, last)
+
+
 def test_keras_ios_distiller_is_measured_with_what_its_own_compile_set(kernel):
     # helper-48: keras-io's Keras 3 Distiller overrides compute_loss and compiles none; it was refused for no loss, and
     # with --loss the plan said it trained with that loss, which its compute_loss never reads. Its own compile(optimizer,
@@ -562,6 +576,10 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:needs_width"],
      "failed: TypeError: needs_width() missing 1 required positional argument: 'width' (pass the function's "
      "arguments with --model-kwargs '{\"name\": value}')"),
+    # helper-57: a loss named by mistake was told to take --model-kwargs.
+    (["--model", "tests.plan_builders_losses:ctc_labels"],
+     "missing 2 required positional arguments: 'y_true' and 'y_pred' (y_true and y_pred are a loss's: --model names a "
+     "function that returns a model)"),
     (["--model", "tests.plan_builders:not_a_model"],
      "tests.plan_builders:not_a_model: the function returns dict, not a keras.Model: return the model it builds"),
     (["--model", "tests.plan_builders:tiny", "--model-kwargs", "[1]"], "--model-kwargs must be a JSON object"),

@@ -31,7 +31,7 @@ from dataclasses import replace
 from snippets.lib import compiled_curve, fork_server, hardware, planner, units
 from snippets.lib.errors import error_line
 from snippets.lib.model_accumulation import accumulations
-from snippets.lib.model_batch import batch_of
+from snippets.lib.model_batch import batch_of, loss_failure
 from snippets.lib.model_plan import CHECKED_PAST, MARGIN, SMALL_BATCHES, ModelPlan, rule_slope, runs_here
 from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap, fed_x_alone,
                                      own_train_step)
@@ -111,7 +111,7 @@ def prepare_on_jax(step: ModelStep) -> Callable[[Sequence[int]], list[dict]]:
                          "train_step(state, data), a stateless step: plan it without --backend jax")
     # Two samples per replica (a loss over pairs within the batch needs an even batch: helper-53), else the smallest
     # divisor of the reader's own that trains (a triplet loss, groups of 3: helper-54).
-    per_replica, first = step.batch // replicas, None
+    per_replica, first, refusal = step.batch // replicas, None, None
     for n in [2, *(n for n in (3, 4, 6, 8, 12, 16) if per_replica % n == 0)]:
         x, y = batch_of(model, n * replicas, compiled_loss(model))
         # A 1-tuple, which Keras unpacks as x whatever x's own structure (data_adapter_utils).
@@ -120,8 +120,12 @@ def prepare_on_jax(step: ModelStep) -> Callable[[Sequence[int]], list[dict]]:
             model.train_on_batch(*data)
             break
         except Exception as error:  # noqa: BLE001 (the first is said if none trains)
+            if first is None:
+                refusal = loss_failure(step.model, error, y, compiled_loss(model))  # the targets made for it (helper-57)
             first = first or f"{type(error).__name__}: {error_line(error)}"
     else:  # the step compiled later is this one: it fails there too, but unnamed
+        if refusal:
+            raise ModelError(refusal)
         raise RuntimeError(f"the setup step (train_on_batch on {2 * replicas} samples, which builds the optimizer's "
                            f"slots) failed: {first}")
 

@@ -369,3 +369,37 @@ def batch_of(model, batch: int, loss):
     else:
         y = target(outputs, loss)
     return keras.tree.lists_to_tuples(x), y
+
+
+def shapes_of(arrays) -> str:
+    """``arrays`` (one array, or a tuple or dict of them, as :func:`batch_of` makes) in words, shape and dtype each.
+
+    >>> import numpy as np
+    >>> shapes_of(np.zeros((32, 100, 33), "float32"))
+    '(32, 100, 33) float32'
+    >>> shapes_of({"a": np.zeros((2,), "int32"), "b": np.zeros((2, 3), "float32")})
+    'a: (2,) int32, b: (2, 3) float32'
+    """
+    if isinstance(arrays, dict):
+        return ", ".join(f"{key}: {shapes_of(value)}" for key, value in arrays.items())
+    if isinstance(arrays, (list, tuple)):
+        return ", ".join(shapes_of(value) for value in arrays)
+    return f"{tuple(arrays.shape)} {arrays.dtype}"
+
+
+def loss_failure(model_name: str, error: BaseException, y, loss) -> str | None:
+    """The refusal for a step whose compiled loss failed on the targets :func:`batch_of` made (``y``, for ``loss``),
+    or None if the error did not come from the compiled loss. helper-57: keras-io's DeepSpeech2 compiles a CTC loss,
+    which takes label sequences, not targets of the output's shape; its plan ended on TensorFlow's "Dimensions must be
+    equal ... compile_loss/ctc_loss", with nothing saying the planner had made the targets."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if "compile_loss" not in str(error) and not any(f.filename.endswith("compile_utils.py") for f in frames):
+        return None
+    said = error_line(error).split(" for '{{node")[0]  # TensorFlow's node and its inputs' shapes follow
+    return (f"{model_name}'s loss{f' ({loss_name(loss)})' if loss_name(loss) else ''} failed on the targets made for "
+            f"it, {type(error).__name__}: {said} (y: {shapes_of(y)}; a target has its output's shape, or "
+            "class ids for a sparse loss, and a loss that takes another, as CTC takes label sequences, cannot be fed "
+            "one here: plan with --loss naming a loss of the output's shape, which leaves your loss's own buffers out, "
+            "or give the model its labels as an input and add the loss with add_loss, as keras-io's captcha OCR does)")

@@ -61,7 +61,7 @@ from snippets.lib import allocator, fork_server, optimizers, placements, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel, xla_refusal
 from snippets.lib.model_compile import compile_again
 from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
-                                      loss_name, noting_added_losses, recording_calls)
+                                      loss_failure, loss_name, noting_added_losses, recording_calls)
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -382,6 +382,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                 if step.jit and xla_refusal(step.model, error):
                     raise ModelError(xla_refusal(step.model, error)) from None
                 if alone is None:
+                    refusal = loss_failure(step.model, error, y, compiled_loss(model))
+                    if refusal:
+                        raise ModelError(refusal) from None
                     raise
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.
                 dataset, alone, model.train_function = alone, None, None
