@@ -10,8 +10,7 @@ import pytest
 from snippets.lib import fork_server, model_step, units
 from snippets.lib.model_step import ModelError, ModelStep, measure_many
 
-STEP = ModelStep("snippets.lib.zoo:small_cnn", "adam", 16, "off", loss="sparse_categorical_crossentropy",
-                 kwargs=(("size", 32),))
+STEP = ModelStep("tests.plan_builders:tiny", "adam", 16, "off", loss="mse")  # what is tested is the process, not the step
 
 
 def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_process(monkeypatch):
@@ -35,13 +34,12 @@ def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_proc
 def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does():
     import time
 
-    tiny = ModelStep("tests.plan_builders:tiny", "adam", 16, "off", loss="mse")
     fork_server.close()
     fork_server.release()  # no child: nothing to end
     fork_server.prestart(model_step.SERVER)
     child = fork_server._warm
     fork_server.release(after=0.5)
-    assert measure_many([(tiny, units.GiB, 1)])[0]["completed"]
+    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
     time.sleep(1.0)  # handed out again before its time: kept
     assert fork_server._warm is child and child.child.poll() is None
     fork_server.release(after=0.2)
