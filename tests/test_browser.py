@@ -24,7 +24,8 @@ Chromium real glyph boxes); a typed search for 镜像变量 and 显存 finds its
 language selector keeps the reader on the same page.
 
 Material's search worker builds its edition's whole index on every page load: it gets the real
-index on the home pages and in the search tests, and elsewhere the same index without documents.
+index on the home pages (in the every-page checks) and in the search tests, and elsewhere the same index
+without documents.
 
 A reader whose system is set to dark gets the dark palette without a click.
 Then, as a reader would: the copy button of a console example copies code
@@ -182,9 +183,9 @@ class Reader:
         self.inflight: set = set()
         # Every request off this host is recorded and answered here: nothing is ever sent.
         self.context.route(lambda url: leaves_localhost(url), self._refuse)
-        # Off (the default), each page's search worker gets its edition's real index; on, the same
-        # index with no documents (its own config): see test_page_reads_cleanly.
-        self.empty_index = False
+        # On (the default), each page's search worker gets its edition's index with no documents (its own
+        # config); off, the real index, as on the home pages and in the search tests: see test_page_reads_cleanly.
+        self.empty_index = True
         self.context.route("**/search/search_index.json", self._index)
         self.page = self.context.new_page()
         self.page.on("request", lambda r: self.inflight.add(r))
@@ -424,6 +425,7 @@ def search(page, text: str) -> list[tuple[str, str]]:
 
 def test_search_finds_an_error_message_and_a_chapter(browser, server):
     reader = Reader(browser, "desktop", "light")
+    reader.empty_index = False  # the search below reads it
     try:
         page = reader.open(server + "/")
         found = search(page, "Allocator stats not available")
@@ -447,6 +449,7 @@ def _zh_chapter(preferred: str, otherwise: str) -> str:
 ])
 def test_a_chinese_search_finds_its_chapter(browser, server, term, chapter):
     reader = Reader(browser, "desktop", "light")
+    reader.empty_index = False  # the search below reads it
     try:
         page = reader.open(server + "/zh/")
         found = search(page, term)
@@ -480,6 +483,7 @@ def test_the_language_selector_stays_on_the_page(browser, server):
 @pytest.mark.parametrize("viewport", VIEWPORTS)
 def test_the_oom_line_reaches_its_fix_in_two_clicks(browser, server, viewport):
     reader = Reader(browser, viewport, "light")
+    reader.empty_index = False  # the search below reads it
     try:
         page = reader.open(server + "/")
         found = search(page, OOM_LINE)
