@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 
 from snippets.lib import private
-from snippets.lib.errors import ModelError, error_line
+from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
 
 
 def loss_name(loss) -> str | None:
@@ -395,8 +395,9 @@ def loss_failure(model_name: str, error: BaseException, y, loss) -> str | None:
     import traceback
 
     frames = traceback.extract_tb(error.__traceback__)
-    if "compile_loss" not in str(error) and not any(f.filename.endswith("compile_utils.py") for f in frames):
-        return None
+    if missing_cpu_kernel(str(error)) or ("compile_loss" not in str(error)
+                                          and not any(f.filename.endswith("compile_utils.py") for f in frames)):
+        return None  # a loss's op in a dtype this CPU has no kernel for is refused as such (errors.missing_cpu_kernel)
     said = error_line(error).split(" for '{{node")[0]  # TensorFlow's node and its inputs' shapes follow
     return (f"{model_name}'s loss{f' ({loss_name(loss)})' if loss_name(loss) else ''} failed on the targets made for "
             f"it, {type(error).__name__}: {said} (y: {shapes_of(y)}; a target has its output's shape, or "

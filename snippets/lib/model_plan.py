@@ -590,7 +590,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                 (f", and no run here reaches {target}" if check < target else "") + ": plan " +
                 (f"--batch {check * replicas} or less" if done else "a smaller --batch") + ", or --backend jax (compiled, not run)")
     if run is None:
-        fork_server.release()  # its ~700 MiB idle would stay as long as a notebook's kernel (an audit)
+        fork_server.release()  # ends unused within a minute: its ~700 MiB stayed as long as a notebook's kernel (an audit)
     return plan
 
 
