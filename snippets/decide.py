@@ -295,7 +295,7 @@ def benchmark(repeats: int = 5) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m snippets.decide",
         description="Per-device peak of one training step (weights, gradients, optimizer slots, activations, "
         "update temporaries; init and step peaks) for a model or plain shapes under a placement, with a "

@@ -598,6 +598,16 @@ def test_a_readers_model_that_cannot_be_planned_gets_one_line(kernel, argv, mess
     assert not [line for line in lines if line.startswith("run ")], out  # refused before any measuring run
 
 
+def test_an_option_value_that_starts_with_a_minus_is_told_to_follow_an_equals_sign(kernel):
+    # helper-57: argparse took "-5GiB" for an option and said only "expected one argument".
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--device-memory", "-5GiB"])
+    assert code == 2 and out.strip().splitlines()[-1] == (
+        'python -m snippets.decide: error: argument --device-memory: expected one argument (a value that starts with '
+        '"-" goes after "=": --device-memory=-5GiB)'), out
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:tiny", "--batch"])
+    assert code == 2 and out.strip().endswith("argument --batch: expected one argument"), out  # no value: no hint
+
+
 def test_a_train_step_with_optimizers_of_its_own_and_no_optimizer_is_refused_not_planned_for_inference(kernel):
     # helper-45: a GAN making its optimizers in __init__ compiles none, and was planned for inference with no word of
     # them; helper-51: with a note, a CycleGAN's four own optimizers still got an inference plan (its JSON without the

@@ -8,6 +8,7 @@ show, a cluster that did not finish) exits 1.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -17,6 +18,25 @@ from typing import NoReturn
 
 from snippets.lib import devices
 from snippets.lib.errors import startup_noise
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose "expected one argument" says how to give a value that starts with "-": argparse takes
+    ``--device-memory -5GiB``'s value for an option (helper-57), and reads it as the value after "=" only."""
+
+    given: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if message.endswith("expected one argument"):
+            options = message.removeprefix("argument ").split(":")[0].split("/")
+            after = [self.given[i + 1] for i, token in enumerate(self.given[:-1]) if token in options]
+            if after and after[0][:1] == "-" and after[0][1:2].isdigit():
+                message += f" (a value that starts with \"-\" goes after \"=\": {options[-1]}={after[0]})"
+        super().error(message)
 
 
 def add_device_arguments(parser) -> None:
