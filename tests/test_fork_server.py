@@ -1,7 +1,8 @@
 """snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork.
 
-The tests after the first share one child (closed at exit), as a planner's sets of runs do: each child is
-another import of TensorFlow, about 4 CPU-seconds."""
+The tests share one child, as a planner's sets of runs do: each child is another import of TensorFlow, about 6
+CPU-seconds. The two that end children (another environment, :func:`fork_server.release`) come last, so the file
+imports TensorFlow three times: the shared child, the other environment's, the released one."""
 
 from dataclasses import replace
 
@@ -11,43 +12,6 @@ from snippets.lib import fork_server, model_step, units
 from snippets.lib.model_step import ModelError, ModelStep, measure_many
 
 STEP = ModelStep("tests.plan_builders:tiny", "adam", 16, "off", loss="mse")  # what is tested is the process, not the step
-
-
-def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_process(monkeypatch):
-    fork_server.close()
-    fork_server.prestart(model_step.SERVER)
-    child = fork_server.server(model_step.SERVER).child.pid
-    first = measure_many([(STEP, units.GiB, 1)])
-    second = measure_many([(STEP, units.GiB, 1), (STEP.at_batch(32), units.GiB, 1)])
-    assert fork_server.server(model_step.SERVER).child.pid == child  # no second TensorFlow import
-    # Each run's pool held nothing before its model: a process and an allocator nothing else has used.
-    assert all(r["completed"] and r["baseline"] < units.MiB for r in (*first, *second))
-    # Another environment a run reads: another child, the old one ended.
-    old = fork_server.server(model_step.SERVER)
-    monkeypatch.setenv("TF_FORK_SERVER_TEST", "1")
-    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
-    assert fork_server.server(model_step.SERVER).child.pid != child and old.child.poll() is not None
-    fork_server.close()
-    assert fork_server._warm is None
-
-
-def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does():
-    import time
-
-    fork_server.close()
-    fork_server.release()  # no child: nothing to end
-    fork_server.prestart(model_step.SERVER)
-    child = fork_server._warm
-    fork_server.release(after=0.5)
-    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
-    time.sleep(1.0)  # handed out again before its time: kept
-    assert fork_server._warm is child and child.child.poll() is None
-    fork_server.release(after=0.2)
-    for _ in range(100):
-        if child.child.poll() is not None:
-            break
-        time.sleep(0.1)
-    assert fork_server._warm is None and child.child.poll() is not None
 
 
 def test_a_set_left_midway_does_not_hand_its_results_to_the_next_call():
@@ -113,3 +77,39 @@ def test_an_op_without_a_cpu_kernel_in_its_dtype_is_refused_with_the_ways_to_pla
         measure_many([(given, units.GiB, 1)])
     with pytest.raises(ModelError, match="no MaxPool3D kernel for half.* or with the function setting a float32 policy"):
         measure_many([(replace(given, model="tests.plan_builders:volume_mixed", policy=None), units.GiB, 1)])
+
+
+def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_process(monkeypatch):
+    fork_server.prestart(model_step.SERVER)  # the tests above left theirs: reused, as a planner's next set does
+    child = fork_server.server(model_step.SERVER).child.pid
+    first = measure_many([(STEP, units.GiB, 1)])
+    second = measure_many([(STEP, units.GiB, 1), (STEP.at_batch(32), units.GiB, 1)])
+    assert fork_server.server(model_step.SERVER).child.pid == child  # no second TensorFlow import
+    # Each run's pool held nothing before its model: a process and an allocator nothing else has used.
+    assert all(r["completed"] and r["baseline"] < units.MiB for r in (*first, *second))
+    # Another environment a run reads: another child, the old one ended.
+    old = fork_server.server(model_step.SERVER)
+    monkeypatch.setenv("TF_FORK_SERVER_TEST", "1")
+    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
+    assert fork_server.server(model_step.SERVER).child.pid != child and old.child.poll() is not None
+    fork_server.close()
+    assert fork_server._warm is None
+
+
+def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does():
+    import time
+
+    assert fork_server._warm is None  # the test above closed its child
+    fork_server.release()  # no child: nothing to end
+    fork_server.prestart(model_step.SERVER)
+    child = fork_server._warm
+    fork_server.release(after=0.5)
+    assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
+    time.sleep(1.0)  # handed out again before its time: kept
+    assert fork_server._warm is child and child.child.poll() is None
+    fork_server.release(after=0.2)
+    for _ in range(100):
+        if child.child.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert fork_server._warm is None and child.child.poll() is not None
