@@ -1034,6 +1034,26 @@ def _quadratic(bytes_per_pair: float, fails_past: int = 0, per_sample: int = 8 *
     return run
 
 
+def test_a_16_bit_steps_own_batch_past_the_small_runs_is_run_too():
+    # helper-58: keras-io's Xception (augmentation, separable convolutions) under mixed_float16 grew faster from 32 to 64
+    # per device than from 16 to 32 (this host computes half through float32 copies; no benchmark row is a 16-bit step):
+    # its plan at 64, extrapolated from 16 and 32, read 0.90 of the step. Here 4.1 MiB per sample to 32, 5.6 past it.
+    def run(step, cap, inter_op_threads):
+        peak = round(30 * units.MiB + 4.1 * units.MiB * min(step.batch, 32) + 5.6 * units.MiB * max(step.batch - 32, 0))
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+
+    step = ModelStep("m:f", "adam", 64, "off", policy="mixed_float16")
+    plan, truth = model_plan.plan_model(step, run=run), run(step, None, 1)["step_peak"]
+    assert plan.batches == (16, 32, 64) and plan.method == "measured" and plan.step_peak >= truth
+    assert plan.faster[:2] == (64, truth) and plan.largest_batch(30 * units.GiB) == 64  # grew faster: not past it
+    assert ("This batch was run too (past 32 per device, under a 16-bit policy, whose growth in the batch no benchmark "
+            "row checked: the lines put it, or its growth past the smaller runs, under 1 GiB). At 64 per device it peaked "
+            "at") in " ".join(plan.how().split())
+    # float32, as every benchmark row: from 16 and 32 alone, as the rows were planned.
+    assert model_plan.plan_model(replace(step, policy=None), run=run).batches == (16, 32)
+
+
 def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_the_largest_batch():
     from snippets.lib import model_report
 

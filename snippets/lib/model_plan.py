@@ -37,7 +37,6 @@ layout optimizer's transposes) :data:`CAVEATS` says beside every verdict; :mod:`
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -52,9 +51,9 @@ from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
-    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, LINE_CHECKED, MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP,
-    SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures, thread_counts, upper_step,
-    wide_reason)
+    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN, PARALLEL,
+    PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures,
+    run_past, stderr_progress, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -363,7 +362,7 @@ class ModelPlan:
                 "planned." if self.faster else "")
         if self.method == "compiled":
             return compiled_how(self, grew)
-        cheap = self.wide_why == "cheap"
+        cheap, past = self.wide_why == "cheap", run_past(self.step)
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
@@ -372,12 +371,12 @@ class ModelPlan:
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
-            (f" This batch was run too (past {CHECKED_PAST} per device: the lines put it, or its growth past the smaller "
-             f"runs, under {units.human_bytes(WIDE_PEAK)}).{grew}" if self.device_batch == self.batches[-1]
+            (f" This batch was run too (past {past} per device{HALF_RUN if past < CHECKED_PAST else ''}: the lines put it, or "
+             f"its growth past the smaller runs, under {units.human_bytes(WIDE_PEAK)}).{grew}" if self.device_batch == self.batches[-1]
              else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
              "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
              "them: past it they run unchecked.")
-            if self.batches[-1] > CHECKED_PAST else
+            if self.batches[-1] > past else
             f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over "
             f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
             "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch."
@@ -546,7 +545,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     # host's cap and CHECK_REACH (helper-42: Conv1D activations under a 256 MiB kernel's Adam update, flat through 256 per
     # device, planned at 0.84 of the step at 4096 per device, with "Fits").
     room, host = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN), (cap or default_cap(step)) / (1 + MARGIN)
-    start = plan.line_peak(batches[-1])
+    start, past = plan.line_peak(batches[-1]), run_past(step)
 
     def cheap(b: int) -> bool:
         # The reader's own batch up to WIDE_PEAK itself: a refusal names the batch of a run short of it, whose line a new
@@ -564,9 +563,10 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     check = largest(cheap)
     grown = not check
     check = check or largest(grows)
-    if target > max(CHECKED_PAST, batches[-1]) and not (out or wide_ran_out) and check:
+    if target > max(past, batches[-1]) and not (out or wide_ran_out) and check:
         line = plan.line_peak(check)
-        say(f"{target} samples per device lies past {CHECKED_PAST}, where the benchmarks held the line: running "
+        say(f"{target} samples per device lies past {past}, where " + ("the benchmarks held the line" if past == CHECKED_PAST
+            else "no benchmark row held a 16-bit policy's lines") + ": running "
             + ("it too" if check == target else f"{check} per device, the largest batch "
                + (f"whose growth past {batches[-1]} " if grown else "") + "the lines put under "
                f"{units.human_bytes(round(room))}") + f", {per} more run{'s' if per > 1 else ''} ...")
@@ -592,8 +592,3 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     if run is None:
         fork_server.release()  # ends unused within a minute: its ~700 MiB stayed as long as a notebook's kernel (an audit)
     return plan
-
-
-def stderr_progress(line: str) -> None:
-    """Progress for a command line: one line on stderr."""
-    print(line, file=sys.stderr, flush=True)

@@ -9,8 +9,10 @@ each with the measurement that chose it. :mod:`snippets.lib.model_plan` draws it
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
+from snippets.lib import units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelStep
 
@@ -175,3 +177,26 @@ def plan_threads(step: ModelStep) -> tuple[int | None, ...]:
 def thread_counts(threads: Sequence[int | None]) -> list[int]:
     """``threads`` (:func:`plan_threads`) as the runs had them: None is :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`."""
     return [CPU_INTER_OP_THREADS if t is None else t for t in threads]
+
+
+#: Why a batch past :data:`SMALL_BATCHES` but short of :data:`CHECKED_PAST` was run (:func:`run_past`), in a plan's text.
+HALF_RUN = ", under a 16-bit policy, whose growth in the batch no benchmark row checked"
+
+
+def run_past(step: ModelStep) -> int:
+    """Per-device batch past which the reader's own batch is run too where the lines put it within room:
+    :data:`CHECKED_PAST`, or the last of :data:`SMALL_BATCHES` under a 16-bit policy (``units.computes_in_16_bits``).
+
+    No benchmark row is a 16-bit step, and this host's kernels compute half through float32 copies: helper-58's
+    keras-io Xception (augmentation, separable convolutions) under mixed_float16 grew 4.1-4.7 MiB per sample from 16 to
+    32 per device and 5.2-6.1 from 32 to 64, so its plan at 64 extrapolated from 16 and 32 read 0.90-1.01 of the step.
+
+    >>> run_past(ModelStep("m:f", policy="mixed_float16")), run_past(ModelStep("m:f"))
+    (32, 256)
+    """
+    return SMALL_BATCHES[-1] if units.computes_in_16_bits(step.policy) else CHECKED_PAST
+
+
+def stderr_progress(line: str) -> None:
+    """Progress for a command line: one line on stderr."""
+    print(line, file=sys.stderr, flush=True)
