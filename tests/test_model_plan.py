@@ -632,6 +632,18 @@ def test_bad_steps_are_one_line_each():
             check_step(step)
 
 
+def test_model_steps_cap_without_a_unit_is_refused_naming_bytes(capsys):
+    # helper-58: decide --json gives bytes, and 0.8 x plan.step_peak passed bare was read as MiB (868 TiB): "completed".
+    from snippets.lib import model_step
+
+    for cap, words in (("909680640", "--cap 909680640 has no unit, and a bare number is MiB here (867.54 TiB); decide "
+                                     "--json gives bytes: write 909680640B, or a size such as 4GiB"),
+                       ("lots", "'lots' is not a memory size")):
+        with pytest.raises(SystemExit) as exit_:
+            model_step.main(["--cap", cap, "--step", "{}"])
+        assert exit_.value.code == 2 and words in capsys.readouterr().err
+
+
 def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():
     from snippets.lib import planner
 

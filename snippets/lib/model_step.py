@@ -547,6 +547,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.step:
         parser.error("give --step (a ModelStep as JSON)")
     try:
+        cap = units.parse_size(args.cap)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.cap.strip().replace(".", "", 1).isdigit():  # helper-58: 0.8 x plan.step_peak, bytes, "completed" at 868 TiB
+        parser.error(f"--cap {args.cap} has no unit, and a bare number is MiB here ({units.human_bytes(cap)}); decide "
+                     f"--json gives bytes: write {args.cap.strip()}B, or a size such as 4GiB")
+    try:
         step = check_step(ModelStep(**json.loads(args.step)))
     except (ValueError, TypeError) as error:
         parser.error(str(error).splitlines()[0])
