@@ -1088,6 +1088,12 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     # Both causes, and the way to a line past it (helper-50: a flat Embedding's advice looped on larger --batch runs).
     assert ("or faster than the smaller runs showed (a fixed buffer hid the growth there) (plan a larger --batch to run "
             "it, or --backend jax, which compiles a line without running it).") in " ".join(text.split())
+    # Not where Keras on JAX would run the step without jit: --backend jax refuses it (helper-58: a StringLookup model).
+    from snippets.lib import private
+
+    unjitted = model_report.model_setup(None, None, "mse", no_xla={"StringLookup": private.NO_JIT})
+    assert "hid the growth there) (plan a larger --batch to run it)." in " ".join(
+        model_report.model_report(plan, capacity, "a card", setup=unjitted).split())
     assert model_report.plan_json(plan)["faster"] == list(plan.faster)
     # A linear step past 256 is run there too, and its lines carry on past it.
     linear = model_plan.plan_model(step, run=_quadratic(0))

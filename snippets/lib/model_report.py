@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from snippets.lib import compiled_curve, hardware, model_accumulation, model_plan, units
 from snippets.lib.model_remedies import BatchRemedy
-from snippets.lib.private import CUDNN
+from snippets.lib.private import CUDNN, NO_JIT
 
 #: Cards whose largest batch a measured plan reports (the question readers ask before renting).
 BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
@@ -338,6 +338,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     h = units.human_bytes
     step, setup = plan.step, run_notes(setup, plan)
     compiled = plan.method == "compiled"
+    # Not for a step Keras on JAX runs without jit, which --backend jax refuses (helper-58: StringLookup's, a dead end).
+    jax_line = "" if setup and NO_JIT in setup.no_xla.values() else JAX_LINE
     if step.strategy != "mirrored":
         where = "one device"
     elif compiled:  # Keras on JAX: what was compiled is DataParallel's program, not a tf.distribute strategy
@@ -405,7 +407,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                       f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
                       "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
-                      "it" + ("" if compiled else JAX_LINE) + ").")
+                      "it" + ("" if compiled else jax_line) + ").")
         elif capped:
             did = "compiled" if compiled else "run"
             which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
@@ -414,7 +416,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                       f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
                       "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                       f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
-                      ("" if compiled else JAX_LINE) + ").")
+                      ("" if compiled else jax_line) + ").")
         elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
             beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                       "checked it (docs/performance.md): leave those batches more headroom."
