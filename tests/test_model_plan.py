@@ -747,13 +747,15 @@ def test_answer_first_boxes_state_the_published_accuracy():
     for place in ("docs/decide.md", "docs/performance.md", "the notebook"):
         text = " ".join(boxes[place].split())
         assert f"past {model_plan.CHECKED_PAST}" in text and grown in text, place
+        assert f"{model_plan.SMALL_BATCHES[-1]} under a 16-bit policy" in text, place  # helper-58: plan_runs.run_past
     for page in ("docs/decide.md", "docs/memory-budget.md"):
         assert "`--strategy single` or `mirrored`" in " ".join(boxes[page].split()), page
     # --help's description, printed before the options: the same.
     description = " ".join(decide.build_parser().description.split())
     assert " ".join(model_plan.accuracy_line().split()) in description
     assert all(unseen in description for unseen in UNSEEN) and "by rule" in description
-    assert f"past {model_plan.CHECKED_PAST} per device, your own batch, or the largest the lines put under" in description
+    assert (f"past {model_plan.CHECKED_PAST} per device, or {model_plan.SMALL_BATCHES[-1]} under a 16-bit policy, your own "
+            "batch, or the largest the lines put under") in description
     assert grown in description
     # performance.md's box also states the held-out architectures' history (benchmarks, model_planner).
     box = " ".join(boxes["docs/performance.md"].split())
