@@ -1066,6 +1066,16 @@ def test_a_16_bit_steps_own_batch_past_the_small_runs_is_run_too():
             "at") in " ".join(plan.how().split())
     # float32, as every benchmark row: from 16 and 32 alone, as the rows were planned.
     assert model_plan.plan_model(replace(step, policy=None), run=run).batches == (16, 32)
+    # Its cards' batches, past its largest run, are not said to lie on a line the benchmarks checked (helper-59).
+    from snippets.lib import model_report
+
+    text = " ".join(model_report.model_report(plan, 30 * units.GiB, "a card").split())
+    assert model_report.line_checked(plan) == 64 and "No 16-bit plan is among those benchmarked." in text
+    # A run at 256 (flat, or cheap) brackets the reader's batch: planned on the chord, and the text calls it that run, not a
+    # check of the lines (helper-59: "A run at 256 per device, the largest batch the lines put under 1 GiB ...").
+    small = model_plan.plan_model(replace(step, batch=96), run=_quadratic(0))
+    assert small.batches == (16, 32, 256) and small.method == "interpolated" and small.wide_why  # flat: 8 KiB per sample
+    assert "A run at 256 per device, the largest" not in small.how() and model_report.line_checked(small) == 256
 
 
 def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_the_largest_batch():

@@ -376,7 +376,7 @@ class ModelPlan:
              else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
              "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
              "them: past it they run unchecked.")
-            if self.batches[-1] > past else
+            if self.batches[-1] > past and not (self.wide_why and self.batches[-1] == WIDE_BATCH) else
             f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over "
             f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
             "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch."

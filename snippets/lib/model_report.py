@@ -357,7 +357,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method in ("measured", "interpolated", "extrapolated"):
         # What such a figure came to on the benchmark's architectures (TensorFlow's steps; a compiled
         # Keras-on-JAX figure and a rule are other methods, which it did not measure).
-        lines.append(textwrap.fill(model_plan.accuracy_line(), 100, break_on_hyphens=False))
+        half = " No 16-bit plan is among those benchmarked." if units.computes_in_16_bits(step.policy) else ""
+        lines.append(textwrap.fill(model_plan.accuracy_line() + half, 100, break_on_hyphens=False))
     spare = capacity - plan.total
     against = ("each device" if not card_name else f"JAX's default 75% pool of {'an' if card_name[0] in 'AEFHILMNORSX' else 'a'} {card_name}" if compiled
                else f"{card_name}'s allocator")
@@ -487,8 +488,11 @@ def line_checked(plan: model_plan.ModelPlan) -> int:
     """The per-device batch up to which ``plan``'s line was checked: by the benchmarks for a run step
     (:data:`snippets.lib.model_plan.LINE_CHECKED`), the largest batch compiled for a compiled one (the
     benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs), or this plan's largest run past
-    that (:data:`snippets.lib.model_plan.CHECKED_PAST`)."""
-    return max(plan.compiled_points) if plan.method == "compiled" else max(model_plan.LINE_CHECKED, *plan.batches)
+    that (:data:`snippets.lib.model_plan.CHECKED_PAST`); under a 16-bit policy, which no benchmark row is, its largest run
+    (helper-59: "past 256 the line runs further than the benchmarks checked it", of a line they never checked)."""
+    if plan.method == "compiled":
+        return max(plan.compiled_points)
+    return max(plan.batches) if units.computes_in_16_bits(plan.step.policy) else max(model_plan.LINE_CHECKED, *plan.batches)
 
 
 def plan_json(plan: model_plan.ModelPlan) -> dict:
@@ -552,7 +556,7 @@ JSON_KEYS = {
     "largest_global_batch": ("per card (the four the text lists, and the one planned for), the largest global batch "
                              "(samples per step, all replicas) its own pool holds"),
     "line_checked_per_device": ("the per-device batch the line was checked up to (the benchmarks', or a larger batch "
-                                "this plan ran; a compiled plan's largest)"),
+                                "this plan ran; a compiled plan's largest; under a 16-bit policy, its largest run)"),
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
     "caveats": "what the CPU emulation could not show",
