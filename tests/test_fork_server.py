@@ -1,8 +1,9 @@
 """snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork.
 
 The tests share one child, as a planner's sets of runs do: each child is another import of TensorFlow, about 6
-CPU-seconds. The two that end children (another environment, :func:`fork_server.release`) come last, so the file
-imports TensorFlow three times: the shared child, the other environment's, the released one."""
+CPU-seconds. The set left midway kills its child (the first test), and the two that end theirs (another environment,
+:func:`fork_server.release`) come last, so the file imports TensorFlow four times: the killed child, the shared one,
+the other environment's, the released one."""
 
 from dataclasses import replace
 
