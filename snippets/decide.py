@@ -532,8 +532,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = ([] if plan.total <= capacity else
                      model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
-            if half and not units.computes_in_16_bits(plan.step.policy):
-                # plan.caveats says it for the step's own policy; these layers ran in 16 bits of their own.
+            if half and not model_plan.in_16_bits(plan):
+                # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.
                 setup = replace(setup, notes=(*setup.notes, model_plan.COMPILED_HALF_CAVEAT if plan.method == "compiled"
                                               else model_plan.HALF_CAVEAT))
             if args.json:

@@ -1065,7 +1065,13 @@ def test_a_16_bit_steps_own_batch_past_the_small_runs_is_run_too():
             "row checked: the lines put it, or its growth past the smaller runs, under 1 GiB). At 64 per device it peaked "
             "at") in " ".join(plan.how().split())
     # float32, as every benchmark row: from 16 and 32 alone, as the rows were planned.
-    assert model_plan.plan_model(replace(step, policy=None), run=run).batches == (16, 32)
+    float32 = model_plan.plan_model(replace(step, policy=None), run=run)
+    assert float32.batches == (16, 32) and not float32.half_layers
+    # Layers built with dtype="mixed_bfloat16" compute in 16 bits under the float32 policy too: the runs say so (model_step's
+    # "half"), and the reader's batch is run as under a 16-bit policy, with the 16-bit caveat once.
+    own = model_plan.plan_model(replace(step, policy=None), run=lambda *a, **k: {**run(*a, **k), "half": True})
+    assert own.batches == (16, 32, 64) and own.half_layers and own.faster[:2] == (64, truth)
+    assert own.caveats.count(model_plan.HALF_CAVEAT) == 1 and model_plan.HALF_CAVEAT not in float32.caveats
     # Its cards' batches, past its largest run, are not said to lie on a line the benchmarks checked (helper-59).
     from snippets.lib import model_report
 

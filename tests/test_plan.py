@@ -292,6 +292,8 @@ def test_layers_with_a_dtype_of_their_own_are_named_and_not_offered_mixed_precis
     text = " ".join(out.split())
     assert code == 0 and "Does not fit" in text and "Remedies that fit" in text, out
     assert text.count(" ".join(HALF_CAVEAT.split())) == 1 and "mixed_precision" not in text, out
+    # Its layers compute in 16 bits under the float32 policy, and its runs said so (the 256 run brackets 64 here).
+    assert "No 16-bit plan is among those benchmarked" in text, out
     # Compiled on JAX, XLA:CPU's 16-bit caveat instead (helper-43: XLA:CPU computes them in float32 too); planned by
     # rule, nothing ran or compiled here: no caveat about this host's kernels.
     for more, caveat in ((["--backend", "jax"], COMPILED_HALF_CAVEAT), (["--method", "rule"], None)):

@@ -53,7 +53,7 @@ from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fi
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN, PARALLEL,
     PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures,
-    run_past, stderr_progress, thread_counts, upper_step, wide_reason)
+    in_16_bits, run_past, stderr_progress, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ class ModelPlan:
         accumulator_extra: for a run plan, bytes the step with ``gradient_accumulation_steps=2`` peaked above this one at
             its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
         checked: for ``compiled``, ``(batch, figure)`` per device of the cards' batches (:func:`jax_step.confirm_cards`).
+        half_layers: a run found layers that compute in 16 bits (a policy of their own, or the step's): :func:`in_16_bits`.
     """
 
     step: ModelStep
@@ -141,6 +142,7 @@ class ModelPlan:
     accumulated: tuple[tuple[int, int], ...] = ()
     accumulator_extra: int = 0
     checked: tuple[tuple[int, int], ...] = ()
+    half_layers: bool = False
 
     @property
     def replicas(self) -> int:
@@ -362,7 +364,7 @@ class ModelPlan:
                 "planned." if self.faster else "")
         if self.method == "compiled":
             return compiled_how(self, grew)
-        cheap, past = self.wide_why == "cheap", run_past(self.step)
+        cheap, past = self.wide_why == "cheap", run_past(self.step, self.half_layers)
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
@@ -435,7 +437,7 @@ class ModelPlan:
         (:data:`COMPILED_HALF_CAVEAT` for one compiled here); with :func:`few_steps_caveat` for a step without XLA whose
         runs at the most threads took fewer than :data:`FEW_STEPS` steps; with :func:`order_caveat` for one without XLA whose
         runs at one batch peaked :data:`ORDER_SPREAD` or more apart (:attr:`order_apart`)."""
-        half = units.computes_in_16_bits(self.step.policy)
+        half = in_16_bits(self)
         if self.method == "compiled":
             found = f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
             return f"{found} {COMPILED_HALF_CAVEAT}" if half else found
@@ -534,7 +536,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          wide_ran_out=wide_ran_out, wide_why=wide_why,
                          steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,
                          raced_steps=min(len(group[-1]["step_peaks"]) for group in groups) if len(counts) > 1 else 0,
-                         faster=faster, x_alone=next((r["x_alone"] for group in groups for r in group if r.get("x_alone")), ""))
+                         faster=faster, x_alone=next((r["x_alone"] for group in groups for r in group if r.get("x_alone")), ""),
+                         half_layers=any(r.get("half") for group in groups for r in group))
 
     plan = assemble()
     # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest batch they do, from
@@ -545,7 +548,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     # host's cap and CHECK_REACH (helper-42: Conv1D activations under a 256 MiB kernel's Adam update, flat through 256 per
     # device, planned at 0.84 of the step at 4096 per device, with "Fits").
     room, host = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN), (cap or default_cap(step)) / (1 + MARGIN)
-    start, past = plan.line_peak(batches[-1]), run_past(step)
+    start, past = plan.line_peak(batches[-1]), run_past(step, plan.half_layers)
 
     def cheap(b: int) -> bool:
         # The reader's own batch up to WIDE_PEAK itself: a refusal names the batch of a run short of it, whose line a new

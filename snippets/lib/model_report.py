@@ -357,7 +357,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method in ("measured", "interpolated", "extrapolated"):
         # What such a figure came to on the benchmark's architectures (TensorFlow's steps; a compiled
         # Keras-on-JAX figure and a rule are other methods, which it did not measure).
-        half = " No 16-bit plan is among those benchmarked." if units.computes_in_16_bits(step.policy) else ""
+        half = " No 16-bit plan is among those benchmarked." if model_plan.in_16_bits(plan) else ""
         lines.append(textwrap.fill(model_plan.accuracy_line() + half, 100, break_on_hyphens=False))
     spare = capacity - plan.total
     against = ("each device" if not card_name else f"JAX's default 75% pool of {'an' if card_name[0] in 'AEFHILMNORSX' else 'a'} {card_name}" if compiled
@@ -488,11 +488,12 @@ def line_checked(plan: model_plan.ModelPlan) -> int:
     """The per-device batch up to which ``plan``'s line was checked: by the benchmarks for a run step
     (:data:`snippets.lib.model_plan.LINE_CHECKED`), the largest batch compiled for a compiled one (the
     benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs), or this plan's largest run past
-    that (:data:`snippets.lib.model_plan.CHECKED_PAST`); under a 16-bit policy, which no benchmark row is, its largest run
+    that (:data:`snippets.lib.model_plan.CHECKED_PAST`); under a 16-bit policy (:func:`~snippets.lib.model_plan.in_16_bits`: the
+    step's or its layers' own), which no benchmark row is, its largest run
     (helper-59: "past 256 the line runs further than the benchmarks checked it", of a line they never checked)."""
     if plan.method == "compiled":
         return max(plan.compiled_points)
-    return max(plan.batches) if units.computes_in_16_bits(plan.step.policy) else max(model_plan.LINE_CHECKED, *plan.batches)
+    return max(plan.batches) if model_plan.in_16_bits(plan) else max(model_plan.LINE_CHECKED, *plan.batches)
 
 
 def plan_json(plan: model_plan.ModelPlan) -> dict:

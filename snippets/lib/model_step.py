@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from snippets.lib import allocator, fork_server, optimizers, placements, units
+from snippets.lib import allocator, fork_server, optimizers, placements, private, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel, xla_refusal
 from snippets.lib.model_compile import compile_again
 from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
@@ -316,7 +316,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     Returns:
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
         "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable",
-        "max_steps", "optimizer_bytes"}`` (the last, the optimizer's variables after the steps, once completed), and
+        "max_steps", "optimizer_bytes", "half"}`` (``optimizer_bytes``, the optimizer's variables after the steps, once
+        completed; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own), and
         ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone; peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
@@ -351,6 +352,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     result["weights_bytes"] = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
     result["largest_variable"] = max((units.tensor_bytes(tuple(w.shape), str(w.dtype))
                                       for w in model.trainable_weights), default=0)
+    result["half"] = any(units.computes_in_16_bits(getattr(getattr(layer, "dtype_policy", None), "name", None))
+                         for layer in private.model_layers(model))
     # One batch held as tensors, as a GPU holds the batch it trains on; a dataset of that one
     # element hands the same tensors to every step (no prefetch copies in the pool).
     options = tf.data.Options()

@@ -183,18 +183,26 @@ def thread_counts(threads: Sequence[int | None]) -> list[int]:
 HALF_RUN = ", under a 16-bit policy, whose growth in the batch no benchmark row checked"
 
 
-def run_past(step: ModelStep) -> int:
+def run_past(step: ModelStep, half_layers: bool = False) -> int:
     """Per-device batch past which the reader's own batch is run too where the lines put it within room:
-    :data:`CHECKED_PAST`, or the last of :data:`SMALL_BATCHES` under a 16-bit policy (``units.computes_in_16_bits``).
+    :data:`CHECKED_PAST`, or the last of :data:`SMALL_BATCHES` where the step computes in 16 bits: under a 16-bit
+    policy (``units.computes_in_16_bits``), or with ``half_layers``, layers built under one of their own (a run said so).
 
     No benchmark row is a 16-bit step, and this host's kernels compute half through float32 copies: helper-58's
     keras-io Xception (augmentation, separable convolutions) under mixed_float16 grew 4.1-4.7 MiB per sample from 16 to
     32 per device and 5.2-6.1 from 32 to 64, so its plan at 64 extrapolated from 16 and 32 read 0.90-1.01 of the step.
+    A layer given ``dtype="mixed_bfloat16"`` computes so under a float32 policy too.
 
-    >>> run_past(ModelStep("m:f", policy="mixed_float16")), run_past(ModelStep("m:f"))
-    (32, 256)
+    >>> run_past(ModelStep("m:f", policy="mixed_float16")), run_past(ModelStep("m:f"), True), run_past(ModelStep("m:f"))
+    (32, 32, 256)
     """
-    return SMALL_BATCHES[-1] if units.computes_in_16_bits(step.policy) else CHECKED_PAST
+    return SMALL_BATCHES[-1] if half_layers or units.computes_in_16_bits(step.policy) else CHECKED_PAST
+
+
+def in_16_bits(plan) -> bool:
+    """Whether ``plan`` (a :class:`snippets.lib.model_plan.ModelPlan`) is of a step that computes in 16 bits: its
+    policy's (``plan.step.policy``) or, run here, layers of their own (``plan.half_layers``)."""
+    return units.computes_in_16_bits(plan.step.policy) or plan.half_layers
 
 
 def stderr_progress(line: str) -> None:
