@@ -145,15 +145,15 @@ def trainable_bytes(weights: Sequence[planner.Weight]) -> int:
 
 
 def source_optimizer(facts: SourceFacts, source: str = "function",
-                     done: str = "measured") -> tuple[str | None, str | None]:
+                     done: str = "measured", model: str = "") -> tuple[str | None, str | None]:
     """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
     note saying so: the one its source compiled with; compile's own default, ``"rmsprop"``, if it
     compiled with a loss and no optimizer; ``(None, None)`` (inference) if it did not compile.
 
     Args:
-        facts: :class:`snippets.lib.model_source.SourceFacts`.
-        source: a key of :data:`snippets.lib.model_report.SOURCES`.
+        facts: :class:`snippets.lib.model_source.SourceFacts`; ``source``, a key of :data:`snippets.lib.model_report.SOURCES`.
         done: what the planner does with the step: ``"measured"`` (TensorFlow), ``"compiled by XLA, not run"`` (``--backend jax``).
+        model: ``--model`` or ``--model-json`` as given, which leads a refusal (the other refusals name it too).
 
     Raises:
         ValueError: the source compiled with an optimizer the planner does not know, or none for fit where its
@@ -163,7 +163,7 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
     if facts.optimizer is not None:
         name = facts.optimizer.lower()
         if name not in optimizers.OPTIMIZERS:
-            raise ValueError(f"{compiles} with {facts.optimizer}, which the planner does not know: pass --optimizer "
+            raise ValueError(f"{model + ': ' if model else ''}{compiles} with {facts.optimizer}, which the planner does not know: pass --optimizer "
                              f"(one of {', '.join(optimizers.OPTIMIZERS)})")
         # The accumulators are planned in every method: said with the optimizer, not after "not run" (helper-32).
         accumulated = (f" and gradient_accumulation_steps={facts.accumulation} (an accumulator per trainable "
@@ -184,7 +184,7 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
                            f"rmsprop, which is {done}.")
     if facts.step_optimizers:
         # helper-51: a CycleGAN whose own compile set four optimizers got an inference plan, of a model that only trains.
-        raise ValueError(f"its train_step trains with optimizers of its own ({', '.join(facts.step_optimizers)}) and {compiles} "
+        raise ValueError(f"{model + ': ' if model else ''}its train_step trains with optimizers of its own ({', '.join(facts.step_optimizers)}) and {compiles} "
                          "none for fit: pass --optimizer, which compiles the model (the runs measure the step with the optimizers "
                          "it applies)" + (f"; it cannot run yet: {facts.unknown_input}" if facts.unknown_input else ""))
     return None, None
@@ -487,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from_source = bool(args.model or args.model_json) and args.optimizer is None
         source = "file" if args.model_json else "function"
         if from_source:
-            args.optimizer = source_optimizer(args.source, source)[0]
+            args.optimizer = source_optimizer(args.source, source, model=args.model or args.model_json)[0]
             # The function's own optimizer runs, with its accumulation (--optimizer replaces both).
             args.accumulation = args.source.accumulation
             args.own_optimizer = args.source.optimizer is not None
