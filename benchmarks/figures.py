@@ -125,7 +125,10 @@ def test_suite(runs: int) -> Figure:
         child = run_child(python("-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=5"))
         walls.append(child.wall_s)
         cpus.append(child.cpu_s)
-        outcomes.append(f"exit {child.returncode}: {_summary_line(child.output)}")
+        # The failed tests by name (pytest.ini's -ra lists them): one run of three had a failure no one could name.
+        failed = re.findall(r"^FAILED (\S+)", child.output, re.MULTILINE)
+        outcomes.append(f"exit {child.returncode}: {_summary_line(child.output)}"
+                        + (f" ({', '.join(failed)})" if failed else ""))
     slowest = re.findall(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S+)$", child.output, re.MULTILINE)
     return Figure(
         "test_suite", test_suite.__doc__.strip(),
