@@ -30,7 +30,7 @@ it planned before); the chord between runs was chosen with them, and the other t
 (``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
 more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
 after every rule but the last (a batch between two runs on their chord), are published apart again (``fresh``), with both optimizers
-(:data:`FRESH_OPTIMIZERS`). The reader's command for a 224 px ResNet50 (:data:`DECIDE_RESNET`) is timed
+(:data:`FRESH_OPTIMIZERS`). The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed
 with ``--time-decide``, and its plan held against that replica's step at its own batch, several GiB
 (:func:`decide_check`).
 
@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.decide_timing import time_decide
 from benchmarks.measure import machine
 from harness import Kernel
 from snippets.lib import devices, model_plan, model_step, plan_accuracy, plan_runs, zoo
@@ -443,13 +444,7 @@ def margin_choice(cache: dict, names: Sequence[str]) -> dict:
     return found
 
 
-#: The reader's command the issue named: a 224 px ResNet50, Adam, batch 256 on 4 V100-16GB.
-DECIDE_RESNET = ["--model", "snippets.lib.zoo:resnet50", "--model-kwargs", '{"size": 224}',
-                 "--loss", "sparse_categorical_crossentropy", "--optimizer", "adam", "--strategy", "mirrored",
-                 "--devices", "4", "--batch", "256", "--card", "V100-PCIE-16GB", "--json"]
-
-
-#: Inter-op thread counts the reader's command (:data:`DECIDE_RESNET`) is measured at at its own batch
+#: Inter-op thread counts the reader's command (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is measured at at its own batch
 #: (:func:`decide_check`): as "measured" takes the rows' targets without XLA (:func:`rows`), one run each.
 CHECK_THREADS = (1, None, HOST_THREADS)
 
@@ -494,18 +489,6 @@ def decide_check(cache: dict, decide_run: dict | None) -> dict | None:
             "line": round(line), "line_ratio": line / one}
 
 
-def time_decide() -> dict:
-    """Wall time of ``python -m snippets.decide`` on :data:`DECIDE_RESNET`, as a reader runs it, and its plan."""
-    import subprocess
-    import sys
-
-    began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "snippets.decide", *DECIDE_RESNET], capture_output=True,
-                          text=True, cwd=RESULTS.parents[2], check=True)
-    seconds = time.perf_counter() - began
-    return {"argv": DECIDE_RESNET, "seconds": round(seconds, 1), "plan": json.loads(done.stdout)}
-
-
 def save(text: str) -> None:
     """Write :data:`RESULTS` whole or not at all (a file beside it, then renamed): the pages' tests read it while
     a benchmark runs, and a half-written one would fail them."""
@@ -524,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="kernels side by side (default 2)")
     parser.add_argument("--budget", type=float, default=3600, help="stop starting runs after this many seconds")
     parser.add_argument("--time-decide", action="store_true",
-                        help="also time the reader's command for a 224 px ResNet50 (DECIDE_RESNET)")
+                        help="also time the reader's command for a 224 px ResNet50 (benchmarks.decide_timing)")
     args = parser.parse_args(argv)
     names = args.only or list(zoo.ARCHITECTURES)
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() and not args.fresh else {}
