@@ -412,7 +412,7 @@ class ModelPlan:
             b0 = max((b for b in self.batches if b < self.device_batch), default=0)
             b1 = min((b for b in self.batches if b > self.device_batch), default=self.device_batch)
             chord = f"the chord between the worst peaks at {b0} and {b1} per device"
-            fitted = (f"{chord} (the floors grew: the peak, convex in the batch, lies under it)"
+            fitted = (f"{chord} (the floors grew: a peak convex in the batch lies under it)"
                       if self.wide_why == "cheap" else f"{fitted}, and no lower than {chord}")
         return (f"{self.method.capitalize()}: real fit steps ({xla}) {where} measured at batches {listed} per device "
                 f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), {fitted}{beyond}; "
