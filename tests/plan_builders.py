@@ -164,14 +164,16 @@ def own_step_x_only():
 
 
 class ClassIds(Autoencoder):
-    """Its own train_step reads y as class ids, as a sparse loss takes them (a new user's trial)."""
+    """Its own train_step reads y as class ids, as a sparse loss takes them (a new user's trial), and unpacks
+    ``(x, y, sample_weight)`` or ``(x, y)`` as keras-io's masked language model does (helper-61): it gets two."""
 
     def train_step(self, data):
         import tensorflow as tf
 
-        x, y = data
+        x, y, weights = data if len(data) == 3 else (*data, None)
         with tf.GradientTape() as tape:
-            loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, self(x, training=True)))
+            loss = keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, self(x, training=True)) *
+                                  (1.0 if weights is None else weights))
         self.optimizer.apply(tape.gradient(loss, self.trainable_weights), self.trainable_weights)
         return {"loss": loss}
 

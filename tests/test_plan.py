@@ -439,7 +439,8 @@ def test_bad_input_exits_2_with_one_line(argv, message):
 
 def test_an_own_train_step_that_fails_on_the_batch_is_told_how_its_targets_were_made(kernel):
     # A new user's trial: a train_step computing a sparse loss itself, no loss compiled, failed on targets
-    # shaped as the output, with nothing saying --loss decides them.
+    # shaped as the output, with nothing saying --loss decides them. helper-61: keras-io's masked language model, whose
+    # step unpacks (x, y, sample_weight) or (x, y), the same (decide.md says it gets two).
     argv = ["--model", "tests.plan_builders:own_step_class_ids", "--strategy", "single", "--optimizer", "adam",
             "--batch", "32"]
     code, out = kernel.call(run_plan_cli, argv)
