@@ -1599,6 +1599,26 @@ def test_a_run_plan_that_does_not_fit_runs_its_accumulating_step_for_the_accumul
     assert out is plan and out.accumulator_extra == 0
 
 
+def test_a_compiled_check_just_over_its_pool_is_followed_by_the_chord(monkeypatch):
+    # helper-61: the functional guide's ticket model on JAX; its V100-32GB batch off the line, 32000 per device, came 0.7%
+    # over the pool, and the geometric means up from 64 (1424, 6744, 14688) spent the compiles: 14688 was offered, as
+    # for the 16 GB card, where about 31700 fit. Just over, the chord: the next compile lies near the first.
+    from snippets.lib import hardware, jax_step, planner
+
+    def figure(b):  # a little convex: the line through the small batches puts the pool's batch a little high
+        return {"total": 16 * units.MiB + 768 * units.KiB * b + b * b // 4, "weights_bytes": units.MiB}
+
+    asked = []
+    monkeypatch.setattr(jax_step, "Compiler", fake_compiler(figure, asked))
+    pool = hardware.jax_pool_bytes("V100-SXM2-32GB")
+    plan = jax_step.plan_on_jax(ModelStep("m:f", "adam", 64, "on"), weights=[planner.Weight((16, 8192))],
+                                capacity=pool)
+    truth = last_fitting(lambda b: figure(b)["total"] <= pool, 1, 10**6)
+    first, second = [a[0] for a in asked if len(a) == 1 and a[0] > 64][:2]  # the line's batch, then the next
+    assert figure(first)["total"] > pool and 0.9 * first < second < first, asked
+    assert 0.97 * truth <= plan.largest_batch(pool) <= truth, (asked, truth)
+
+
 def test_a_compiled_plan_reads_its_checks_past_the_line_and_closes_in_from_far_over(monkeypatch):
     # helper-54: a loss over pairs hid its B x B term at 128 and 256 per device; the line through them put an A100's
     # batch at 56 million, which came to 11497 TiB, after which the chord crept up from below and offered 2528 of ~100k;

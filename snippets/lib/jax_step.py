@@ -331,8 +331,8 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     that does lies more than a 32nd below the smallest that does not, a batch between them, up to
     :data:`CONFIRMS` compiles, a failed one included: on the chord between them, each side weighted as regula falsi's
     Illinois variant does (a figure that jumps: the plain chord would creep to the jump a batch at a time), or their
-    geometric mean where they lie more than 4 times apart. Between the largest that fits (else 0 samples, at the
-    weights) and the smallest above it that does not. A batch that fails to compile is said in
+    geometric mean where they lie more than 4 times apart and the figure above is more than twice ``capacity``.
+    Between the largest that fits (else 0 samples, at the weights) and the smallest above it that does not. A batch that fails to compile is said in
     :attr:`~snippets.lib.model_plan.ModelPlan.confirm_failed`; after the first, only multiples of 24 are asked. Then
     :meth:`~snippets.lib.model_plan.ModelPlan.largest_batch` offers, for ``capacity``, the largest compiled batch up
     to ``L`` that fits: never a batch read off the line.
@@ -381,9 +381,12 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
         under, above = (capacity - low_peak) * 0.5 ** (streak * overs[-1]), (high_peak - capacity) * 0.5 ** (
             streak * (not overs[-1]))
         want = max(low + 1, low + int(under * (high - low) / (under + above)))
-        # Far apart, the geometric mean: from a line's batch far over (helper-54: 56 million per device came to
-        # 11497 TiB), the chord crept up from the largest batch that fit, doubling at best, and offered 2528 of ~100k.
-        want = min(high - 1, math.isqrt(low * high) if low and high > 4 * low else want) // multiple * multiple
+        # Far apart and far over, the geometric mean: from a line's batch far over (helper-54: 56 million per device came
+        # to 11497 TiB), the chord crept up from the largest batch that fit, doubling at best, and offered 2528 of ~100k.
+        # Just over, the chord: from a V100-32GB's batch 0.7% over, the means from 64 per device spent every compile and
+        # offered 14688 where about 31700 fit (helper-61).
+        far = low and high > 4 * low and high_peak > 2 * capacity
+        want = min(high - 1, math.isqrt(low * high) if far else want) // multiple * multiple
         if want <= low:
             break
         b, p = found[-1]
