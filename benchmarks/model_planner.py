@@ -354,10 +354,23 @@ def plan_spread(cache: dict) -> list[dict]:
             if found is None:
                 continue
             measured = max(r["step_peak"] for r in [*found[0].values(), *found[1], *found[2]])
-            peaks = [plan.peak_at(b) for plan in plans]
+            peaks = [far_checked(plan, base, b, found[0], found[2])[0] for plan in plans]  # as rows() plans them
             out.append({"architecture": name, "strategy": base.strategy, "batch_per_device": b,
                         "planned": peaks, "measured": measured, "spread": max(peaks) / min(peaks)})
     return out
+
+
+def far_checked(plan: model_plan.ModelPlan, base: ModelStep, b: int, runs: dict, host: list[dict]) -> tuple[int, bool]:
+    """The plan's figure at per-device batch ``b``, bytes, and whether the planner runs ``b`` too
+    (:func:`snippets.lib.plan_runs.runs_far`: more than twice past its largest run, the lines within reach there): then
+    its own runs there are the target's runs at the planner's thread counts (one and eight without XLA, the first of
+    each, else two), the same draws "measured" takes, and the figure their worst (or a smaller batch's) plus the margin."""
+    replicas = base.devices if base.strategy == "mirrored" else 1
+    host_bytes = model_step.default_cap(base.at_batch(b * replicas)) / (1 + model_plan.MARGIN)
+    if not (b <= model_plan.CHECKED_PAST and plan_runs.runs_far(b, plan.batches[-1], plan.line_peak(b), host_bytes)):
+        return plan.peak_at(b), False
+    own = [runs[None]] if base.jit else [runs[1], host[0]]
+    return round(max(*plan.peaks, *(r["step_peak"] for r in own)) * (1 + model_plan.MARGIN)), True
 
 
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:
@@ -381,12 +394,13 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
                 continue
             runs, extra, host = found
             fewer = max(r["step_peak"] for r in [*runs.values(), *extra])
+            planned_b, far = far_checked(plan, base, b, runs, host)
             extra += host
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
-                   "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": plan.peak_at(b),
-                   "measured": worst,
-                   "ratio": plan.peak_at(b) / worst, "weights": runs[None]["weights_bytes"],
+                   "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": planned_b,
+                   "measured": worst, "far_check": far,
+                   "ratio": planned_b / worst, "weights": runs[None]["weights_bytes"],
                    "draws": sum(len(r["step_peaks"]) for r in [*runs.values(), *extra]),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],
                    "seconds_per_step_cpu": runs[None]["seconds_per_step"]}

@@ -297,16 +297,16 @@ def benchmark(repeats: int = 5) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.Parser(
         prog="python -m snippets.decide",
-        description="Per-device peak of one training step (weights, gradients, optimizer slots, activations, "
-        "update temporaries; init and step peaks) for a model or plain shapes under a placement, with a "
-        "verdict and, when it does not fit, ranked remedies. Plain shapes and a model too large to run here "
-        "are planned by rule (weights, gradients, slots, the update's temporaries, Dense layers' activations), "
-        "allocating nothing; a --model (or --model-json) that runs here, trained under single or mirrored, is "
-        "measured: its real fit step at two small batches (and a third when they hardly differ or it is cheap; past 256 "
-        "per device, or 32 under a 16-bit policy, your own batch, or the largest the lines put under 1 GiB, or, where "
-        "fixed buffers put every batch over, the largest they grow by under 1 GiB past the last run) in fresh capped processes, "
-        "extrapolated in the batch, or on the chord between two runs (with --backend jax: XLA's "
-        "compiled analysis of the step, not run; other placements, and a model without an optimizer: by rule). "
+        description="Per-device peak of one training step (weights, gradients, optimizer slots, activations, update temporaries; init and"
+        " step peaks) for a model or plain shapes under a placement, with a verdict and, when it does not fit, ranked "
+        "remedies. Plain shapes and a model too large to run here are planned by rule (weights, gradients, slots, the "
+        "update's temporaries, Dense layers' activations), allocating nothing; a --model (or --model-json) that runs here, "
+        "trained under single or mirrored, is measured: its real fit step at two small batches (and a third when they hardly "
+        "differ or it is cheap; your own batch where it lies more than twice past them and the lines put it within 4 GiB; "
+        "past 256 per device, or 32 under a 16-bit policy, your own batch, or the largest the lines put under 1 GiB, or, "
+        "where fixed buffers put every batch over, the largest they grow by under 1 GiB past the last run) in fresh capped "
+        "processes, extrapolated in the batch, or on the chord between two runs (with --backend jax: XLA's compiled analysis "
+        "of the step, not run; other placements, and a model without an optimizer: by rule). "
         + model_plan.accuracy_line() + " No --backend jax or mixed-precision plan is among those benchmarked. "
         "Not measurable on a CPU: cuDNN/cuBLAS workspaces, NCCL buffers, the GPU layout optimizer's transposes, "
         "XLA:GPU's buffer assignment (docs/performance.md): leave headroom for them.",

@@ -53,7 +53,7 @@ from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fi
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN, PARALLEL,
     PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures,
-    in_16_bits, run_past, stderr_progress, thread_counts, upper_step, wide_reason)
+    FAR_PAST, FAR_PEAK, in_16_bits, run_past, runs_far, stderr_progress, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -365,6 +365,7 @@ class ModelPlan:
         if self.method == "compiled":
             return compiled_how(self, grew)
         cheap, past = self.wide_why == "cheap", run_past(self.step, self.half_layers)
+        far = len(self.batches) > 2 and FAR_PAST * self.batches[-2] < self.batches[-1] <= CHECKED_PAST  # runs_far's
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
@@ -373,12 +374,13 @@ class ModelPlan:
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
-            (f" This batch was run too (past {past} per device{HALF_RUN if past < CHECKED_PAST else ''}: the lines put it, or "
-             f"its growth past the smaller runs, under {units.human_bytes(WIDE_PEAK)}).{grew}" if self.device_batch == self.batches[-1]
+            (" This batch was run too (" + (f"more than {FAR_PAST} times past the run before it: a peak can grow faster than "
+             "the lines" if far else f"past {past} per device{HALF_RUN if past < CHECKED_PAST else ''}: the lines put it, or "
+             f"its growth past the smaller runs, under {units.human_bytes(WIDE_PEAK)}") + f").{grew}" if self.device_batch == self.batches[-1]
              else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
              "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
              "them: past it they run unchecked.")
-            if self.batches[-1] > past and not (self.wide_why and self.batches[-1] == WIDE_BATCH) else
+            if (self.batches[-1] > past or far) and not (self.wide_why and self.batches[-1] == WIDE_BATCH) else
             f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over "
             f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
             "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch."
@@ -540,13 +542,10 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          half_layers=any(r.get("half") for group in groups for r in group))
 
     plan = assemble()
-    # Past CHECKED_PAST, the reader's batch is run if the lines put it within room, else the largest batch they do, from
-    # twice CHECKED_PAST (else from a quarter past it): a contrastive step at 8192, too costly to run, was planned at
-    # 0.64 of its peak (helper-39). Over the cap, running out would tell nothing of the growth.
-    # Where the lines put every such batch over that, a fixed part of the step (a large kernel's update) can hide the
-    # activations' growth at every run: the largest batch whose growth past the last run they put within room, under the
-    # host's cap and CHECK_REACH (helper-42: Conv1D activations under a 256 MiB kernel's Adam update, flat through 256 per
-    # device, planned at 0.84 of the step at 4096 per device, with "Fits").
+    # Past CHECKED_PAST the reader's batch is run where the lines put it within room, else the largest batch they do from
+    # twice CHECKED_PAST or a quarter past it (helper-39: a contrastive step at 8192, not run, 0.64 of its peak), else the
+    # largest whose growth past the last run they do, under the host's cap and CHECK_REACH: a large kernel's update can hide
+    # the growth at every run (helper-42: flat to 256, 0.84 of its step at 4096, "Fits"). Over the cap a run tells nothing.
     room, host = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN), (cap or default_cap(step)) / (1 + MARGIN)
     start, past = plan.line_peak(batches[-1]), run_past(step, plan.half_layers)
 
@@ -566,13 +565,17 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     check = largest(cheap)
     grown = not check
     check = check or largest(grows)
-    if target > max(past, batches[-1]) and not (out or wide_ran_out) and check:
+    far = target <= CHECKED_PAST and runs_far(target, batches[-1], plan.line_peak(target), host)  # helper-60: a 3D CNN
+    check = target if far else check
+    if (far or target > max(past, batches[-1])) and not (out or wide_ran_out) and check:
         line = plan.line_peak(check)
-        say(f"{target} samples per device lies past {past}, where " + ("the benchmarks held the line" if past == CHECKED_PAST
+        say(f"{target} samples per device lies " + (
+            f"more than {FAR_PAST} times past {batches[-1]}, where a peak can grow faster than the lines: running it too"
+            if far else f"past {past}, where " + ("the benchmarks held the line" if past == CHECKED_PAST
             else "no benchmark row held a 16-bit policy's lines") + ": running "
             + ("it too" if check == target else f"{check} per device, the largest batch "
                + (f"whose growth past {batches[-1]} " if grown else "") + "the lines put under "
-               f"{units.human_bytes(round(room))}") + f", {per} more run{'s' if per > 1 else ''} ...")
+               f"{units.human_bytes(round(room))}")) + f", {per} more run{'s' if per > 1 else ''} ...")
         more = measured([check])
         worst, done = max((r["step_peak"] or 0 for r in more)), all(r["completed"] for r in more)
         # Short of the reader's batch, an excess over the lines as fitted (without EXTRAPOLATION) is a B x B term, which

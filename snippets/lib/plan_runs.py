@@ -95,6 +95,29 @@ LINE_CHECKED = 256
 #: contrastive step at 4096 planned from 16, 32 and 256 read 0.24 of its peak (helper-34).
 CHECKED_PAST = LINE_CHECKED
 
+#: A reader's per-device batch more than this many times past the largest run is run too, up to :data:`CHECKED_PAST`,
+#: where the lines put it within :data:`FAR_PEAK` and this host's cap (:func:`runs_far`): a peak can grow faster than the
+#: line through small batches. helper-60's keras-io 3D CNN for CT scans (Conv3D, MaxPool3D, BatchNorm on 32^3 voxels,
+#: Adam, MirroredStrategy over 2, no XLA) grew about 10 MB per sample per replica from 16 to 32, 14 from 32 to 64 and 17
+#: from 64 to 128: planned from 16 and 32 it read 0.875 of its step at 128, and a run capped at the plan ran out; at 64,
+#: twice past, 1.008-1.018.
+FAR_PAST = 2
+
+#: Bytes up to which the lines may put that batch: the 3D CNN's 2.2 GiB; not a 224 px ResNet50 replica's 6.6 GiB at 64
+#: (twice past 32, where its step held to the line through 16 and 32 within 2%: benchmarks, model_planner, decide_check).
+FAR_PEAK = 4 << 30
+
+
+def runs_far(target: int, largest_run: int, line_peak: float, host: float) -> bool:
+    """Whether the reader's per-device batch ``target`` is run too (:data:`FAR_PAST`): more than that many times past
+    ``largest_run``, where the lines put it (``line_peak``, bytes) within :data:`FAR_PEAK` and ``host`` bytes.
+
+    >>> runs_far(128, 32, 2.2 * 2**30, 8 * 2**30), runs_far(64, 32, 2**30, 8 * 2**30), runs_far(64, 16, 6.6 * 2**30, 2**34)
+    (True, False, False)
+    """
+    return target > FAR_PAST * largest_run and line_peak <= min(FAR_PEAK, host)
+
+
 #: Where the lines put every batch past :data:`CHECKED_PAST` over :data:`WIDE_PEAK` less :data:`MARGIN` (a large fixed part,
 #: such as a big kernel's update), the run that checks them is the largest batch whose growth past the last run they put
 #: within that, at most this many times that run's batch: its compute grows with the batch, of which a slope a fixed
