@@ -190,8 +190,8 @@ _KERNEL_TYPE = re.compile(r"\bT=DT_(\w+)")
 def missing_cpu_kernel(message: str, policy_option: bool = True) -> str | None:
     """The refusal for a step TensorFlow's CPU build has no kernel for (an op in a dtype a GPU's build
     runs: ``MaxPool3D`` in float16, helper-34's trial under ``--policy mixed_float16``), or None.
-    ``policy_option``: the 16-bit policy came from ``--policy``, so leaving it out plans float32; else the
-    function set it, and its policy wins over any option (an audit).
+    ``policy_option``: the step has the 16-bit policy, from ``--policy`` or from the function (decide gives the runs
+    either), so both ways to float32 are named; else the function set it alone, and its policy wins over any option.
 
     >>> missing_cpu_kernel("No OpKernel was registered to support Op 'MaxPool3D' used by {{node m}} with "
     ...                    "these attrs: [data_format=NDHWC, T=DT_HALF, padding=VALID]")[:74]
@@ -208,7 +208,8 @@ def missing_cpu_kernel(message: str, policy_option: bool = True) -> str | None:
     what = f"{op.group(1)} kernel for {dtype.group(1).lower()}" if dtype else f"{op.group(1)} kernel for these types"
     return (f"TensorFlow's CPU build has no {what}, which a GPU's has, so this step cannot run on this "
             "host: plan it with --backend jax or, on one device, --xla on (XLA compiles it), or "
-            f"{'without --policy' if policy_option else 'with the function setting a float32 policy'} "
+            # --policy is also the function's own policy as the runs get it (helper-60 passed none): both ways are named.
+            f"{'without --policy (or, where the function sets the 16-bit policy, with it setting float32)' if policy_option else 'with the function setting a float32 policy'} "
             "(its activations in float32: an upper bound)")
 
 
