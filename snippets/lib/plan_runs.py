@@ -1,7 +1,8 @@
 """Which runs a plan of the reader's model makes, and how each run is read.
 
 The per-device batches the planner runs (:data:`SMALL_BATCHES`, :data:`WIDE_BATCH` and why:
-:func:`wide_reason`; the reader's own past :data:`CHECKED_PAST`), the inter-op thread counts
+:func:`wide_reason`; the reader's own past :data:`CHECKED_PAST`, or more than :data:`FAR_PAST` times past the runs:
+:func:`runs_far`; under a 16-bit policy: :func:`run_past`, :func:`in_16_bits`), the inter-op thread counts
 (:func:`plan_threads`), how many at once (:data:`PARALLEL`), a run's figures (:func:`upper_step`,
 :func:`floor_step`, :func:`run_figures`), how far a check run reaches (:data:`CHECK_REACH`) and the margins a plan adds (:data:`MARGIN`, :data:`EXTRAPOLATION`, :data:`SLOPE_CAP`),
 each with the measurement that chose it. :mod:`snippets.lib.model_plan` draws its lines through them.
