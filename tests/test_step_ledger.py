@@ -39,7 +39,7 @@ def test_planner_is_each_devices_measured_step_peak_or_just_above(agreement):
 SCHEDULED = step_ledger.StepCase("mirrored", "rmsprop", "float32", "auto", (4096, 3072))
 
 
-def test_one_inter_op_thread_saves_one_update_buffer_and_the_planner_holds_both():
+def test_one_inter_op_thread_saves_at_most_one_update_buffer_and_the_planner_holds_both():
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:  # forks of the harness's server: no TensorFlow import each
@@ -47,7 +47,11 @@ def test_one_inter_op_thread_saves_one_update_buffer_and_the_planner_holds_both(
                             (2, 1))
     variable = 4096 * 3072 * 4
     assert step_ledger.schedule_slack(SCHEDULED) == 2 * variable
-    assert abs(two["measured"] - one["measured"] - variable) < 0.05 * variable, (two, one)
+    # Two threads may run the update's independent ops at once, one more buffer live, or in turn, as one thread does:
+    # a draw of the order, not a constant. CI drew the second (the stop of 2026-12-06: 252070400 B at two threads,
+    # 251872768 at one), the suite here mostly the first; either way the planner holds both.
+    extra = two["measured"] - one["measured"]
+    assert min(abs(extra), abs(extra - variable)) < 0.05 * variable, (two, one)
     assert step_ledger.within_bounds(two) and step_ledger.within_bounds(one)
     assert two["planned"] >= two["measured"] and one["planned"] >= one["measured"]
 
