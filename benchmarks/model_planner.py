@@ -367,7 +367,7 @@ def far_checked(plan: model_plan.ModelPlan, base: ModelStep, b: int, runs: dict,
     each, else two), the same draws "measured" takes, and the figure their worst (or a smaller batch's) plus the margin."""
     replicas = base.devices if base.strategy == "mirrored" else 1
     host_bytes = model_step.default_cap(base.at_batch(b * replicas)) / (1 + model_plan.MARGIN)
-    if not (b <= model_plan.CHECKED_PAST and plan_runs.runs_far(b, plan.batches[-1], plan.line_peak(b), host_bytes)):
+    if not plan_runs.runs_far(b, plan.batches[-1], plan.line_peak(b), host_bytes):
         return plan.peak_at(b), False
     own = [runs[None]] if base.jit else [runs[1], host[0]]
     return round(max(*plan.peaks, *(r["step_peak"] for r in own)) * (1 + model_plan.MARGIN)), True

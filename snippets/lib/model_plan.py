@@ -565,7 +565,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     check = largest(cheap)
     grown = not check
     check = check or largest(grows)
-    far = target <= CHECKED_PAST and runs_far(target, batches[-1], plan.line_peak(target), host)  # helper-60: a 3D CNN
+    far = runs_far(target, batches[-1], plan.line_peak(target), host)  # helper-60: a 3D CNN
     check = target if far else check
     if (far or target > max(past, batches[-1])) and not (out or wide_ran_out) and check:
         line = plan.line_peak(check)

@@ -111,12 +111,13 @@ FAR_PEAK = 4 << 30
 
 def runs_far(target: int, largest_run: int, line_peak: float, host: float) -> bool:
     """Whether the reader's per-device batch ``target`` is run too (:data:`FAR_PAST`): more than that many times past
-    ``largest_run``, where the lines put it (``line_peak``, bytes) within :data:`FAR_PEAK` and ``host`` bytes.
+    ``largest_run`` and at most :data:`CHECKED_PAST`, where the lines put it (``line_peak``, bytes) within
+    :data:`FAR_PEAK` and ``host`` bytes. The planner and the benchmark that replans its cached runs both ask it.
 
     >>> runs_far(128, 32, 2.2 * 2**30, 8 * 2**30), runs_far(64, 32, 2**30, 8 * 2**30), runs_far(64, 16, 6.6 * 2**30, 2**34)
     (True, False, False)
     """
-    return target > FAR_PAST * largest_run and line_peak <= min(FAR_PEAK, host)
+    return FAR_PAST * largest_run < target <= CHECKED_PAST and line_peak <= min(FAR_PEAK, host)
 
 
 #: Where the lines put every batch past :data:`CHECKED_PAST` over :data:`WIDE_PEAK` less :data:`MARGIN` (a large fixed part,
