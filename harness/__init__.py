@@ -118,9 +118,11 @@ class Kernel:
             kernel (after the backend's own, :data:`JAX_ENV` for JAX), set before its first TensorFlow op (TensorFlow reads
             ``TF_CPU_*`` and the like when its runtime starts, not on import).
             TensorFlow's INFO logs are silenced unless ``env`` says otherwise.
-        deadline: seconds the kernel may live. A request still running past
-            it kills the kernel and raises :class:`KernelDied`, so a hung
-            TensorFlow call fails its test instead of hanging the suite.
+        deadline: seconds the kernel may live once it is ready (its start, which
+            can include the fork server's TensorFlow import on a loaded host, is
+            bounded by as many again). A request still running past it kills the
+            kernel and raises :class:`KernelDied`, so a hung TensorFlow call fails
+            its test instead of hanging the suite.
         backend: ``"tensorflow"`` (the default: a fork of the server that
             preloaded TensorFlow and Keras) or ``"jax"`` (a new interpreter
             with :data:`JAX_ENV` that imports JAX and Keras on the JAX backend).
@@ -168,6 +170,8 @@ class Kernel:
         if status == "refused":
             self.close()
             raise RuntimeError(f"cannot start a kernel: {value}")
+        # From ready: a hung-request test's 3 s were spent on a cold fork server's import (an audit).
+        self._deadline_at = time.monotonic() + deadline
 
     def alive(self) -> bool:
         """True while the kernel process runs."""

@@ -49,10 +49,10 @@ def _sleeping(fields, cap, threads, steps):
 
 def test_the_next_run_starts_when_any_run_ends_and_results_keep_the_jobs_order():
     # Two at a time: the third job takes the place of the quick second one, not of the long first one
-    # (a core would otherwise idle behind it).
-    payload = [[{"sleep": seconds}, "1GiB", None, 2] for seconds in (3.0, 0.2, 0.2)]
+    # (a core would otherwise idle behind it). Six seconds: time for a loaded host to fork the third (an audit).
+    payload = [[{"sleep": seconds}, "1GiB", None, 2] for seconds in (6.0, 0.2, 0.2)]
     results = fork_server.fork_jobs(payload, 2, _sleeping, lambda fields, threads: ("a run", "a run"))
-    assert [r["sleep"] for r in results] == [3.0, 0.2, 0.2]
+    assert [r["sleep"] for r in results] == [6.0, 0.2, 0.2]
     assert results[2]["started"] < results[0]["ended"]
 
 
@@ -104,9 +104,9 @@ def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does(
     fork_server.release()  # no child: nothing to end
     fork_server.prestart(model_step.SERVER)
     child = fork_server._warm
-    fork_server.release(after=0.5)
+    fork_server.release(after=3.0)  # room for a loaded host between the release and the next claim
     assert measure_many([(STEP, units.GiB, 1)])[0]["completed"]
-    time.sleep(1.0)  # handed out again before its time: kept
+    time.sleep(4.0)  # handed out again before its time: kept
     assert fork_server._warm is child and child.child.poll() is None
     fork_server.release(after=0.2)
     for _ in range(100):

@@ -294,7 +294,7 @@ def _alive(pids):
 
 
 def test_multi_process_cluster_from_tf_config():
-    result = ps.launch_local(workers=1, ps=2, steps=3, timeout=240)
+    result = ps.launch_local(workers=1, ps=2, steps=3, timeout=600)
     assert len(result["pids"]) == 4 and not _alive(result["pids"])
     chief = result["chief"]
     assert len(chief["losses"]) == 3

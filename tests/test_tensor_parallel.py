@@ -571,4 +571,5 @@ def test_xla_auto_compiles_each_shards_update_and_never_the_whole_model():
     # Per-shard XLA updates: weights + velocities + gradients, no shard-sized temporaries.
     assert peaks["auto"]["resident"] < 2.1 and peaks["auto"]["peak"] < 3.1, peaks
     # Without XLA the same step needs the update's temporaries on top.
-    assert peaks["off"]["peak"] > peaks["auto"]["peak"] + 0.5, peaks
+    # At least one shard's full-size temporary: the order of the four updates moves how many are live at once.
+    assert peaks["off"]["peak"] >= peaks["auto"]["peak"] + 0.25, peaks
