@@ -192,9 +192,9 @@ def test_a_step_run_under_a_16_bit_policy_says_its_figure_may_be_high():
     # TensorFlow's CPU MatMul computes half precision through float32 copies (tests/test_scale_models.py).
     step = ModelStep("m:f", "adam", 64, "off", policy="mixed_float16")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (100 * units.MiB, 160 * units.MiB))
-    assert plan.caveats == f"{model_plan.CAVEATS} {model_plan.HALF_CAVEAT}"
-    assert model_plan.ModelPlan(replace(step, policy=None), "extrapolated", (16, 32), plan.peaks).caveats == (
-        model_plan.CAVEATS)
+    alone = f"{model_plan.gpu_caveats(1, False)} {model_plan.THREADS_CAVEAT}"
+    assert plan.caveats == f"{alone} {model_plan.HALF_CAVEAT}"
+    assert model_plan.ModelPlan(replace(step, policy=None), "extrapolated", (16, 32), plan.peaks).caveats == alone
     # A figure XLA:CPU compiled without running it (Keras on JAX) has its own caveats, and its own 16-bit one
     # (helper-43: XLA:CPU too computes 16-bit matmuls and convolutions on float32 copies, tests/test_keep_fit.py).
     compiled = model_plan.ModelPlan(step, "compiled", (32, 64), plan.peaks).caveats
@@ -203,12 +203,26 @@ def test_a_step_run_under_a_16_bit_policy_says_its_figure_may_be_high():
         replace(step, policy=None), "compiled", (32, 64), plan.peaks).caveats
 
 
+def test_each_plan_names_the_gpu_buffers_that_apply_to_its_step():
+    # helper-62: a single-device plan without XLA listed NCCL's buffers and XLA:GPU's buffer assignment.
+    peaks = (100 * units.MiB, 160 * units.MiB)
+    for strategy, devices, xla in (("single", 1, "off"), ("single", 1, "on"), ("mirrored", 2, "off")):
+        caveats = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, xla, strategy, devices), "extrapolated", (16, 32),
+                                       peaks).caveats
+        assert ("NCCL" in caveats) == (devices > 1) and ("XLA:GPU" in caveats) == (xla == "on"), caveats
+        assert "cuDNN/cuBLAS workspaces" in caveats and "layout optimizer" in caveats
+        assert (model_plan.THREADS_CAVEAT in caveats) == (xla == "off")
+    # By rule too: a model too large to run here, over 4 replicas without XLA.
+    rule = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off", "mirrored", 4), "rule", rule_peak=units.GiB)
+    assert rule.caveats == f"{model_plan.gpu_caveats(4, False)} {model_plan.THREADS_CAVEAT}" and "NCCL" in rule.caveats
+
+
 def test_a_plan_whose_racing_runs_took_few_steps_says_an_order_may_be_missing():
     # helper-43: a float16 CNN's runs (20-40 s a step on this CPU) took 2 steps each, and its plan under
     # MirroredStrategy missed an order of the ops that one step in five or eight drew.
     step = ModelStep("m:f", "adam", 64, "off")
     few = model_plan.ModelPlan(step, "extrapolated", (16, 32), (100 * units.MiB, 160 * units.MiB), raced_steps=2)
-    assert few.caveats == f"{model_plan.CAVEATS} {model_plan.few_steps_caveat(2)}"
+    assert few.caveats == f"{model_plan.gpu_caveats(1, False)} {model_plan.THREADS_CAVEAT} {model_plan.few_steps_caveat(2)}"
     assert "runs here took as few as 2 steps" in few.caveats and model_plan.FEW_STEPS == model_step.MAX_STEPS // 2
     # Enough steps, one thread count (a compiled step), or nothing told: none.
     for plan in (replace(few, raced_steps=model_plan.FEW_STEPS), replace(few, raced_steps=0),

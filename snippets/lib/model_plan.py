@@ -45,7 +45,7 @@ from snippets.lib.compiled_how import compiled_how
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, COMPILED_HALF_CAVEAT, FEW_STEPS, GPU_CAVEATS, HALF_CAVEAT,
-    ORDER_SPREAD, THREADS_CAVEAT, few_steps_caveat, order_caveat)
+    ORDER_SPREAD, THREADS_CAVEAT, few_steps_caveat, gpu_caveats, order_caveat)
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
@@ -433,17 +433,17 @@ class ModelPlan:
 
     @property
     def caveats(self) -> str:
-        """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for a
-        compiled plan (Keras on JAX; with :data:`ALL_REDUCE_CAVEAT` over several devices), :data:`GPU_CAVEATS` for a step XLA compiles on TensorFlow,
-        :data:`CAVEATS` otherwise; with :data:`HALF_CAVEAT` for a step run here under a 16-bit policy
-        (:data:`COMPILED_HALF_CAVEAT` for one compiled here); with :func:`few_steps_caveat` for a step without XLA whose
-        runs at the most threads took fewer than :data:`FEW_STEPS` steps; with :func:`order_caveat` for one without XLA whose
-        runs at one batch peaked :data:`ORDER_SPREAD` or more apart (:attr:`order_apart`)."""
+        """What the CPU emulation could not show for this plan: :data:`COMPILED_CAVEATS` for Keras on JAX's compiled plan
+        (with :data:`ALL_REDUCE_CAVEAT` over several devices), :func:`gpu_caveats` for a step on TensorFlow (as they
+        apply), with :data:`THREADS_CAVEAT` for one without XLA; with :data:`HALF_CAVEAT` for a step run here under a
+        16-bit policy (:data:`COMPILED_HALF_CAVEAT` for one compiled here); with :func:`few_steps_caveat` for a step
+        without XLA whose runs at the most threads took fewer than :data:`FEW_STEPS` steps; with :func:`order_caveat` for
+        one without XLA whose runs at one batch peaked :data:`ORDER_SPREAD` or more apart (:attr:`order_apart`)."""
         half = in_16_bits(self)
         if self.method == "compiled":
             found = f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
             return f"{found} {COMPILED_HALF_CAVEAT}" if half else found
-        found = GPU_CAVEATS if self.step.jit else CAVEATS
+        found = gpu_caveats(self.replicas, self.step.jit) + ('' if self.step.jit else f' {THREADS_CAVEAT}')
         run = self.method in ("measured", "interpolated", "extrapolated")
         if run and not self.step.jit and 0 < self.raced_steps < FEW_STEPS:
             found = f"{found} {few_steps_caveat(self.raced_steps)}"

@@ -20,6 +20,24 @@ GPU_CAVEATS = (
     "caps cuDNN's), NCCL buffers, the GPU layout optimizer's transposes, and XLA:GPU's buffer assignment "
     "(XLA figures here are XLA:CPU's); leave headroom for them."
 )
+
+
+def gpu_caveats(replicas: int, jit: bool) -> str:
+    """:data:`GPU_CAVEATS` as they apply to a TensorFlow step on ``replicas`` devices, compiled by XLA if ``jit``: NCCL's
+    all-reduce buffers over several devices only, XLA:GPU's buffer assignment for a compiled step only (helper-62: a
+    single-device plan without XLA listed both).
+
+    >>> print(gpu_caveats(1, False))
+    Not measurable on a CPU: cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, caps cuDNN's) and the GPU layout optimizer's transposes; leave headroom for them.
+    >>> gpu_caveats(2, True) == GPU_CAVEATS
+    True
+    """
+    found = ["cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, caps cuDNN's)",
+             *(["NCCL buffers"] if replicas > 1 else []), "the GPU layout optimizer's transposes",
+             *(["XLA:GPU's buffer assignment (XLA figures here are XLA:CPU's)"] if jit else [])]
+    listed = f"{found[0]} and {found[1]}" if len(found) == 2 else ", ".join(found[:-1]) + f", and {found[-1]}"
+    return f"Not measurable on a CPU: {listed}; leave headroom for them."
+
 #: What a plan of a step without XLA cannot run here (a compiled step is one program: its thread count
 #: moved the peak by about 1%, :data:`snippets.lib.model_plan.COMPILED_THREADS`). TensorFlow counts a GPU's kernels
 #: inexpensive ("Kernels executing on GPU tie very few resources on the CPU where the scheduler runs": the ``OpKernel``
