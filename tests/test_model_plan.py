@@ -1121,10 +1121,14 @@ def test_a_readers_batch_far_past_the_runs_is_run_where_the_lines_put_it_within_
     assert ("This batch was run too (more than 2 times past the run before it: a peak can grow faster than the lines)"
             in " ".join(plan.how().split()))
     # Twice past, or where the lines put it over FAR_PEAK (a 224 px ResNet50's replica at 64), from 16 and 32 alone.
-    assert model_plan.plan_model(replace(step, batch=128), run=run).batches == (16, 32)
-    assert model_plan.plan_model(step, run=lambda *a, **k: {**run(*a, **k), "step_peak": run(*a, **k)["step_peak"] * 4,
-                                                            "step_peaks": [run(*a, **k)["step_peak"] * 4] * 2}
-                                 ).batches == (16, 32)
+    twice = model_plan.plan_model(replace(step, batch=128), run=run)
+    assert twice.batches == (16, 32) and "was not run here" not in twice.how()
+    over = model_plan.plan_model(step, run=lambda *a, **k: {**run(*a, **k), "step_peak": run(*a, **k)["step_peak"] * 4,
+                                                            "step_peaks": [run(*a, **k)["step_peak"] * 4] * 2})
+    assert over.batches == (16, 32)
+    # Said (helper-62: a U-Net's replica at 128 per device, its lines at 4.5 GiB, was planned from 16 and 32 without a word).
+    assert ("128 per device, more than 2 times past the largest run, was not run here (the lines put it over 4 GiB or this "
+            "host's cap): a peak that grows faster than the lines there would not show.") in " ".join(over.how().split())
 
 
 def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_the_largest_batch():

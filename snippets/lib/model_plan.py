@@ -53,7 +53,7 @@ from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fi
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN, PARALLEL,
     PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures,
-    FAR_PAST, FAR_PEAK, in_16_bits, run_past, runs_far, stderr_progress, thread_counts, upper_step, wide_reason)
+    FAR_PAST, FAR_PEAK, far_not_run, in_16_bits, run_past, runs_far, stderr_progress, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -418,7 +418,7 @@ class ModelPlan:
                       if self.wide_why == "cheap" else f"{fitted}, and no lower than {chord}")
         return (f"{self.method.capitalize()}: real fit steps ({xla}) {where} measured at batches {listed} per device "
                 f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), {fitted}{beyond}; "
-                f"+{MARGIN:.0%} for other orders of the step's ops.{wide}")
+                f"+{MARGIN:.0%} for other orders of the step's ops.{wide}{far_not_run(self)}")
 
     @property
     def order_apart(self) -> tuple[int, int, int] | None:

@@ -208,6 +208,29 @@ def thread_counts(threads: Sequence[int | None]) -> list[int]:
 HALF_RUN = ", under a 16-bit policy, whose growth in the batch no benchmark row checked"
 
 
+def far_not_run(plan) -> str:
+    """What a :class:`snippets.lib.model_plan.ModelPlan` ``plan`` run here says where the reader's per-device batch lies
+    more than :data:`FAR_PAST` times past its largest run, up to :func:`run_past`, and was not run: :func:`runs_far` found
+    the lines over :data:`FAR_PEAK` or this host's cap, or a run here ran out of that cap. "" where it was run, or lies
+    elsewhere. helper-62: a keras-io U-Net at 128 per device, four times past 32, its lines at 4.5 GiB, was planned from
+    16 and 32 without a word of it (it read 1.12 of its step there).
+
+    >>> from types import SimpleNamespace as Plan
+    >>> at = dict(step=ModelStep("m:f", batch=128), half_layers=False, wide_ran_out=False, short_of=0, device_batch=128)
+    >>> far_not_run(Plan(batches=(16, 32), **at))[:73]
+    ' 128 per device, more than 2 times past the largest run, was not run here'
+    >>> far_not_run(Plan(batches=(16, 32, 128), **at)), far_not_run(Plan(batches=(16, 64), **at))
+    ('', '')
+    """
+    batch, batches = plan.device_batch, plan.batches
+    if batch in batches or not FAR_PAST * batches[-1] < batch <= run_past(plan.step, plan.half_layers):
+        return ""
+    why = ("a run ran out of this host's cap" if plan.wide_ran_out or plan.short_of else
+           f"the lines put it over {units.human_bytes(FAR_PEAK)} or this host's cap")
+    return (f" {batch} per device, more than {FAR_PAST} times past the largest run, was not run here ({why}): "
+            "a peak that grows faster than the lines there would not show.")
+
+
 def run_past(step: ModelStep, half_layers: bool = False) -> int:
     """Per-device batch past which the reader's own batch is run too where the lines put it within room:
     :data:`CHECKED_PAST`, or the last of :data:`SMALL_BATCHES` where the step computes in 16 bits: under a 16-bit
