@@ -443,7 +443,7 @@ class ModelPlan:
         if self.method == "compiled":
             found = f"{COMPILED_CAVEATS} {ALL_REDUCE_CAVEAT}" if self.replicas > 1 else COMPILED_CAVEATS
             return f"{found} {COMPILED_HALF_CAVEAT}" if half else found
-        found = gpu_caveats(self.replicas, self.step.jit) + ('' if self.step.jit else f' {THREADS_CAVEAT}')
+        found = gpu_caveats(self.replicas, self.step.jit) + ("" if self.step.jit else f" {THREADS_CAVEAT}")
         run = self.method in ("measured", "interpolated", "extrapolated")
         if run and not self.step.jit and 0 < self.raced_steps < FEW_STEPS:
             found = f"{found} {few_steps_caveat(self.raced_steps)}"

@@ -13,14 +13,6 @@ NCCL's buffers and the GPU layout optimizer's NHWC/NCHW transposes exist on a GP
 
 from snippets.lib.units import human_bytes
 
-#: What CPU emulation cannot measure, said next to every verdict on a reader's model
-#: (:data:`CAVEATS` for a step without XLA; :attr:`snippets.lib.model_plan.ModelPlan.caveats` picks).
-GPU_CAVEATS = (
-    "Not measurable on a CPU: cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, "
-    "caps cuDNN's), NCCL buffers, the GPU layout optimizer's transposes, and XLA:GPU's buffer assignment "
-    "(XLA figures here are XLA:CPU's); leave headroom for them."
-)
-
 
 def gpu_caveats(replicas: int, jit: bool) -> str:
     """:data:`GPU_CAVEATS` as they apply to a TensorFlow step on ``replicas`` devices, compiled by XLA if ``jit``: NCCL's
@@ -29,14 +21,20 @@ def gpu_caveats(replicas: int, jit: bool) -> str:
 
     >>> print(gpu_caveats(1, False))
     Not measurable on a CPU: cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, caps cuDNN's) and the GPU layout optimizer's transposes; leave headroom for them.
-    >>> gpu_caveats(2, True) == GPU_CAVEATS
-    True
+    >>> print(gpu_caveats(2, False).split("4096 MiB, caps cuDNN's), ")[1])
+    NCCL buffers, and the GPU layout optimizer's transposes; leave headroom for them.
     """
     found = ["cuDNN/cuBLAS workspaces (TF_CUDNN_WORKSPACE_LIMIT_IN_MB, default 4096 MiB, caps cuDNN's)",
              *(["NCCL buffers"] if replicas > 1 else []), "the GPU layout optimizer's transposes",
              *(["XLA:GPU's buffer assignment (XLA figures here are XLA:CPU's)"] if jit else [])]
     listed = f"{found[0]} and {found[1]}" if len(found) == 2 else ", ".join(found[:-1]) + f", and {found[-1]}"
     return f"Not measurable on a CPU: {listed}; leave headroom for them."
+
+
+#: What CPU emulation cannot measure, every buffer at once (several devices, XLA): what the pages print as what no CPU
+#: shows (:data:`CAVEATS` for a step without XLA); beside a verdict, :attr:`snippets.lib.model_plan.ModelPlan.caveats`
+#: names those of its step.
+GPU_CAVEATS = gpu_caveats(2, True)
 
 #: What a plan of a step without XLA cannot run here (a compiled step is one program: its thread count
 #: moved the peak by about 1%, :data:`snippets.lib.model_plan.COMPILED_THREADS`). TensorFlow counts a GPU's kernels
