@@ -51,9 +51,9 @@ from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
-    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN, PARALLEL,
-    PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, floor_step, plan_threads, run_figures,
-    FAR_PAST, FAR_PEAK, far_not_run, in_16_bits, run_past, runs_far, stderr_progress, thread_counts, upper_step, wide_reason)
+    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FAR_PAST, FAR_PEAK, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN,
+    PARALLEL, PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, far_not_run, far_past, floor_step,
+    in_16_bits, plan_threads, run_figures, run_past, runs_far, stderr_progress, thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -365,7 +365,7 @@ class ModelPlan:
         if self.method == "compiled":
             return compiled_how(self, grew)
         cheap, past = self.wide_why == "cheap", run_past(self.step, self.half_layers)
-        far = len(self.batches) > 2 and FAR_PAST * self.batches[-2] < self.batches[-1] <= CHECKED_PAST  # runs_far's
+        far = len(self.batches) > 2 and far_past(self.batches[-1], self.batches[-2])  # runs_far's condition
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"

@@ -109,6 +109,15 @@ FAR_PAST = 2
 FAR_PEAK = 4 << 30
 
 
+def far_past(target: int, largest_run: int, bound: int = CHECKED_PAST) -> bool:
+    """Whether per-device batch ``target`` lies more than :data:`FAR_PAST` times past ``largest_run``, up to ``bound``.
+
+    >>> far_past(128, 32), far_past(64, 32), far_past(512, 32)
+    (True, False, False)
+    """
+    return FAR_PAST * largest_run < target <= bound
+
+
 def runs_far(target: int, largest_run: int, line_peak: float, host: float) -> bool:
     """Whether the reader's per-device batch ``target`` is run too (:data:`FAR_PAST`): more than that many times past
     ``largest_run`` and at most :data:`CHECKED_PAST`, where the lines put it (``line_peak``, bytes) within
@@ -117,7 +126,7 @@ def runs_far(target: int, largest_run: int, line_peak: float, host: float) -> bo
     >>> runs_far(128, 32, 2.2 * 2**30, 8 * 2**30), runs_far(64, 32, 2**30, 8 * 2**30), runs_far(64, 16, 6.6 * 2**30, 2**34)
     (True, False, False)
     """
-    return FAR_PAST * largest_run < target <= CHECKED_PAST and line_peak <= min(FAR_PEAK, host)
+    return far_past(target, largest_run) and line_peak <= min(FAR_PEAK, host)
 
 
 #: Where the lines put every batch past :data:`CHECKED_PAST` over :data:`WIDE_PEAK` less :data:`MARGIN` (a large fixed part,
@@ -223,7 +232,7 @@ def far_not_run(plan) -> str:
     ('', '')
     """
     batch, batches = plan.device_batch, plan.batches
-    if batch in batches or not FAR_PAST * batches[-1] < batch <= run_past(plan.step, plan.half_layers):
+    if batch in batches or not far_past(batch, batches[-1], run_past(plan.step, plan.half_layers)):
         return ""
     why = ("a run ran out of this host's cap" if plan.wide_ran_out or plan.short_of else
            f"the lines put it over {units.human_bytes(FAR_PEAK)} or this host's cap")
