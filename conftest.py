@@ -4,6 +4,7 @@ Each document runs in its own fresh process (see harness/), so each
 chapter can configure TensorFlow's devices the way its first block says.
 """
 
+import os
 from doctest import ELLIPSIS, NORMALIZE_WHITESPACE
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from sybil.evaluators.doctest import NUMBER
 from sybil.parsers.markdown import SkipParser
 
 from harness import sybil_remote as remote
+from snippets.lib import fork_server, model_step
 
 FLAGS = ELLIPSIS | NORMALIZE_WHITESPACE | NUMBER
 
@@ -55,6 +57,19 @@ LONG_FIRST = ("tests/test_plan_measured.py", "tests/test_scale_models.py", "test
               "tests/test_placement_cases.py", "docs/placement.md", "tests/test_memory_growth.py",
               "docs/reproduce.md", "tests/test_diffs.py", "docs/decide.md", "tests/test_step_probe.py",
               "docs/memory-budget.md", "docs/keep-fit.md")
+
+
+def pytest_configure(config):
+    """One measuring server for the run, started before the workers (:func:`snippets.lib.fork_server.start_shared`):
+    each worker, kernel or command that plans a model forks its child from it rather than importing TensorFlow
+    again, where its environment is the run's (:data:`snippets.lib.fork_server.SHARED`)."""
+    if not hasattr(config, "workerinput") and fork_server.SHARED not in os.environ:  # not in a run a test starts
+        config.shared_fork_server = fork_server.start_shared(model_step.SERVER)
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "shared_fork_server"):
+        fork_server.stop_shared(config.shared_fork_server)
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -12,6 +12,14 @@ def tiny():
     return keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(8)])
 
 
+def slow():
+    """:func:`tiny`, returned after 60 s: a run that outlives a short timeout however soon its process starts."""
+    import time
+
+    time.sleep(60)
+    return tiny()
+
+
 def tiny_mixed():
     """Sets a mixed policy itself, as many scripts do, and compiles with its loss."""
     keras.config.set_dtype_policy("mixed_float16")

@@ -1,9 +1,9 @@
 """snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork.
 
-The tests share one child, as a planner's sets of runs do: each child is another import of TensorFlow, about 6
-CPU-seconds. The set left midway kills its child (the first test), and the two that end theirs (another environment,
-:func:`fork_server.release`) come last, so the file imports TensorFlow four times: the killed child, the shared one,
-the other environment's, the released one."""
+The tests share one child, as a planner's sets of runs do, forked by the suite's shared server (conftest.py) where the
+test leaves the environment as it is. The two that end a reader's own child (another environment,
+:func:`fork_server.release`) come last and start their own, as a reader's command does: the file imports TensorFlow
+three times, those two children and the other environment's."""
 
 from dataclasses import replace
 
@@ -80,7 +80,40 @@ def test_an_op_without_a_cpu_kernel_in_its_dtype_is_refused_with_the_ways_to_pla
         measure_many([(replace(given, model="tests.plan_builders:volume_mixed", policy=None), units.GiB, 1)])
 
 
+def test_a_shared_server_forks_each_process_its_child_in_the_same_environment_only(monkeypatch):
+    import os
+    import tempfile
+
+    monkeypatch.delenv(fork_server.SHARED, raising=False)  # its own, ended below, not the suite's
+    fork_server.close()
+    shared = fork_server.start_shared(model_step.SERVER)
+    path = os.environ[fork_server.SHARED]
+    try:
+        first = measure_many([(STEP, units.GiB, 1), (STEP.at_batch(32), units.GiB, 1)])
+        child = fork_server.server(model_step.SERVER).child
+        fork_server.close()  # the next asker, as another process would: another child of the same server
+        again = measure_many([(STEP, units.GiB, 1)])
+        other = fork_server.server(model_step.SERVER).child
+        assert isinstance(child, fork_server.Forked) and isinstance(other, fork_server.Forked)
+        assert child.pid != other.pid and child.poll() is not None and other.poll() is None
+        with open(f"/proc/{other.pid}/stat") as stat:
+            assert int(stat.read().rsplit(")", 1)[1].split()[1]) == shared.pid  # its parent
+        # Each run's pool held nothing before its model: forked twice over, a process nothing else has used.
+        assert all(r["completed"] and r["baseline"] < units.MiB for r in (*first, *again))
+        fork_server.close()
+        # Another environment a run reads, or another module: no child from it (the asker starts its own).
+        with tempfile.TemporaryFile("w+") as errors:
+            assert fork_server._attach(path, "snippets.lib.jax_step", errors) is None
+            monkeypatch.setenv("TF_FORK_SERVER_TEST", "1")
+            assert fork_server._attach(path, model_step.SERVER, errors) is None
+    finally:
+        fork_server.stop_shared(shared)
+    assert shared.poll() is not None and not os.path.exists(path) and fork_server.SHARED not in os.environ
+
+
 def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_process(monkeypatch):
+    monkeypatch.delenv(fork_server.SHARED, raising=False)  # a reader's own child
+    fork_server.close()
     fork_server.prestart(model_step.SERVER)  # the tests above left theirs: reused, as a planner's next set does
     child = fork_server.server(model_step.SERVER).child.pid
     first = measure_many([(STEP, units.GiB, 1)])
@@ -97,8 +130,10 @@ def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_proc
     assert fork_server._warm is None
 
 
-def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does():
+def test_a_released_child_serves_a_plan_that_comes_soon_and_ends_when_none_does(monkeypatch):
     import time
+
+    monkeypatch.delenv(fork_server.SHARED, raising=False)  # a reader's own child
 
     assert fork_server._warm is None  # the test above closed its child
     fork_server.release()  # no child: nothing to end

@@ -15,6 +15,9 @@ variables, is not reused (a test may change them); other variables a builder rea
 project's own modules, reach the runs only through a new child: :func:`close`. When a plan's runs are done the
 planner lets it go (:func:`release`): it ends after :data:`IDLE` seconds with no run, so a notebook does not keep
 its ~700 MiB for as long as its kernel lives, and a script or a test that plans again sooner reuses it.
+
+A test run starts many processes that plan (workers, kernels, the commands they run), each of which would import
+TensorFlow for its child: there one shared server (:func:`start_shared`, conftest.py) forks each of them its child.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +61,26 @@ def child_env(**changes: str) -> dict[str, str]:
     return env
 
 
+#: The variable naming a shared server's socket (:func:`start_shared`): a process that would start its own child asks it
+#: for one, a fork of a process that imported TensorFlow once (milliseconds, not the import's 4-5 CPU-seconds). One run
+#: of the test suite on 2 cores started 14 children (in its workers, kernels and the commands they run), 51 of its 680
+#: CPU-seconds; with one shared, 6 (28 CPU-seconds), under another working directory or environment. A reader's command
+#: starts one child, and sets none.
+SHARED = "SNIPPETS_SHARED_FORK_SERVER"
+
+
+def _share_key() -> str:
+    """What a shared server and a process that asks it for a child must agree on: the working directory and the
+    variables a run reads (:data:`READ`) as a child started here would have them (:func:`child_env`; ``PYTHONPATH``'s
+    repeats left out, which a kernel's environment adds; the defaults :mod:`snippets.lib.devices` sets on import)."""
+    from snippets.lib.devices import ENVIRONMENT
+
+    env = {**ENVIRONMENT, **child_env()}
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(env["PYTHONPATH"].split(os.pathsep)))
+    return json.dumps([os.getcwd(), sorted((name, value) for name, value in env.items()
+                                           if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL")])
+
+
 def _key() -> tuple:
     return os.getcwd(), tuple(sorted((name, value) for name, value in os.environ.items()
                                      if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL"))
@@ -71,9 +96,10 @@ class Server:
         # Its stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe; a
         # session of its own, so that a timeout ends its forked runs with it.
         self.errors = tempfile.TemporaryFile("w+")
-        self.child = subprocess.Popen([sys.executable, "-m", module, "--serve"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors,
-                                      text=True, env=env, start_new_session=True)
+        shared = os.environ.get(SHARED)
+        self.child = (shared and _attach(shared, module, self.errors)) or subprocess.Popen(
+            [sys.executable, "-m", module, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.errors, text=True, env=env, start_new_session=True)
 
     def alive(self) -> bool:
         """Whether the child still runs, under this process's working directory and environment."""
@@ -129,8 +155,84 @@ class Server:
         if self.killed:
             raise RuntimeError(f"no result in {timeout:.0f} s")
         self.errors.seek(since)
-        raise RuntimeError((self.errors.read().strip().splitlines() or
-                            [f"the measuring process ended (return code {self.child.returncode})"])[-1])
+        code = "" if self.child.returncode is None else f" (return code {self.child.returncode})"
+        raise RuntimeError((self.errors.read().strip().splitlines() or [f"the measuring process ended{code}"])[-1])
+
+
+class Forked:
+    """A child a shared server forked (:func:`start_shared`), read and ended as the :class:`subprocess.Popen` of one.
+
+    Not this process's child: its return code is not known here (:attr:`returncode` stays None), and its end is seen
+    through a pidfd, opened before it can end (it waits for its input, which this process holds open)."""
+
+    def __init__(self, pid: int, stdin, stdout) -> None:
+        self.pid, self.stdin, self.stdout, self.returncode = pid, stdin, stdout, None
+        self._ended: int | None = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        """0 once the child has ended (not its return code), else None."""
+        if self._ended is not None and select.select([self._ended], [], [], 0)[0]:
+            os.close(self._ended)
+            self._ended = None
+        return None if self._ended is not None else 0
+
+    def wait(self) -> int:
+        """0 once the child has ended."""
+        if self._ended is not None:
+            select.select([self._ended], [], [])
+        return self.poll()
+
+
+def _attach(path: str, module: str, errors) -> Forked | None:
+    """A child of ``module`` forked by the shared server listening at ``path``, its standard error to ``errors``;
+    None if there is none, it serves another module or its environment is not this process's (:func:`_share_key`)."""
+    to_child, from_child = os.pipe(), os.pipe()
+    try:
+        with socket.socket(socket.AF_UNIX) as ask:
+            ask.settimeout(120)  # it accepts once its own TensorFlow import is done, on a loaded host too
+            ask.connect(path)
+            asking = json.dumps([module, _share_key()]).encode()
+            socket.send_fds(ask, [asking], [to_child[0], from_child[1], errors.fileno()])
+            reply = ask.makefile().readline()
+    except OSError:  # not listening (any more), or no answer in time
+        reply = ""
+    finally:
+        os.close(to_child[0])
+        os.close(from_child[1])
+    if not reply.strip().isdigit():
+        os.close(to_child[1])
+        os.close(from_child[0])
+        return None
+    return Forked(int(reply), os.fdopen(to_child[1], "w"), os.fdopen(from_child[0]))
+
+
+def start_shared(module: str) -> subprocess.Popen:
+    """Start a shared server of ``module`` for this process and every process it starts from now on: this process's
+    environment gets :data:`SHARED`. Each asks it for its child (:class:`Server`) while its environment is the one
+    this process has now; otherwise it starts its own. End it with :func:`stop_shared`."""
+    folder = tempfile.mkdtemp(prefix="fork-server-")
+    path = os.path.join(folder, "socket")
+    # Bound here: one who asks before the server is up waits for it. Its own output (TensorFlow's start-up lines) to a
+    # file beside it: a child it forks writes to its asker's.
+    with socket.socket(socket.AF_UNIX) as listening, open(os.path.join(folder, "output"), "w") as output:
+        listening.bind(path)
+        listening.listen(64)
+        shared = subprocess.Popen([sys.executable, "-m", module, "--serve", str(listening.fileno())],
+                                  stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                                  env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), pass_fds=[listening.fileno()],
+                                  start_new_session=True)
+    os.environ[SHARED] = path
+    return shared
+
+
+def stop_shared(shared: subprocess.Popen) -> None:
+    """End a shared server of :func:`start_shared` (each child it forked ends with its asker: :func:`close`)."""
+    path = os.environ.pop(SHARED, "")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(shared.pid, signal.SIGKILL)
+    shared.wait()
+    if path:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 _warm: Server | None = None
@@ -192,19 +294,56 @@ def close() -> None:
 
 
 def serve(run_job: Callable[[dict, str, int | None, int], dict],
-          describe: Callable[[dict, int | None], tuple[str, str]]) -> None:
+          describe: Callable[[dict, int | None], tuple[str, str]], listening: int | None = None) -> None:
     """The child's loop: import TensorFlow once, then for each line on stdin fork its runs and print the results.
 
     ``run_job(fields, cap, threads, steps)`` measures one run in a forked process; ``describe(fields, threads)``
-    gives its label and how its progress line names it (``"32 per device, 1 inter-op thread"``).
+    gives its label and how its progress line names it (``"32 per device, 1 inter-op thread"``). ``listening``: the
+    descriptor of a shared server's socket (:func:`start_shared`); the loop runs in each child it forks.
     """
     from snippets.lib import devices  # noqa: F401 (first: it sets the environment TensorFlow reads on import)
 
     import tensorflow  # noqa: F401  (imported once, before the forks)
 
+    if listening is not None:
+        _fork_children(listening)
     for line in sys.stdin:
         payload, parallel = json.loads(line)
         print(RESULTS + json.dumps(fork_jobs(payload, parallel, run_job, describe)), flush=True)
+
+
+def _fork_children(listening: int) -> None:
+    """A shared server's loop (:func:`start_shared`): to each process that asks for a child of this module under the
+    same environment (:func:`_attach`), fork one, its standard input, output and error the asker's, and answer its pid
+    (else "no"). Returns in each child; never in the shared server, which is killed (:func:`stop_shared`)."""
+    key = json.dumps([sys.modules["__main__"].__spec__.name, _share_key()])
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its children are reaped as they end
+    with socket.socket(fileno=listening) as server:
+        while True:
+            asker, _ = server.accept()
+            with asker:
+                try:
+                    message, fds, _, _ = socket.recv_fds(asker, 1 << 16, 3)
+                except OSError:
+                    continue
+                if message.decode() != key or len(fds) != 3:
+                    for fd in fds:
+                        os.close(fd)
+                    with contextlib.suppress(OSError):
+                        asker.sendall(b"no\n")
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # fork_jobs waits for its runs
+                    os.setsid()  # its asker ends it and its runs as one group (Server.kill)
+                    for target, fd in enumerate(fds):
+                        os.dup2(fd, target)
+                        os.close(fd)
+                    return
+                for fd in fds:
+                    os.close(fd)
+                with contextlib.suppress(OSError):
+                    asker.sendall(f"{pid}\n".encode())
 
 
 def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, str, int | None, int], dict],

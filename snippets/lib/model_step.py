@@ -537,15 +537,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "in this process, and print the result as JSON.")
     parser.add_argument("--step", help="a ModelStep as JSON (decide --json's plan.step: its xla is decide's choice, "
                         "and an 'auto' there resolves here as it did there)")
-    parser.add_argument("--serve", action="store_true", help="(internal) serve measure_many: snippets.lib.fork_server")
+    parser.add_argument("--serve", nargs="?", const=-1, type=int, metavar="FD",
+                        help="(internal) serve measure_many; with FD, a shared server's socket: snippets.lib.fork_server")
     parser.add_argument("--cap", default="4096MiB", metavar="SIZE", help="the process's allocator cap (one near the "
                         "step's need moves its figure: a peak under a generous cap, a verdict under a tight one)")
     parser.add_argument("--steps", type=int, default=2, help="training steps measured")
     parser.add_argument("--real-strategy", action="store_true",
                         help="mirrored: the real MirroredStrategy over the emulated devices (the pool's peak)")
     args = parser.parse_args(argv)
-    if args.serve:
-        fork_server.serve(_run_job, _describe)
+    if args.serve is not None:
+        fork_server.serve(_run_job, _describe, None if args.serve < 0 else args.serve)
         os._exit(0)
     if not args.step:
         parser.error("give --step (a ModelStep as JSON)")
