@@ -1,9 +1,9 @@
 """snippets.lib.fork_server: one child imports TensorFlow and serves every set of runs, each run a fresh fork.
 
 The tests share one child, as a planner's sets of runs do, forked by the suite's shared server (conftest.py) where the
-test leaves the environment as it is. The two that end a reader's own child (another environment,
-:func:`fork_server.release`) come last and start their own, as a reader's command does: the file imports TensorFlow
-three times, those two children and the other environment's."""
+test leaves the environment as it is. One starts a shared server of its own; the two that end a reader's own child
+(another environment, :func:`fork_server.release`) come last and start their own, as a reader's command does: the file
+imports TensorFlow four times, that server, those two children and the other environment's."""
 
 from dataclasses import replace
 
@@ -56,6 +56,19 @@ def test_the_next_run_starts_when_any_run_ends_and_results_keep_the_jobs_order()
     assert results[2]["started"] < results[0]["ended"]
 
 
+def _raising(fields, cap, threads, steps):
+    raise KeyboardInterrupt("stopped while measuring")
+
+
+def test_a_run_that_raises_is_reported_dead_and_its_process_ends_there():
+    # An audit: a forked run whose function raised went on as a copy of the process that forked it (here: pytest).
+    import os
+
+    me = os.getpid()
+    results = fork_server.fork_jobs([[{}, "1GiB", None, 2]], 1, _raising, lambda fields, threads: ("a run", "a run"))
+    assert os.getpid() == me and results == [{"error": "the process measuring a run died"}]
+
+
 def test_a_step_of_the_builders_own_optimizer_trains_with_its_settings():
     # helper-34: Adam(use_ema=True) and Adam(global_clipnorm=1.0) in a builder's compile were measured as a new
     # Adam() (0.72 and 0.85 of the step). With own_optimizer the run keeps the object: its EMA copy is there.
@@ -106,9 +119,26 @@ def test_a_shared_server_forks_each_process_its_child_in_the_same_environment_on
             assert fork_server._attach(path, "snippets.lib.jax_step", errors) is None
             monkeypatch.setenv("TF_FORK_SERVER_TEST", "1")
             assert fork_server._attach(path, model_step.SERVER, errors) is None
+        # When the process that started it ends, so does it (its input closes): an audit found one a killed pytest left.
+        shared.stdin.close()
+        assert shared.wait(timeout=60) == 0
     finally:
         fork_server.stop_shared(shared)
-    assert shared.poll() is not None and not os.path.exists(path) and fork_server.SHARED not in os.environ
+    assert not os.path.exists(path) and fork_server.SHARED not in os.environ
+
+
+def test_no_shared_server_where_its_socket_cannot_be_made(monkeypatch, tmp_path):
+    # An audit: under a TMPDIR of 90 characters the socket's path was too long, and every pytest run stopped at start.
+    import os
+    import tempfile
+
+    deep = tmp_path / ("x" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    monkeypatch.delenv(fork_server.SHARED, raising=False)
+    assert fork_server.start_shared(model_step.SERVER) is None
+    assert fork_server.SHARED not in os.environ and not list(deep.iterdir())
+    fork_server.stop_shared(None)
 
 
 def test_a_later_set_of_runs_reuses_the_child_and_each_run_is_still_a_fresh_process(monkeypatch):

@@ -1,6 +1,6 @@
 """A process that has imported TensorFlow and forks a fresh process per measuring run, kept for the next runs.
 
-Importing TensorFlow takes seconds (about 3 s on the 2-core CI machine), and a plan's runs come in up
+Importing TensorFlow takes seconds (4-5 CPU-seconds on the 2-core CI machine), and a plan's runs come in up
 to three sets: its small batches, then a run at 256 (:data:`snippets.lib.model_plan.WIDE_BATCH`), then
 any run again alone (``measure_many``, in the module that serves). One child serves them all, and the
 planner's command starts it while it reads the model's weights (:func:`prestart`). Each run is still a
@@ -72,13 +72,15 @@ SHARED = "SNIPPETS_SHARED_FORK_SERVER"
 def _share_key() -> str:
     """What a shared server and a process that asks it for a child must agree on: the working directory and the
     variables a run reads (:data:`READ`) as a child started here would have them (:func:`child_env`; ``PYTHONPATH``'s
-    repeats left out, which a kernel's environment adds; the defaults :mod:`snippets.lib.devices` sets on import)."""
+    repeats left out, which a kernel's environment adds; the defaults :mod:`snippets.lib.devices` sets on import), the
+    interpreter, and ``HOME`` (Keras reads ``~/.keras/keras.json``)."""
     from snippets.lib.devices import ENVIRONMENT
 
     env = {**ENVIRONMENT, **child_env()}
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(env["PYTHONPATH"].split(os.pathsep)))
-    return json.dumps([os.getcwd(), sorted((name, value) for name, value in env.items()
-                                           if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL")])
+    return json.dumps([os.getcwd(), sys.executable, env.get("HOME"),
+                       sorted((name, value) for name, value in env.items()
+                              if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL")])
 
 
 def _key() -> tuple:
@@ -90,7 +92,7 @@ class Server:
     """One ``--serve`` child (module docstring); :meth:`run` one set of runs through it."""
 
     def __init__(self, module: str) -> None:
-        self.module, self.key = module, _key()
+        self.module = module
         self.killed, self.lock, self.claims = False, threading.Lock(), 0
         env = child_env(TF_CPP_MIN_LOG_LEVEL="3")
         # Its stderr goes to a file, so that reading stdout line by line cannot stall on a full stderr pipe; a
@@ -100,6 +102,9 @@ class Server:
         self.child = (shared and _attach(shared, module, self.errors)) or subprocess.Popen(
             [sys.executable, "-m", module, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.errors, text=True, env=env, start_new_session=True)
+        # After asking: _share_key imports snippets.lib.devices, which sets a variable the key reads (an audit: the
+        # next call saw another environment and started another child).
+        self.key = _key()
 
     def alive(self) -> bool:
         """Whether the child still runs, under this process's working directory and environment."""
@@ -165,22 +170,28 @@ class Forked:
     Not this process's child: its return code is not known here (:attr:`returncode` stays None), and its end is seen
     through a pidfd, opened before it can end (it waits for its input, which this process holds open)."""
 
-    def __init__(self, pid: int, stdin, stdout) -> None:
-        self.pid, self.stdin, self.stdout, self.returncode = pid, stdin, stdout, None
-        self._ended: int | None = os.pidfd_open(pid)
+    def __init__(self, pid: int, stdin: int, stdout: int) -> None:
+        """``stdin``, ``stdout``: this process's ends of the child's pipes, descriptors (files once it is open).
 
-    def poll(self) -> int | None:
-        """0 once the child has ended (not its return code), else None."""
-        if self._ended is not None and select.select([self._ended], [], [], 0)[0]:
-            os.close(self._ended)
-            self._ended = None
+        Raises:
+            ProcessLookupError: the child has ended already.
+        """
+        self._ended: int | None = os.pidfd_open(pid)
+        self.pid, self.stdin, self.stdout, self.returncode = pid, os.fdopen(stdin, "w"), os.fdopen(stdout), None
+
+    def poll(self, timeout: float | None = 0) -> int | None:
+        """0 once the child has ended (not its return code), else None; ``timeout`` seconds at most (None: no limit)."""
+        if self._ended is not None:
+            waiting = select.poll()  # not select: it stops at descriptor 1024
+            waiting.register(self._ended, select.POLLIN)
+            if waiting.poll(None if timeout is None else timeout * 1000):
+                os.close(self._ended)
+                self._ended = None
         return None if self._ended is not None else 0
 
     def wait(self) -> int:
         """0 once the child has ended."""
-        if self._ended is not None:
-            select.select([self._ended], [], [])
-        return self.poll()
+        return self.poll(timeout=None)
 
 
 def _attach(path: str, module: str, errors) -> Forked | None:
@@ -199,40 +210,51 @@ def _attach(path: str, module: str, errors) -> Forked | None:
     finally:
         os.close(to_child[0])
         os.close(from_child[1])
-    if not reply.strip().isdigit():
-        os.close(to_child[1])
-        os.close(from_child[0])
-        return None
-    return Forked(int(reply), os.fdopen(to_child[1], "w"), os.fdopen(from_child[0]))
+    if reply.strip().isdigit():
+        with contextlib.suppress(ProcessLookupError):  # it ended already
+            return Forked(int(reply), to_child[1], from_child[0])
+    os.close(to_child[1])
+    os.close(from_child[0])
+    return None
 
 
-def start_shared(module: str) -> subprocess.Popen:
+def start_shared(module: str) -> subprocess.Popen | None:
     """Start a shared server of ``module`` for this process and every process it starts from now on: this process's
     environment gets :data:`SHARED`. Each asks it for its child (:class:`Server`) while its environment is the one
-    this process has now; otherwise it starts its own. End it with :func:`stop_shared`."""
+    this process has now; otherwise it starts its own. End it with :func:`stop_shared`; it ends by itself when this
+    process does (its standard input, from here, closes). None, and no server, where the socket cannot be made (its
+    path is limited to about 108 bytes, under ``TMPDIR``): each process starts its own child, as without one."""
     folder = tempfile.mkdtemp(prefix="fork-server-")
     path = os.path.join(folder, "socket")
     # Bound here: one who asks before the server is up waits for it. Its own output (TensorFlow's start-up lines) to a
     # file beside it: a child it forks writes to its asker's.
-    with socket.socket(socket.AF_UNIX) as listening, open(os.path.join(folder, "output"), "w") as output:
-        listening.bind(path)
-        listening.listen(64)
-        shared = subprocess.Popen([sys.executable, "-m", module, "--serve", str(listening.fileno())],
-                                  stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                                  env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), pass_fds=[listening.fileno()],
-                                  start_new_session=True)
+    try:
+        with socket.socket(socket.AF_UNIX) as listening, open(os.path.join(folder, "output"), "w") as output:
+            listening.bind(path)
+            listening.listen(64)
+            shared = subprocess.Popen([sys.executable, "-m", module, "--serve", str(listening.fileno())],
+                                      stdin=subprocess.PIPE, stdout=output, stderr=output,
+                                      env=child_env(TF_CPP_MIN_LOG_LEVEL="3"), pass_fds=[listening.fileno()],
+                                      start_new_session=True)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    shared.folder = folder
     os.environ[SHARED] = path
     return shared
 
 
-def stop_shared(shared: subprocess.Popen) -> None:
+def stop_shared(shared: subprocess.Popen | None) -> None:
     """End a shared server of :func:`start_shared` (each child it forked ends with its asker: :func:`close`)."""
-    path = os.environ.pop(SHARED, "")
+    if shared is None:
+        return
+    if os.environ.get(SHARED, "").startswith(shared.folder):
+        del os.environ[SHARED]
     with contextlib.suppress(ProcessLookupError):
         os.killpg(shared.pid, signal.SIGKILL)
+    shared.stdin.close()
     shared.wait()
-    if path:
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    shutil.rmtree(shared.folder, ignore_errors=True)
 
 
 _warm: Server | None = None
@@ -257,7 +279,7 @@ def prestart(module: str) -> None:
 
 
 #: Seconds an unused child waits for more runs after :func:`release` before it ends. Another plan in that time
-#: (a notebook's next cell, a script's next configuration) skips a TensorFlow import, about 3 CPU-seconds each.
+#: (a notebook's next cell, a script's next configuration) skips a TensorFlow import, 4-5 CPU-seconds each.
 IDLE = 60.0
 
 
@@ -314,36 +336,41 @@ def serve(run_job: Callable[[dict, str, int | None, int], dict],
 
 def _fork_children(listening: int) -> None:
     """A shared server's loop (:func:`start_shared`): to each process that asks for a child of this module under the
-    same environment (:func:`_attach`), fork one, its standard input, output and error the asker's, and answer its pid
-    (else "no"). Returns in each child; never in the shared server, which is killed (:func:`stop_shared`)."""
+    same environment (:func:`_attach`), fork one, its standard input, output and error the asker's, which answers its
+    own pid (else "no"). Returns in each child. The server ends when its standard input does (:func:`start_shared`'s
+    process ended, however: an audit found one left for good by a killed pytest) or is killed (:func:`stop_shared`)."""
     key = json.dumps([sys.modules["__main__"].__spec__.name, _share_key()])
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its children are reaped as they end
+    waiting = select.poll()
+    waiting.register(listening, select.POLLIN)
+    waiting.register(0, select.POLLIN)
     with socket.socket(fileno=listening) as server:
         while True:
+            if any(fd == 0 for fd, _ in waiting.poll()):  # end of its input: whoever started it has ended
+                shutil.rmtree(os.path.dirname(server.getsockname()), ignore_errors=True)
+                os._exit(0)
             asker, _ = server.accept()
             with asker:
+                fds: list[int] = []
                 try:
                     message, fds, _, _ = socket.recv_fds(asker, 1 << 16, 3)
-                except OSError:
-                    continue
-                if message.decode() != key or len(fds) != 3:
-                    for fd in fds:
-                        os.close(fd)
-                    with contextlib.suppress(OSError):
-                        asker.sendall(b"no\n")
-                    continue
-                pid = os.fork()
+                    pid = os.fork() if message == key.encode() and len(fds) == 3 else -1
+                except OSError:  # the asker left, or no fork (memory): it starts its own child
+                    pid = -1
                 if pid == 0:
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # fork_jobs waits for its runs
-                    os.setsid()  # its asker ends it and its runs as one group (Server.kill)
+                    os.setsid()  # its asker ends it and its runs as one group (Server.kill): so before the answer
                     for target, fd in enumerate(fds):
                         os.dup2(fd, target)
                         os.close(fd)
+                    with contextlib.suppress(OSError):
+                        asker.sendall(f"{os.getpid()}\n".encode())
                     return
                 for fd in fds:
                     os.close(fd)
-                with contextlib.suppress(OSError):
-                    asker.sendall(f"{pid}\n".encode())
+                if pid < 0:
+                    with contextlib.suppress(OSError):
+                        asker.sendall(b"no\n")
 
 
 def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, str, int | None, int], dict],
@@ -359,10 +386,12 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the child's command pipe: input() gets EOF
             # Nor its answers: a builder's print without a newline would run into the next progress line (an audit).
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-            out = run_job(fields, cap, threads, steps)
-            with os.fdopen(write, "w") as pipe:
-                pipe.write(json.dumps(out))
-            os._exit(0)
+            try:
+                out = run_job(fields, cap, threads, steps)
+                with os.fdopen(write, "w") as pipe:
+                    pipe.write(json.dumps(out))
+            finally:  # whatever it raised, it must not go on as a copy of the process that forked it (an audit)
+                os._exit(0)
         os.close(write)
         return pid, os.fdopen(read), describe(fields, threads)[0]
 
