@@ -337,8 +337,9 @@ def serve(run_job: Callable[[dict, str, int | None, int], dict],
 def _fork_children(listening: int) -> None:
     """A shared server's loop (:func:`start_shared`): to each process that asks for a child of this module under the
     same environment (:func:`_attach`), fork one, its standard input, output and error the asker's, which answers its
-    own pid (else "no"). Returns in each child. The server ends when its standard input does (:func:`start_shared`'s
-    process ended, however: an audit found one left for good by a killed pytest) or is killed (:func:`stop_shared`)."""
+    own pid (else "no"). Returns in each child. The server ends when killed (:func:`stop_shared`) or when its standard
+    input closes, whose other end only :func:`start_shared`'s process holds: with that process, however it ends (an
+    audit found one left for good by a killed pytest)."""
     key = json.dumps([sys.modules["__main__"].__spec__.name, _share_key()])
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its children are reaped as they end
     waiting = select.poll()
