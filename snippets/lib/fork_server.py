@@ -78,14 +78,17 @@ def _share_key() -> str:
 
     env = {**ENVIRONMENT, **child_env()}
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(env["PYTHONPATH"].split(os.pathsep)))
-    return json.dumps([os.getcwd(), sys.executable, env.get("HOME"),
-                       sorted((name, value) for name, value in env.items()
-                              if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL")])
+    return json.dumps([os.getcwd(), sys.executable, env.get("HOME"), _reads(env)])
+
+
+def _reads(env: dict[str, str]) -> list[tuple[str, str]]:
+    """The variables of ``env`` a run reads (:data:`READ`), sorted: not TF_CPP_MIN_LOG_LEVEL, which the child sets."""
+    return sorted((name, value) for name, value in env.items()
+                  if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL")
 
 
 def _key() -> tuple:
-    return os.getcwd(), tuple(sorted((name, value) for name, value in os.environ.items()
-                                     if name.startswith(READ) and name != "TF_CPP_MIN_LOG_LEVEL"))
+    return os.getcwd(), tuple(_reads(os.environ))
 
 
 class Server:
