@@ -562,6 +562,17 @@ def test_a_replicas_slots_are_built_before_its_first_step_as_fit_builds_them_und
         assert kernel.call("tests.plan_builders:traces") == expected
 
 
+def test_a_run_reports_the_xla_keras_compiled_not_the_one_asked():
+    # helper-67: a model with RandomRotation asked for XLA ran without it (Keras turns it off, warning) and read "jit": true.
+    from harness import Kernel
+    from snippets.lib import devices as device_setup, model_step
+
+    with Kernel(deadline=120) as kernel:
+        kernel.call(device_setup.configure, 1, "1GiB", "cpu")
+        result = kernel.call(model_step.measure, ModelStep("tests.plan_builders:augmented", "adam", 8, "on"), 1)
+    assert result["completed"] and result["jit"] is False and result["step"]["xla"] == "on"
+
+
 def test_batch_remedies_follow_from_the_fit_and_say_so():
     step = ModelStep("m:f", "adam", 256, "off")
     plan = model_plan.ModelPlan(step, "extrapolated", (16, 32), (220 * units.MiB, 380 * units.MiB))

@@ -317,7 +317,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
         "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable",
         "max_steps", "optimizer_bytes", "half"}`` (``optimizer_bytes``, the optimizer's variables after the steps, once
-        completed; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own), and
+        completed; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own; ``jit``,
+        whether Keras compiled the step with XLA, False where it turned the step's XLA off for a layer it cannot compile), and
         ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone; peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
@@ -349,6 +350,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         result["failed_phase"] = "init"
         return result
     result["init_peak"] = tf.config.experimental.get_memory_info(device)["peak"] - start
+    # What Keras compiled, not what was asked: it turns XLA off, with a warning, for a model with a layer it cannot
+    # compile (RandomRotation; helper-67 read "jit": true for such a step run without XLA).
+    result["jit"] = bool(getattr(model, "jit_compile", step.jit))
     result["weights_bytes"] = sum(units.tensor_bytes(tuple(w.shape), str(w.dtype)) for w in model.weights)
     result["largest_variable"] = max((units.tensor_bytes(tuple(w.shape), str(w.dtype))
                                       for w in model.trainable_weights), default=0)
