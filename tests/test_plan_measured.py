@@ -58,9 +58,12 @@ def test_the_pages_check_of_a_plan_runs_as_shown_and_its_step_comes_near_the_pla
     done = subprocess.run(["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    plan, measured = json.loads((tmp_path / "plan.json").read_text())["plan"], json.loads(done.stdout)
-    assert measured["completed"] and measured["step"] == plan["step"]
-    assert 0.95 <= plan["step_peak"] / measured["step_peak"] <= 1.5  # the plan's 10% margin, another draw
+    plan = json.loads((tmp_path / "plan.json").read_text())["plan"]
+    runs = [json.loads(line) for line in done.stdout.splitlines()]  # one line of JSON per thread count, as the page says
+    assert len(runs) == 2 and all(run["completed"] and run["step"] == plan["step"] for run in runs), done.stdout
+    # Held to the higher, as the planner keeps the worse of its thread counts (helper-67: at eight alone, a CNN that
+    # peaked higher at one read 1.29-1.41 of a plan 1.10 over its worst). The plan's 10% margin, other draws.
+    assert 0.95 <= plan["step_peak"] / max(run["step_peak"] for run in runs) <= 1.5
     # model_step by hand prints no TensorFlow start-up lines, and no warning about a shuffle it cannot do.
     assert not [line for line in done.stderr.splitlines() if startup_noise(line)], done.stderr
     assert "shuffle" not in done.stderr, done.stderr
