@@ -38,7 +38,7 @@ TERMS: tuple[Term, ...] = (
     Term("gradient accumulation", "梯度累积", "几个小批次的梯度累加后再更新一次，降低的是激活值，不是权重。"),
     Term("gradient checkpointing, rematerialisation", "梯度检查点, 重计算", "反向传播时重算激活值，而不是一直存着它们。"),
     Term("optimizer state", "优化器状态", "优化器为每个变量保存的量（如 RMSprop 的均方值），与变量同形状。"),
-    Term("activations", "激活值", "前向传播中各层的输出，反向传播要用；它们随批大小线性增长。"),
+    Term("activations", "激活值", "前向传播中各层的输出，反向传播要用；它们通常随批大小线性增长（批内两两配对计算的损失，例如对比损失，会增长得更快）。"),
     Term("replica", "副本", "分布式策略在一个设备上运行的一份模型。"),
     Term("mirrored variable", "镜像变量", "MirroredStrategy 下的变量：每个副本一份完整拷贝，每步保持一致。"),
     Term("shard", "分片", "一个变量被切开后放在某个设备上的那一块。"),
