@@ -80,6 +80,16 @@ def test_each_thread_count_has_its_own_line_and_a_race_is_not_a_slope():
     assert race.largest_batch(500 * MiB) == 16
 
 
+def test_a_readers_own_batch_at_256_is_not_said_to_be_the_run_flat_runs_add():
+    # helper-66: a Transformer at 256 on one device, run too (eight times past 32), read "The run at 256 was added:
+    # 16 and 32 differed by under 10%", though they differed by 35%.
+    MB = 10**6
+    plan = model_plan.ModelPlan(ModelStep("m:f", "rmsprop", 256, "off"), "measured", (16, 32, 256),
+                                (304.6 * MB, 403.3 * MB, 1894.0 * MB), floors=(296.4 * MB, 399.8 * MB, 1800.0 * MB))
+    assert "was added" not in plan.how() and "This batch was run too (more than 2 times past" in plan.how()
+    assert "The run at 256 was added: 16 and 32 differed by under 10%" in replace(plan, wide_why="flat").how()
+
+
 def test_a_thread_count_whose_own_floors_grow_keeps_its_slope():
     MiB = units.MiB
     # helper-41's MoCo queue (a 128 MiB non-trainable bank, a [B, 262144] similarity matrix), one replica of two, Adam, no

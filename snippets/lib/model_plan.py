@@ -369,7 +369,7 @@ class ModelPlan:
         why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
                if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
         hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
-        wide = (f" The run at {WIDE_BATCH} was added: {why}{hidden}." if WIDE_BATCH in self.batches else
+        wide = (f" The run at {WIDE_BATCH} was added: {why}{hidden}." if WIDE_BATCH in self.batches and self.wide_why else
                 f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
