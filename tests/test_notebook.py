@@ -47,6 +47,8 @@ STEPS = re.compile(r"\bof\s+\d+(?:\s+to\s+\d+)?\s+steps\b")
 #: The caveat a plan adds when its racing runs took few steps (plan_caveats.few_steps_caveat): present or not as the
 #: step counts are, so it moves with the machine's speed too. Masked, as compared: numbers "#", spaces single.
 FEW_STEPS = re.sub(r"\s+", " ", NUMBER.sub("#", few_steps_caveat(2)))
+#: The same caveat as printed, wrapped anywhere, with any count: its numbers are not measured ones, and it comes and goes.
+FEW_STEPS_PRINTED = re.compile(r"\s*" + r"\s+".join(re.escape(word).replace(r"\#", r"\d+") for word in FEW_STEPS.split(" ")))
 #: TensorFlow's C++ start-up lines (absl), which TF_CPP_MIN_LOG_LEVEL does not silence.
 STARTUP_LOG = re.compile(r"absl::InitializeLog|^[IWE]\d{4} \d\d:\d\d:|cudart_stub|cuInit", re.MULTILINE)
 
@@ -105,7 +107,7 @@ def measured_numbers(notebook) -> list[float]:
     """Every number the measured cells print, in order."""
     return [float(n) for cell in notebook.cells if cell.cell_type == "code" and measured(cell)
             for out in cell.get("outputs", []) if out.output_type == "stream"
-            for n in NUMBER.findall(STEPS.sub("", out.text))]
+            for n in NUMBER.findall(FEW_STEPS_PRINTED.sub("", STEPS.sub("", out.text)))]
 
 
 def cleaned(notebook) -> nbformat.NotebookNode:
