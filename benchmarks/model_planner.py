@@ -28,11 +28,11 @@ without them, and their first measurement led to the cheap run at 256 (``ratio_w
 it planned before); the chord between runs was chosen with them, and the other two sets, in view
 (``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
-more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured
-after every rule but the last (a batch between two runs on their chord), are published apart again (``fresh``), with both optimizers
-(:data:`FRESH_OPTIMIZERS`). The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed
-with ``--time-decide``, and its plan held against that replica's step at its own batch, several GiB
-(:func:`decide_check`).
+more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every
+rule but the last two (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
+slope: ``ratio_own_slopes``, on every set), are published apart again (``fresh``), with both optimizers (:data:`FRESH_OPTIMIZERS`).
+The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed with ``--time-decide``,
+and its plan held against that replica's step at its own batch, several GiB (:func:`decide_check`).
 
 Results are cached by package versions and configuration in ``benchmarks/results/model_planner.json``
 (committed): a re-run measures only what is missing (``--fresh`` re-measures all). The file states its own
@@ -129,8 +129,8 @@ def architecture(name: str) -> zoo.Architecture:
 #: Optimizers the held-out architectures (:data:`snippets.lib.zoo.HOLDOUT`) are measured with, in every mode.
 HOLDOUT_OPTIMIZERS = OPTIMIZERS[:1]
 
-#: Optimizers the architectures measured after every rule but the last (:data:`snippets.lib.zoo.FRESH`) are measured with,
-#: in every mode: both, as the rows (Adam first; RMSprop after, no rule for batches above 32 changed in between).
+#: Optimizers the architectures measured later (:data:`snippets.lib.zoo.FRESH`) are measured with, in every mode: both, as
+#: the rows (Adam first; RMSprop after, no rule for batches above 32 changed in between).
 FRESH_OPTIMIZERS = OPTIMIZERS
 
 
@@ -373,13 +373,21 @@ def far_checked(plan: model_plan.ModelPlan, base: ModelStep, b: int, runs: dict,
     return round(max(*plan.peaks, *(r["step_peak"] for r in own)) * (1 + model_plan.MARGIN)), True
 
 
+class OwnSlopes(model_plan.ModelPlan):
+    """A plan whose lines past its runs keep each thread count's own slope, as before they took the steepest count's
+    (:meth:`snippets.lib.model_plan.ModelPlan.lines`, a rule made after every row was measured): ``ratio_own_slopes``."""
+
+    def lines(self, beyond: bool = False) -> list[tuple[float, float]]:
+        return super().lines()
+
+
 def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     """Planner vs measured at each target, from the cached runs (configurations with a missing run are skipped).
 
-    "Measured" is the worst per-device step peak over steps 0 and 1, over one and two (the
-    default here) inter-op threads, and without XLA over :data:`REPEATS` more runs at the default,
-    :data:`HOST_REPEATS` at :data:`HOST_THREADS` and one of :data:`HOST_STEPS` steps there;
-    ``draws`` counts the steps; ``measured_sets``, for :data:`REDRAWN`, "measured" of each set of those runs.
+    "Measured" is the worst per-device step peak over steps 0 and 1, over one and two (the default here) inter-op
+    threads, and without XLA over :data:`REPEATS` more runs at the default, :data:`HOST_REPEATS` at :data:`HOST_THREADS`
+    and one of :data:`HOST_STEPS` steps there; ``draws`` counts the steps; ``measured_sets``, for :data:`REDRAWN`,
+    "measured" of each set of those runs; ``ratio_*``, the plan without a rule (each set where it is made).
     """
     out = []
     for name, base in configurations(names):
@@ -417,13 +425,13 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             pool = cache.get(key(step, None, True))
             if pool and pool["completed"]:
                 row["pool_peak"] = pool["step_peak"]
+            row["ratio_own_slopes"] = far_checked(OwnSlopes(**vars(plan)), base, b, runs, host)[0] / worst
             # The same plan with each line's slope between its worst peaks, as before upper quartiles (ModelPlan.lines).
             row["ratio_worst_slopes"] = replace(plan, uppers=()).peak_at(b) / worst
             if plan.wide_why == "cheap":
                 # And without the run at the wide batch that a cheap one adds (model_plan.WIDE_PEAK).
                 row["ratio_without_cheap"] = planned(cache, base, replicas, cheap=False).peak_at(b) / worst
-                # And between the runs on the lines no lower than the chord, as between flat runs
-                # (ModelPlan._measured_peak_at), not on the chord instead.
+                # And between the runs on the lines no lower than the chord, as between flat runs (_measured_peak_at).
                 row["ratio_on_lines"] = replace(plan, wide_why="flat").peak_at(b) / worst
             elif plan.wide_why == "flat":
                 # And the other way: between flat runs on the chord instead of the lines, as between cheap ones.
@@ -432,8 +440,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
     return out
 
 
-#: The fractions tried for :data:`snippets.lib.model_plan.MARGIN` and
-#: :data:`snippets.lib.model_plan.EXTRAPOLATION`: multiples of 5%.
+#: The fractions tried for :data:`snippets.lib.model_plan.MARGIN` and :data:`~snippets.lib.model_plan.EXTRAPOLATION`: 5% steps.
 CHOICES = (0.0, 0.05, 0.10, 0.15)
 
 
@@ -458,11 +465,11 @@ def margin_choice(cache: dict, names: Sequence[str]) -> dict:
     return found
 
 
-#: Inter-op thread counts the reader's command (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is measured at at its own batch
-#: (:func:`decide_check`): as "measured" takes the rows' targets without XLA (:func:`rows`), one run each.
+#: Inter-op thread counts the reader's command (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is run at, at its own batch
+#: (:func:`decide_check`), one run each, as "measured" takes the rows' targets without XLA (:func:`rows`).
 CHECK_THREADS = (1, None, HOST_THREADS)
 
-#: Their allocator cap: one replica of a 224 px ResNet50 at 64 samples is planned near 6.6 GiB, over
+#: Their allocator cap: one replica of a 224 px ResNet50 at 64 samples is planned near 6.7 GiB, over
 #: :data:`snippets.lib.model_step.CAP_BOUND` of :data:`CAP`, where a cap can hold a step's peak down.
 CHECK_CAP = "12GiB"
 
@@ -528,8 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if data.get("versions") != versions():
         data = {}
     cache = data.get("runs", {})
-    # A run of an older snippets.lib.model_step is measured again (stale).
-    # Measured apart: HOLDOUT with Adam (a rule came from them), FRESH with both (measured after every rule but the last).
+    # A run of an older model_step is measured again (stale). Apart: HOLDOUT with Adam (a rule came from them), FRESH both.
 
     def every(make, *cached, names=names, optimizers=args.optimizers):
         """``make``'s jobs (:func:`jobs`, :func:`wide_jobs`) for the rows' architectures and the ones measured apart."""

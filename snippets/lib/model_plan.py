@@ -20,9 +20,9 @@ carries). A smaller batch is run as well, for its own figure. Every figure says 
     no lower than that chord; either no lower than a smaller batch's worst peak
     (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
 ``extrapolated``
-    beyond the runs: one line per inter-op thread count, levelled at its worst peak, its slope
-    between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest
-    line at the reader's batch, plus :data:`MARGIN`.
+    beyond the runs: one line per inter-op thread count, levelled at its worst peak, at the steepest count's
+    slope between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest line at the
+    reader's batch, plus :data:`MARGIN`.
 ``rule``
     the model's weights are too large to run on this host: weights, gradients, slots and the update's temporaries
     by the rule of :mod:`snippets.lib.planner` (held to the allocator within a few % on ``Dense`` layers),
@@ -172,37 +172,41 @@ class ModelPlan:
         low, first = self.floors or self.peaks, self._first()
         return max(0.0, (low[-1] - low[first]) / (self.batches[-1] - self.batches[first]))
 
-    def lines(self) -> list[tuple[float, float]]:
+    def lines(self, beyond: bool = False) -> list[tuple[float, float]]:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
 
-        With :attr:`by_threads`: one per thread count, its slope between that count's upper-quartile steps
-        (:attr:`uppers`; its worst peaks if none) at the first batch of 16 or more (:meth:`_first`) and the last, held
-        to ``[0, SLOPE_CAP x`` the floors' slope ``]`` (the steeper of the floors over every run and of that count's
-        own, :attr:`thread_floors`), its level at the last batch the highest of its worst peaks. Its own floors: one
-        order that keeps a buffer as the batch grows, at every step, grows with the batch, however flat the other
-        count (helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per sample from 32 to 256 at every step, at
-        one thread 0.1; capped by the floors over both, it planned 0.82 of its step at 768). The slope is the
-        activations' growth, which every order of the ops has; one draw that kept a buffer live longer is a level,
-        counted once there: through the worst peaks, a GRU stack's one step of 96.61 MiB at 32 per device (8 threads,
-        Adam; its others at most 74.08 MiB) drew a line through 16 and 32 that read 1.81 of the step at 128. A peak
-        does not fall as the batch grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 again at 64;
-        levelled at 32, the plan read 0.92 of it). tests/test_model_plan.py keeps both. Without: one line, the floors'
-        slope, the same level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
+        With :attr:`by_threads`: one per thread count, its level at the last batch the highest of its worst peaks, at its
+        own slope (:meth:`_slopes`), and ``beyond`` (past the last batch run) all at the steepest count's: the activations
+        grow alike in every order of the ops, and a count whose first run drew a high step has its own slope flattened
+        (helper-66: a seq2seq Transformer's replica at 8 threads peaked 550 MB at 16 and 612 at 32; its own line read
+        0.92-0.94 of the step at 64). Between runs, where lines are drawn down from the last, each keeps its own. A slope runs
+        between its upper-quartile steps (:attr:`uppers`, else its worst peaks) at the first batch of 16 or more
+        (:meth:`_first`) and the last, in ``[0, SLOPE_CAP x`` the floors' slope ``]``, the steeper of all runs' floors and
+        the count's own (:attr:`thread_floors`; helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per sample at
+        every step, at one thread 0.1; capped by both, 0.82 of its step at 768). A draw that kept a buffer live longer is
+        a level, counted once there (through worst peaks, a GRU stack's one step of 96.61 MiB at 32 read 1.81 of its step
+        at 128); a peak does not fall as the batch grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 at
+        64; levelled at 32, 0.92). tests/test_model_plan.py keeps these. Without: one line, the floors' slope, the same
+        level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
         """
         if not self.batches:
             return []
-        last = self.batches[-1]
-        floor_slope = self._floor_slope()
-        if not self.by_threads or len(self.batches) < 2:
-            slope = max(floor_slope, self.rule_slope) if len(self.batches) > 1 else 0.0
-            return [(max(self.peaks) - slope * last, slope)]
-        first, found = self._first(), []
-        span = last - self.batches[first]
-        for t, (peaks, middle) in enumerate(zip(self.by_threads, self.uppers or self.by_threads)):
+        last, slopes = self.batches[-1], self._slopes()
+        levels = [max(peaks) for peaks in self.by_threads] if self.by_threads and len(self.batches) > 1 else [max(self.peaks)]
+        return [(level - slope * last, slope) for level, slope in zip(levels, [max(slopes)] * len(levels) if beyond else slopes)]
+
+    def _slopes(self) -> list[float]:
+        """Each thread count's own slope, bytes per sample (:meth:`lines`); one, the floors', without :attr:`by_threads`."""
+        if len(self.batches) < 2:
+            return [0.0]
+        floor_slope, first, found = self._floor_slope(), self._first(), []
+        if not self.by_threads:
+            return [max(floor_slope, self.rule_slope)]
+        span = self.batches[-1] - self.batches[first]
+        for t, middle in enumerate(self.uppers or self.by_threads):
             own = self.thread_floors[t] if self.thread_floors else ()
             cap = SLOPE_CAP * max(floor_slope, (own[-1] - own[first]) / span if own else 0.0)
-            slope = max(min(max(0.0, (middle[-1] - middle[first]) / span), cap), self.rule_slope)
-            found.append((max(peaks) - slope * last, slope))
+            found.append(max(min(max(0.0, (middle[-1] - middle[first]) / span), cap), self.rule_slope))
         return found
 
     @property
@@ -212,13 +216,12 @@ class ModelPlan:
         run checked any growth past them, and :meth:`largest_batch` stops at the last (helper-49: a 500k x 64 Embedding
         with Adam, flat from 16 to 512 per device, had a V100-SXM2-32GB's largest batch put at 20.9 million on the
         floor's 1.27 KiB per sample; its steps grew about 16.8 KB per sample, near 1.8 million)."""
-        found = self.lines()
         steeper = self.method == "compiled" and compiled_curve.last_slope(self) > self.rule_slope  # checks past the line
-        return len(self.batches) > 1 and bool(found) and all(s <= self.rule_slope for _, s in found) and not steeper
+        return len(self.batches) > 1 and max(self._slopes()) <= self.rule_slope and not steeper
 
     def _line_at(self, device_batch: int) -> tuple[float, float]:
         """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
-        return max(self.lines(), key=lambda line: (line[0] + line[1] * device_batch, line[1]))
+        return max(self.lines(device_batch > self.batches[-1]), key=lambda line: (line[0] + line[1] * device_batch, line[1]))
 
     @property
     def per_sample(self) -> float:
@@ -244,7 +247,7 @@ class ModelPlan:
         if self.method == "compiled" or not self.batches or device_batch <= self.batches[-1]:
             return self.lines()
         last = self.batches[-1]
-        return [(c - EXTRAPOLATION * s * last, s * (1 + EXTRAPOLATION)) for c, s in self.lines()]
+        return [(c - EXTRAPOLATION * s * last, s * (1 + EXTRAPOLATION)) for c, s in self.lines(beyond=True)]
 
     def line_peak(self, device_batch: int) -> float:
         """The highest line at ``device_batch``, bytes, no margin."""
@@ -277,17 +280,15 @@ class ModelPlan:
             # The worst order seen at this batch or a smaller one (a peak does not fall as the
             # batch grows: :meth:`lines`); orders not seen still need the margin.
             return round(max(self.peaks[:self.batches.index(device_batch) + 1]) * (1 + MARGIN))
-        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than the
-        # chord between the runs around it: a peak is convex in the batch, so the chord is above it (a line
-        # levelled at the last run and drawn down at the rule's steeper slope planned a 4-layer MLP at 0.91
-        # of its peak at 96; third audit). Where the floors grow, between any two runs, not the lines: levelled
-        # at WIDE_BATCH and drawn down at the slope from 16, they sit above the chord (DenseNet121's replicas at
-        # 64: 1.27 of the step on them, 1.19 on the chord). Flat floors are a race in the update, which a chord
-        # through two draws can pass under (a wide MLP at 64: 0.945 on it): the lines stay. benchmarks.model_planner.rows.
+        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than the chord between
+        # the runs around it: a peak is convex in the batch, so the chord is above it (a 4-layer MLP at 96: 0.91 on a line
+        # drawn down from the last run at the rule's slope; third audit). Where the floors grow, the chord, not the lines,
+        # which sit above it (DenseNet121's replicas at 64: 1.27 on them, 1.19 on the chord). Flat floors are a race in the
+        # update, which a chord through two draws can pass under (a wide MLP at 64: 0.945): the lines stay. model_planner.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
-        if device_batch < self.batches[0]:  # no further under the first run than the flattest line falls: a line levelled
-            # at a larger run's peak can pass under it (a wide MLP's, flat from 16 to 1024: batch 15 at 572 MiB, 16 at 776)
-            seen = self.peaks[0] - min(slope for _, slope in self.lines()) * (self.batches[0] - device_batch)
+        if device_batch < self.batches[0]:  # no further under the first run than the flattest count's slope falls: a line
+            # levelled at a larger run's peak can pass under it (a wide MLP's, flat from 16 to 1024: 15 at 572 MiB, 16 at 776)
+            seen = self.peaks[0] - min(self._slopes()) * (self.batches[0] - device_batch)
         between = chord(self.batches, self.peaks, device_batch)
         lines = 0 if between and self.wide_why == "cheap" else self.line_peak(device_batch)
         return round(max(lines, seen, between) * (1 + MARGIN))
@@ -394,7 +395,7 @@ class ModelPlan:
         floor = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
                  if self.rule_slope else "")
         # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
-        beyond = (f", +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
+        beyond = (f"{', each at the slope of the steepest thread count' if len(counts) > 1 else ''}, +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
                   if self.device_batch > self.batches[-1] else "")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
         own = ", all runs' or its thread count's where steeper" if self.thread_floors and len(counts) > 1 else ""
@@ -428,8 +429,7 @@ class ModelPlan:
             return None
         spans = [(max(peaks) / min(peaks), batch, min(peaks), max(peaks))
                  for batch, peaks in zip(self.batches, zip(*self.by_threads)) if len(peaks) > 1 and min(peaks) > 0]
-        widest = max(spans, default=None)
-        return widest[1:] if widest and widest[0] >= ORDER_SPREAD else None
+        return next((widest[1:] for widest in [max(spans, default=None)] if widest and widest[0] >= ORDER_SPREAD), None)
 
     @property
     def caveats(self) -> str:
@@ -581,7 +581,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         # Short of the reader's batch, an excess over the lines as fitted (without EXTRAPOLATION) is a B x B term, which
         # grows with the square of the batch past the run (an audit: accepted within 10% at 4473, 0.71 of the step at
         # 32768; within the 5% beyond the runs, 0.91): refused unless, so grown, it stays within SQUARE_SHARE there.
-        bound = line if check == target else max(c + s * check for c, s in plan.lines())
+        bound = line if check == target else max(c + s * check for c, s in plan.lines(check > batches[-1]))
         grown_excess = (worst - bound) * (target / check) ** 2
         if done and (check == target or grown_excess <= SQUARE_SHARE * plan.line_peak(target)):
             batches, groups = [*batches, check], [*groups, more]

@@ -22,7 +22,8 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
 
     Returns:
-        ``{"rows", "architectures", "batches", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout", "fresh"}``
+        ``{"rows", "architectures", "batches", "min_ratio", "max_ratio", "seconds", "worst", "spread", "holdout", "fresh",
+        "raised"}``
         (``batches``: the rows' per-device batches, ascending; ``worst``: the row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
         says how each is obtained). ``spread``: None if the benchmark planned nothing twice, else
         ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio"}``: how many plans of the
@@ -32,8 +33,10 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
         "before_max", "lines_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, ``before_*`` without the cheap run at
         256, ``lines_max`` with it but between two runs on the lines, as before the chord (``ratio_on_lines``).
         ``fresh``: None, or ``{"architectures", "min_ratio", "max_ratio", "moved"}`` for :data:`snippets.lib.zoo.FRESH`,
-        ``moved`` how far the one rule made after them (a batch between two runs on their chord where the
-        floors grow: ``ratio_on_lines``) lowered a row's ratio.
+        ``moved`` how far the rule made after them (a batch between two runs on their chord where the
+        floors grow: ``ratio_on_lines``) lowered a row's ratio. ``raised``: how far the last rule, made after every set
+        was measured (past the runs every thread count's line at the steepest one's slope: ``ratio_own_slopes``), raised
+        a row's ratio in any set (0 if not recorded).
     """
     if not path.exists():
         return None
@@ -59,7 +62,9 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
     fresh = {"architectures": len({row["architecture"] for row in data["fresh"]}), "min_ratio": min(later),
              "max_ratio": max(later),
              "moved": max(row.get("ratio_on_lines", row["ratio"]) - row["ratio"] for row in data["fresh"])} if later else None
-    return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}),
+    every = [*rows, *apart, *(data.get("fresh") or [])]
+    raised = max(row["ratio"] - row.get("ratio_own_slopes", row["ratio"]) for row in every)
+    return {"rows": len(rows), "architectures": len({row["architecture"] for row in rows}), "raised": raised,
             "batches": sorted({row["batch_per_device"] for row in rows}), "min_ratio": min(ratios), "max_ratio": max(ratios), "seconds": data.get("seconds"),
             "worst": max(rows, key=lambda row: abs(row["ratio"] - 1)), "spread": spread, "holdout": holdout,
             "fresh": fresh}
@@ -90,8 +95,12 @@ def accuracy_line(path: Path = ACCURACY) -> str:
                  f"led to the cheap run at 256, up to {held['lines_max']:.2f} before the chord between runs).")
     fresh = found["fresh"]
     if fresh:
-        line += (f" On {fresh['architectures']} measured after every rule but the last (the chord between two "
-                 f"runs, which moved them by {fresh['moved']:.3f} at most): {fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f}.")
+        line += (f" On {fresh['architectures']} measured after every rule but the last two (the chord between two "
+                 f"runs, which moved them by {fresh['moved']:.3f} at most, and the one below): "
+                 f"{fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f}.")
+    if found["raised"] > 0:
+        line += (" Every thread count's line past the runs climbs at the steepest one's slope, a rule made after every "
+                 f"row was measured, which raised a row by {found['raised']:.2f} at most.")
     spread = found["spread"]
     if spread:
         line += (f" Without XLA, threads race, so the same command plans a different peak each run: planned "

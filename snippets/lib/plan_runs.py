@@ -104,7 +104,7 @@ CHECKED_PAST = LINE_CHECKED
 #: twice past, 1.008-1.018.
 FAR_PAST = 2
 
-#: Bytes up to which the lines may put that batch: the 3D CNN's 2.2 GiB; not a 224 px ResNet50 replica's 6.6 GiB at 64
+#: Bytes up to which the lines may put that batch: the 3D CNN's 2.2 GiB; not a 224 px ResNet50 replica's 6.7 GiB at 64
 #: (twice past 32, where its step held to the line through 16 and 32 within 2%: benchmarks, model_planner, decide_check).
 FAR_PEAK = 4 << 30
 

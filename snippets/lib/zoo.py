@@ -313,10 +313,10 @@ HOLDOUT = {a.target.rsplit(":", 1)[1]: a for a in (
 )}
 
 
-#: Architectures measured after every rule of the planner but the last was made (margins, slope cap, flat
-#: growth, the cheap run at 256 that :data:`HOLDOUT` led to; the last, a batch between two runs on their chord,
-#: moved their rows by under 0.01): nothing else was chosen on them. Adam and RMSprop in every mode, published
-#: apart (docs/performance.md).
+#: Architectures measured after every rule of the planner but the last two were made (margins, slope cap, flat
+#: growth, the cheap run at 256 that :data:`HOLDOUT` led to; then a batch between two runs on their chord, which
+#: moved their rows by under 0.01, and past the runs every line at the steepest thread count's slope, which raised
+#: two by up to 0.04): nothing else was chosen on them. Adam and RMSprop in every mode, published apart (docs/performance.md).
 FRESH = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:convnext_tiny", "sparse_categorical_crossentropy", "CNN, ConvNeXt"),
     Architecture("snippets.lib.zoo:xception", "sparse_categorical_crossentropy", "CNN, separable convolutions"),
