@@ -15,10 +15,9 @@ carries). A smaller batch is run as well, for its own figure. Every figure says 
 ``measured``
     the reader's own per-device batch was run.
 ``interpolated``
-    the reader's batch lies between two runs (after a run at :data:`WIDE_BATCH`): the chord
-    between their worst peaks where the floors grow, else the lines (without :data:`EXTRAPOLATION`)
-    no lower than that chord; either no lower than a smaller batch's worst peak
-    (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
+    the reader's batch lies between two runs (after a run at :data:`WIDE_BATCH`): the chord between their worst
+    peaks where the floors grow, else the lines (without :data:`EXTRAPOLATION`) no lower than that chord; either
+    no lower than a smaller batch's worst peak (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
 ``extrapolated``
     beyond the runs: one line per inter-op thread count, levelled at its worst peak, at the steepest count's
     slope between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest line at the
@@ -429,7 +428,8 @@ class ModelPlan:
             return None
         spans = [(max(peaks) / min(peaks), batch, min(peaks), max(peaks))
                  for batch, peaks in zip(self.batches, zip(*self.by_threads)) if len(peaks) > 1 and min(peaks) > 0]
-        return next((widest[1:] for widest in [max(spans, default=None)] if widest and widest[0] >= ORDER_SPREAD), None)
+        widest = max(spans, default=None)
+        return widest[1:] if widest and widest[0] >= ORDER_SPREAD else None
 
     @property
     def caveats(self) -> str:
