@@ -33,7 +33,7 @@ def compiled_how(plan, grew: str) -> str:
         # helper-66: a seq2seq Transformer's 1088 per device came to 17.08 of 23.81 GiB (the figures jumped between 128 and
         # 256, then grew slower than the line through them), and 1520 fit: the offer is a lower bound, and says so.
         checked += (f" XLA's figure at {top[0]} per device grew slower than the line, so a larger batch may fit too: "
-                    "plan it with --batch to compile it.")
+                    "plan one with --batch, which compiles it.")
     if plan.checked:  # jax_step.confirm_cards
         checked += (" And at the cards' largest batches read off them: " + "; ".join(
             f"{b} per device came to {h(p)}" for b, p in plan.checked) + ".")
