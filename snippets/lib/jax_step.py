@@ -332,10 +332,12 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
     :data:`CONFIRMS` compiles, a failed one included: on the chord between them, each side weighted as regula falsi's
     Illinois variant does (a figure that jumps: the plain chord would creep to the jump a batch at a time), or their
     geometric mean where they lie more than 4 times apart and the figure above is more than twice ``capacity``.
-    Between the largest that fits (else 0 samples, at the weights) and the smallest above it that does not. A batch that fails to compile is said in
+    Between the largest that fits (else 0 samples, at the weights) and the smallest above it that does not. Where the
+    largest compiled fits with more than a 32nd of ``capacity`` to spare, past it, on the line through it and the
+    compiled batch below it (helper-66: the line's 1088 came to 17.08 of 23.81 GiB, and 1520 fit). A batch that fails to compile is said in
     :attr:`~snippets.lib.model_plan.ModelPlan.confirm_failed`; after the first, only multiples of 24 are asked. Then
     :meth:`~snippets.lib.model_plan.ModelPlan.largest_batch` offers, for ``capacity``, the largest compiled batch up
-    to ``L`` that fits: never a batch read off the line.
+    to the largest checked that fits: never a batch read off the line.
 
     helper-51: XLA:CPU's figure for a seq2seq Transformer jumped from 1754 MiB at 200 per device to 4110 at 245;
     "batch 248", read off the line through 256 and 512, was offered for 4 GiB, and compiled at 248 came to 4157 MiB.
@@ -370,6 +372,16 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
         points = {b: p for b, p in plan.compiled_points.items() if b <= line}
         low, low_peak = max(((b, p) for b, p in points.items() if p <= capacity), default=(0, plan.weights_bytes))
         high, high_peak = min(((b, p) for b, p in points.items() if b > low and p > capacity), default=(0, 0))
+        below = [b for b in plan.compiled_points if b < low]
+        if not high and low == max(plan.compiled_points) and below and capacity - low_peak > capacity / 32:
+            # The largest compiled fits with room: XLA's figure grew slower than the line there (helper-66: a seq2seq
+            # Transformer's 1088 per device came to 17.08 of 23.81 GiB, and 1520 fit). Past it, on the line through it
+            # and the compiled batch below it; a batch over comes back between them as above.
+            slope = (low_peak - plan.compiled_points[max(below)]) / (low - max(below))
+            line = want = (low + int((capacity - low_peak) / slope)) // multiple * multiple if slope > 0 else low
+            told = (f"{low} per device came to {units.against(low_peak, capacity)}, which fits with room: compiling "
+                    f"{want}, on the line through it and {max(below)} ...")
+            continue
         if not high or (low and high - low <= high // 32):
             break
         # The chord (a smooth figure: one more compile), as regula falsi's Illinois variant draws it: each compile that

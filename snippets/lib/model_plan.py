@@ -305,7 +305,7 @@ class ModelPlan:
     def largest_batch(self, capacity: int, past_floor: bool = False) -> int:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none.
 
-        For :attr:`confirmed_for`, the largest compiled batch that fits, up to the first :attr:`confirmed` (the line's).
+        For :attr:`confirmed_for`, the largest compiled batch that fits, up to the largest :attr:`confirmed` checked.
         ``past_floor``: not stopped at the last batch by :attr:`floor_only` (the batch found is to be compiled:
         :func:`snippets.lib.jax_step.confirm_largest`, which compiles what no compiled figure showed past it).
 
@@ -317,7 +317,7 @@ class ModelPlan:
         if self.method == "rule":
             return 0 if self.total > capacity else self.step.batch
         if self.confirmed_for and capacity == self.confirmed_for:
-            # The line's batch was compiled first (jax_step.confirm_largest), so it is the largest: offered only if its
+            # The line's batch and any past it were compiled (jax_step.confirm_largest): the largest offered only if its
             # figure fits, else the largest compiled batch below it that does (XLA's figure can jump between batches);
             # where a check failed to compile, only a compiled batch (helper-54: the failed one had been offered).
             line = max((b for b, _ in self.confirmed), default=max(self.compiled_points))
