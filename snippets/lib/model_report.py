@@ -431,6 +431,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                        f"{listed(off)} is read off the line through the compiled batches, and XLA's figure can jump "
                        "between batches, or grow faster than the line (to more than twice its figure): plan the batch you "
                        "choose with --batch to compile it there.")
+        # helper-66: an A100-80GB's 2624 per device compiled to 40.88 of 60 GiB, where 3856 fit (confirm_cards: one check).
+        roomy = [n for n, b in largest.items() if compiled and b and plan.compiled_points.get(b // plan.replicas, pool(n)) < pool(n) * 7 / 8]
+        beyond += (f" For the {listed(roomy)}, the batch offered compiled well under the pool: a larger batch may fit (plan "
+                   "one with --batch, which compiles it)." if roomy else "")
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
