@@ -60,7 +60,7 @@ def import_callable(target: str) -> Callable:
         raise ValueError(f"--model wants package.module:function, not {target!r}")
     try:
         # The reader's module imports Keras, and TensorFlow with it: its start-up lines held back.
-        with cli.quiet_tensorflow_start():
+        with cli.quiet_tensorflow_start(f"importing {module_name} ..."):
             module = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import {module_name!r} for --model: {error} (run from the directory that holds "
@@ -402,7 +402,7 @@ def _read_quietly(read: Callable, source, name: str) -> SourceFacts:
     while Keras is imported and the model built: called once the reader's input is found, so that bad input
     is refused without TensorFlow's import. The build is inside too: TensorFlow tries the GPU driver at its
     first device listing (an LSTM or GRU asking whether cuDNN can run it, an op a layer runs), not at import."""
-    with cli.quiet_tensorflow_start():
+    with cli.quiet_tensorflow_start(f"reading {name}: building it without allocating its weights ..."):
         return _user_model(read, source, name)
 
 

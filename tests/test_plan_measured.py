@@ -328,6 +328,54 @@ def test_tensorflows_start_up_lines_are_held_back_and_the_rest_of_stderr_kept(ca
     assert capfd.readouterr().err == "the reader's own line\n"
 
 
+
+def test_a_slow_read_shows_a_waiting_line_on_a_terminal_and_erases_it(monkeypatch, capsys):
+    import os
+    import pty
+    import select
+    import time
+
+    from snippets.lib import cli
+
+    monkeypatch.setattr(cli, "WAITING_AFTER", 0.05)
+
+    def written(fd: int, seconds: float) -> None:
+        """The block, with ``fd`` as stderr, when its work takes ``seconds``; what it writes again goes to sys.stderr."""
+        saved = os.dup(2)
+        os.dup2(fd, 2)
+        try:
+            with cli.quiet_tensorflow_start("reading mymodels:cnn ..."):
+                time.sleep(seconds)
+                os.write(2, b"refused: the one line\n")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+    def drained(fd: int) -> bytes:
+        found = b""
+        while select.select([fd], [], [], 0.2)[0]:
+            found += os.read(fd, 4096)
+        return found
+
+    main, terminal = pty.openpty()
+    try:
+        written(terminal, 0.5)
+        # Shown while the read went on, then erased: a refusal after it is still the one line left on the screen.
+        assert drained(main) == b"reading mymodels:cnn ...\r\x1b[K"
+        written(terminal, 0)  # quick: never shown
+        assert drained(main) == b""
+    finally:
+        os.close(main)
+        os.close(terminal)
+    # Not a terminal (a log, a pipe, CI): no line at all.
+    read, write = os.pipe()
+    written(write, 0.5)
+    os.close(write)
+    assert os.read(read, 4096) == b""
+    os.close(read)
+    assert capsys.readouterr().err == "refused: the one line\n" * 3
+
+
 def test_a_loss_over_the_pairs_in_a_batch_is_run_at_the_readers_batch_and_stops_the_largest_batch(kernel):
     import json
 

@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -60,8 +61,12 @@ def configure_from_args(args, parser, **kwargs) -> devices.DeviceSetup:
         parser.error(str(error))
 
 
+#: Seconds of silence before :func:`quiet_tensorflow_start` shows its ``waiting`` line on a terminal.
+WAITING_AFTER = 2.0
+
+
 @contextlib.contextmanager
-def quiet_tensorflow_start() -> Iterator[None]:
+def quiet_tensorflow_start(waiting: str | None = None) -> Iterator[None]:
     """Import TensorFlow inside this block, and stderr keeps every line but its start-up ones.
 
     What TensorFlow logs before abseil is initialised ignores ``TF_CPP_MIN_LOG_LEVEL``
@@ -70,15 +75,36 @@ def quiet_tensorflow_start() -> Iterator[None]:
     there, not to ``sys.stderr``), and everything else written in the block is written again after it.
     Its INFO lines are turned off too, unless ``TF_CPP_MIN_LOG_LEVEL`` is set (as
     :func:`configure_from_args` does).
+
+    Args:
+        waiting: shown on stderr after :data:`WAITING_AFTER` seconds in the block, and erased when it ends, if
+            stderr is a terminal: a reader's model takes 15-30 s to import and read on 2 cores, which would
+            otherwise pass in silence before the first run's progress line. Erased, it leaves a refusal its one line; a log (not a
+            terminal) gets no line at all, as a refusal's is the only one a script reads.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()
     saved = os.dup(2)
+    shown = threading.Event()
+
+    def show() -> None:
+        os.write(saved, waiting.encode())
+        shown.set()
+
+    timer = threading.Timer(WAITING_AFTER, show) if waiting and os.isatty(saved) else None
+    if timer:
+        timer.daemon = True
+        timer.start()
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         try:
             yield
         finally:
+            if timer:
+                timer.cancel()
+                timer.join()
+                if shown.is_set():
+                    os.write(saved, b"\r\x1b[K")  # back to the line's start, and clear it
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
