@@ -77,3 +77,34 @@ def grouped(plan, device_batch: int) -> int:
     (179802, 5)
     """
     return down_to(group(plan), device_batch)
+
+
+#: A compiled batch that fits its capacity with more than this share of it to spare is followed past (:func:`past_top`,
+#: :func:`snippets.lib.jax_step.confirm_largest`).
+ROOM = 1 / 32
+
+
+def past_top(plan, capacity: int) -> int | None:
+    """The per-device batch to compile past the largest compiled one, where that one is what ``plan`` offers for
+    ``capacity`` bytes and fits it with more than :data:`ROOM` to spare: on the line through it and the compiled batch
+    below it, a multiple of :func:`group`. None where it is not the offer, leaves no such room, or the two did not grow,
+    or where a compile failed (``plan.confirm_failed``: a larger batch can fail too, and none past them is offered).
+
+    The largest compiled batch caps a card's offer where the compiled figures grew faster than linearly
+    (:func:`grows_faster`): helper-66's seq2seq Transformer's A100-80GB stopped at 2624 per device, 40.88 of its 60 GiB
+    pool, where 3856 fit.
+    """
+    batches, figures = points(plan)
+    if len(batches) < 2 or plan.confirm_failed or plan.largest_batch(capacity) // plan.replicas != batches[-1]:
+        return None
+    if capacity - figures[-1] <= capacity * ROOM or last_slope(plan) <= 0:
+        return None
+    found = down_to(group(plan), batches[-1] + int((capacity - figures[-1]) / last_slope(plan)))
+    return found if found > batches[-1] else None
+
+
+def fills(plan, capacity: int, device_batch: int) -> bool:
+    """Whether ``device_batch`` compiled within :data:`ROOM` of ``capacity`` bytes (and under it): no batch past it is
+    sought (:func:`past_top`), and none past it is taken to fit."""
+    figure = plan.compiled_points.get(device_batch)
+    return figure is not None and capacity * (1 - ROOM) <= figure <= capacity

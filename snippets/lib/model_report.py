@@ -389,11 +389,13 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
                  "keeps, which grows with the compute capability")
         beyond, checked = "", line_checked(plan)
-        # The cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest).
+        # Cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest, past_top).
+        # Cards whose batch compiled well under their pool (confirm_cards' rounds ran out) are named below (roomy).
         top = line_checked(plan) if compiled else plan.batches[-1]
         faster = compiled and compiled_curve.grows_faster(plan)  # the checks grew faster than linearly
         capped = [name for name, batch in largest.items() if (plan.floor_only or faster or plan.confirm_failed)
-                  and batch >= top * plan.replicas and not (plan.confirmed and pool(name) == plan.confirmed_for)]
+                  and batch >= top * plan.replicas and not (plan.confirmed and pool(name) == plan.confirmed_for)
+                  and not (compiled and compiled_curve.fills(plan, pool(name), batch // plan.replicas))]
         if capped and plan.confirm_failed and not plan.faster:
             which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
             beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: a check "
@@ -431,7 +433,6 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                        f"{listed(off)} is read off the line through the compiled batches, and XLA's figure can jump "
                        "between batches, or grow faster than the line (to more than twice its figure): plan the batch you "
                        "choose with --batch to compile it there.")
-        # helper-66: an A100-80GB's 2624 per device compiled to 40.88 of 60 GiB, where 3856 fit (confirm_cards: one check).
         roomy = [n for n, b in largest.items() if compiled and b and plan.compiled_points.get(b // plan.replicas, pool(n)) < pool(n) * 7 / 8]
         beyond += (f" For the {listed(roomy)}, the batch offered compiled well under the pool: a larger batch may fit (plan "
                    "one with --batch, which compiles it)." if roomy else "")
@@ -450,9 +451,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                   for rank, r in enumerate(remedies_found, 1)]
     accumulated = [peak for _, peak in plan.accumulated]
     if accumulated and min(accumulated) > capacity:  # helper-53: the rule's one accumulator said a wide MLP's fitted
-        ks = [k for k, _ in plan.accumulated]
         lines.append(textwrap.fill(
-            f"Gradient accumulation does not fit: compiled with gradient_accumulation_steps={listed(list(map(str, ks)))} "
+            f"Gradient accumulation does not fit: compiled with gradient_accumulation_steps={listed([str(k) for k, _ in plan.accumulated])} "
             f"at your batch over each, the accumulating step came to {h(min(accumulated))} or more per device: its "
             "accumulators, and the update it applies every k-th step, do not shrink with the micro-batch.", 100))
     elif plan.total > capacity and plan.method != "rule" and plan.step.accumulation == 1 and not plan.accumulated and (
@@ -591,8 +591,8 @@ JSON_KEYS = {
                            "plan.confirm_failed); null if none"),
     "plan.confirm_failed": ("the batch per device a check failed to compile at, and its error, in one line (only "
                             "compiled batches are offered for plan.confirmed_for); null if none"),
-    "plan.checked": ("a compiled plan's [batch, peak] per device compiled at the cards' largest batches read off its "
-                     "figures (twice at most); empty if none"),
+    "plan.checked": ("a compiled plan's [batch, peak] per device compiled at the cards' largest batches read off its figures, "
+                     "or past the largest compiled where it fits a card with room (three rounds at most); empty if none"),
     "plan.accumulated": ("a compiled plan that does not fit: [k, peak] per device of the step with "
                          "gradient_accumulation_steps=k compiled at the batch over k, smallest k first; empty if none"),
     "plan.accumulator_extra": ("a run plan that does not fit: bytes the step with gradient_accumulation_steps=2 peaked "
