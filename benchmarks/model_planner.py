@@ -29,8 +29,8 @@ it planned before); the chord between runs was chosen with them, and the other t
 (``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
 more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every
-rule but the last two (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
-slope: ``ratio_own_slopes``, on every set), are published apart again (``fresh``), with both optimizers (:data:`FRESH_OPTIMIZERS`).
+rule but the last three (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
+slope: ``ratio_own_slopes``, on every set; a reader's batch at twice the largest run run too), are published apart again (``fresh``), with both optimizers (:data:`FRESH_OPTIMIZERS`).
 The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed with ``--time-decide``,
 and its plan held against that replica's step at its own batch, several GiB (:func:`decide_check`).
 
@@ -140,9 +140,8 @@ def configurations(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS)
         arch = architecture(name)
         for optimizer in optimizers:
             for strategy, xla in MODES:
-                devices_ = 2 if strategy == "mirrored" else 1
-                yield name, ModelStep(arch.target, optimizer, 1, xla, strategy, devices_, loss=arch.loss,
-                                      kwargs=arch.kwargs)
+                yield name, ModelStep(arch.target, optimizer, 1, xla, strategy, 2 if strategy == "mirrored" else 1,
+                                      loss=arch.loss, kwargs=arch.kwargs)
 
 
 def jobs(names: Sequence[str], optimizers: Sequence[str] = OPTIMIZERS):
@@ -341,8 +340,9 @@ def target_runs(cache: dict, step: ModelStep, draw: int = 0) -> tuple[dict, list
 def plan_spread(cache: dict) -> list[dict]:
     """For each :data:`SPREAD` configuration and target: the plans made from each draw of the planner's runs
     (the published one and :data:`PLAN_REPEATS` more) against the same "measured" (:func:`rows`):
-    ``{"architecture", "strategy", "batch_per_device", "planned": [bytes, ...], "measured", "spread"}``
-    (``spread``: the highest plan over the lowest). Configurations with a run missing are left out."""
+    ``{"architecture", "strategy", "batch_per_device", "planned": [bytes, ...], "measured", "spread", "own_runs"}``
+    (``spread``: the highest plan over the lowest; ``own_runs``: the plan runs that batch itself, from the one set of
+    the planner's runs cached there, so it cannot move: :func:`far_checked`). Configurations with a run missing are left out."""
     out = []
     for name, base in spread_configurations(list(SPREAD)):
         replicas = base.devices if base.strategy == "mirrored" else 1
@@ -354,19 +354,19 @@ def plan_spread(cache: dict) -> list[dict]:
             if found is None:
                 continue
             measured = max(r["step_peak"] for r in [*found[0].values(), *found[1], *found[2]])
-            peaks = [far_checked(plan, base, b, found[0], found[2])[0] for plan in plans]  # as rows() plans them
-            out.append({"architecture": name, "strategy": base.strategy, "batch_per_device": b,
-                        "planned": peaks, "measured": measured, "spread": max(peaks) / min(peaks)})
+            checked = [far_checked(plan, base, b, found[0], found[2]) for plan in plans]  # as rows() plans them
+            peaks = [peak for peak, _ in checked]
+            out.append({"architecture": name, "strategy": base.strategy, "batch_per_device": b, "planned": peaks,
+                        "measured": measured, "spread": max(peaks) / min(peaks), "own_runs": checked[0][1]})
     return out
 
 
 def far_checked(plan: model_plan.ModelPlan, base: ModelStep, b: int, runs: dict, host: list[dict]) -> tuple[int, bool]:
-    """The plan's figure at per-device batch ``b``, bytes, and whether the planner runs ``b`` too
-    (:func:`snippets.lib.plan_runs.runs_far`: more than twice past its largest run, the lines within reach there): then
-    its own runs there are the target's runs at the planner's thread counts (one and eight without XLA, the first of
-    each, else two), the same draws "measured" takes, and the figure their worst (or a smaller batch's) plus the margin."""
-    replicas = base.devices if base.strategy == "mirrored" else 1
-    host_bytes = model_step.default_cap(base.at_batch(b * replicas)) / (1 + model_plan.MARGIN)
+    """The plan's figure at per-device batch ``b``, bytes, and whether the planner runs ``b`` too (:func:`snippets.lib.plan_runs.runs_far`:
+    twice past its largest run or more, the lines within reach there): then its own runs there are the target's runs at the planner's
+    thread counts (one and eight without XLA, the first of each, else two), the same draws "measured" takes, and the figure their worst
+    (or a smaller batch's) plus the margin."""
+    host_bytes = model_step.default_cap(base.at_batch(b * (base.devices if base.strategy == "mirrored" else 1))) / (1 + model_plan.MARGIN)
     if not plan_runs.runs_far(b, plan.batches[-1], plan.line_peak(b), host_bytes):
         return plan.peak_at(b), False
     own = [runs[None]] if base.jit else [runs[1], host[0]]

@@ -434,7 +434,7 @@ def _stated_figures() -> dict[str, tuple[str, str]]:
         "150 GB": (f"{hardware.V100_NVLINK_BYTES_PER_S / 1e9:.0f} GB", "NVLink 2.0 on a V100-SXM2: 6 links"),
         "25 GB": (f"{hardware.V100_NVLINK_BYTES_PER_S / 6 / 1e9:.0f} GB", "one NVLink 2.0 link, per direction"),
         "1 GiB": (h(int(hardware_pool_slack())), "the full-shape run's slack above its shards"),
-        "4 GiB": (h(plan_runs.FAR_PEAK), "where the lines put a reader's batch more than twice past the runs, it is run"),
+        "4 GiB": (h(plan_runs.FAR_PEAK), "where the lines put a reader's batch twice past the runs or more, it is run"),
         "64 GiB": (h(2 * t(S)), "two seed-sized tensors: kernel and velocity, or kernel and gradient"),
         "80 GiB": (h(2 * t(S) + 2 * t(S) // 4), "trap 1: gathered kernel and gradient plus the two shards"),
         "48 MiB": (h(t((64, S[0])) + t((64, S[1]))), "the batch x[64, 131072] and y[64, 65536]"),

@@ -50,7 +50,8 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
               "architectures": len({row["architecture"] for row in repeated}),
               "configurations": len(repeated) // 2, "max": max(row["spread"] for row in repeated),
               "min_ratio": min(min(row["planned"]) / row["measured"] for row in repeated),
-              "max_ratio": max(max(row["planned"]) / row["measured"] for row in repeated)} if repeated else None
+              "max_ratio": max(max(row["planned"]) / row["measured"] for row in repeated),
+              "own_runs": sum(bool(row.get("own_runs")) for row in repeated)} if repeated else None
     apart = data.get("holdout") or []
     # Before the run at 256 that a cheap step takes (model_plan.WIDE_PEAK), which one of them led to.
     before = [row.get("ratio_without_cheap", row["ratio"]) for row in apart]
@@ -95,8 +96,9 @@ def accuracy_line(path: Path = ACCURACY) -> str:
                  f"led to the cheap run at 256, up to {held['lines_max']:.2f} before the chord between runs).")
     fresh = found["fresh"]
     if fresh:
-        line += (f" On {fresh['architectures']} measured after every rule but the last two (the chord between two "
-                 f"runs, which moved them by {fresh['moved']:.3f} at most, and the one below): "
+        line += (f" On {fresh['architectures']} measured after every rule but the last three (the chord between two "
+                 f"runs, which moved them by {fresh['moved']:.3f} at most; past the runs, every line at the steepest "
+                 "thread count's slope; a reader's batch twice past the largest run run too): "
                  f"{fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f}.")
     if found["raised"] > 0:
         line += (" Every thread count's line past the runs climbs at the steepest one's slope, a rule made after every "
@@ -106,5 +108,7 @@ def accuracy_line(path: Path = ACCURACY) -> str:
         line += (f" Without XLA, threads race, so the same command plans a different peak each run: planned "
                  f"{spread['plans']} times from fresh runs, {spread['configurations']} configurations' plans moved "
                  f"by up to {spread['max'] - 1:.0%}, at {spread['min_ratio']:.2f}-{spread['max_ratio']:.2f} of the "
-                 "measured peak.")
+                 "measured peak" + (f" ({spread['own_runs']} of the {2 * spread['configurations']} at a batch the plan runs "
+                 "itself, from the one set of its runs the benchmark has there: those cannot move)" if spread["own_runs"]
+                 else "") + ".")
     return line
