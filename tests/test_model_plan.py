@@ -105,7 +105,7 @@ def test_a_readers_own_batch_at_256_is_not_said_to_be_the_run_flat_runs_add():
     MB = 10**6
     plan = model_plan.ModelPlan(ModelStep("m:f", "rmsprop", 256, "off"), "measured", (16, 32, 256),
                                 (304.6 * MB, 403.3 * MB, 1894.0 * MB), floors=(296.4 * MB, 399.8 * MB, 1800.0 * MB))
-    assert "was added" not in plan.how() and "This batch was run too (2 times past the run before it or more" in plan.how()
+    assert "was added" not in plan.how() and "This batch was run too (at least 2 times past the run before it" in plan.how()
     assert "The run at 256 was added: 16 and 32 differed by under 10%" in replace(plan, wide_why="flat").how()
 
 
@@ -1172,7 +1172,7 @@ def test_a_readers_batch_far_past_the_runs_is_run_where_the_lines_put_it_within_
     step = ModelStep("m:f", "adam", 256, "off", "mirrored", 2)
     plan, truth = model_plan.plan_model(step, run=run), run(step, None, 1)["step_peak"]
     assert plan.batches == (16, 32, 128) and plan.method == "measured" and plan.step_peak >= truth * 1.1
-    assert ("This batch was run too (2 times past the run before it or more: a peak can grow faster than the lines, or slower)"
+    assert ("This batch was run too (at least 2 times past the run before it: a peak can grow faster than the lines, or slower)"
             in " ".join(plan.how().split()))
     # Twice past too (helper-68: a frozen EfficientNetB0 with augmentation, planned from 16 and 32 at 1.40-1.43 of its
     # step at 64, grew slower past 32); under twice, or where the lines put it over FAR_PEAK (a 224 px ResNet50's replica
@@ -1197,7 +1197,7 @@ def test_a_readers_batch_far_past_the_runs_is_run_where_the_lines_put_it_within_
                                                             "step_peaks": [run(*a, **k)["step_peak"] * 4] * 2})
     assert over.batches == (16, 32)
     # Said (helper-62: a U-Net's replica at 128 per device, its lines at 4.5 GiB, was planned from 16 and 32 without a word).
-    assert ("128 per device, 2 times past the largest run or more, was not run here (the lines put it over 4 GiB or this "
+    assert ("128 per device, at least 2 times past the largest run, was not run here (the lines put it over 4 GiB or this "
             "host's cap): a peak that grows faster than the lines there would not show.") in " ".join(over.how().split())
 
 

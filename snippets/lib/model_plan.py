@@ -374,7 +374,7 @@ class ModelPlan:
                 "small runs', and may be too shallow." if self.wide_ran_out else "") + (
             f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
             "stop below it." if self.short_of else "") + (
-            (" This batch was run too (" + (f"{FAR_PAST} times past the run before it or more: a peak can grow faster than "
+            (" This batch was run too (" + (f"at least {FAR_PAST} times past the run before it: a peak can grow faster than "
              "the lines, or slower" if far else f"past {past} per device{HALF_RUN if past < CHECKED_PAST else ''}: the lines put it, or "
              f"its growth past the smaller runs, under {units.human_bytes(WIDE_PEAK)}") + f").{grew}" if self.device_batch == self.batches[-1]
              else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
@@ -570,7 +570,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     if (far or target > max(past, batches[-1])) and not (out or wide_ran_out) and check:
         line = plan.line_peak(check)
         say(f"{target} samples per device lies " + (
-            f"{FAR_PAST} times past {batches[-1]} or more, where a peak can grow faster than the lines, or slower: running it too"
+            f"at least {FAR_PAST} times past {batches[-1]}, where a peak can grow faster than the lines, or slower: running it too"
             if far else f"past {past}, where " + ("the benchmarks held the line" if past == CHECKED_PAST
             else "no benchmark row held a 16-bit policy's lines") + ": running "
             + ("it too" if check == target else f"{check} per device, the largest batch "

@@ -229,8 +229,8 @@ def far_not_run(plan) -> str:
 
     >>> from types import SimpleNamespace as Plan
     >>> at = dict(step=ModelStep("m:f", batch=128), half_layers=False, wide_ran_out=False, short_of=0, device_batch=128)
-    >>> far_not_run(Plan(batches=(16, 32), **at))[:71]
-    ' 128 per device, 2 times past the largest run or more, was not run here'
+    >>> far_not_run(Plan(batches=(16, 32), **at))[:72]
+    ' 128 per device, at least 2 times past the largest run, was not run here'
     >>> far_not_run(Plan(batches=(16, 32, 128), **at)), far_not_run(Plan(batches=(16, 96), **at))
     ('', '')
     """
@@ -239,7 +239,7 @@ def far_not_run(plan) -> str:
         return ""
     why = ("a run ran out of this host's cap" if plan.wide_ran_out or plan.short_of else
            f"the lines put it over {units.human_bytes(FAR_PEAK)} or this host's cap")
-    return (f" {batch} per device, {FAR_PAST} times past the largest run or more, was not run here ({why}): "
+    return (f" {batch} per device, at least {FAR_PAST} times past the largest run, was not run here ({why}): "
             "a peak that grows faster than the lines there would not show.")
 
 
