@@ -39,7 +39,7 @@ from snippets.lib import (cli, fork_server, hardware, model_accumulation, model_
                           optimizers, pictures, placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import declared_batch_failure, declared_batch_note
-from snippets.lib.model_source import SourceFacts, model_weights, read_builder, read_json
+from snippets.lib.model_source import SourceFacts, frozen_note, model_weights, read_builder, read_json
 from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
@@ -503,8 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         facts = getattr(args, "source", None)
         batch_note = declared_batch_note(facts.declared_batch if facts else None, args.batch,
                                          args.devices if args.strategy == "mirrored" else 1)
-        if batch_note:
-            setup = replace(setup, notes=(*setup.notes, batch_note))
+        setup = replace(setup, notes=(*setup.notes, *filter(None, (batch_note, frozen_note(weights)))))
 
         def noted(done: str) -> model_report.ModelSetup:
             """``setup`` with the note on the source's optimizer first, saying what was ``done`` with it."""

@@ -108,6 +108,18 @@ def _source_optimizer_state(target: str) -> tuple[int, bool, tuple, bool]:
     return facts.accumulation, facts.ema, facts.clipping, facts.loss_scaled
 
 
+def test_a_frozen_base_is_named_with_what_it_leaves_out(kernel):
+    # helper-68: a frozen EfficientNetB0's plan said "16.05 MiB of weights" (0.6 MiB trainable), and nothing of the freeze.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_frozen:frozen_base", "--method", "rule"])
+    assert code == 0, out
+    text = " ".join(out.split())
+    assert ("Note: 322 KiB of the 324.01 KiB of weights are not trainable (trainable=False): no gradients or optimizer "
+            "slots for them") in text and "plan again when you unfreeze layers to fine-tune" in text
+    assert "A frozen base's features can also be computed once" in text  # most of it frozen
+    # The rule counts no gradient or Adam slot for them either: the head's 2.01 KiB, twice.
+    assert "324.01 KiB 2.01 KiB 4.02 KiB" in text, out
+
+
 def test_compile_options_the_plan_leaves_out_are_named(kernel):
     # metrics (positional, after loss_weights=None) and run_eagerly; steps_per_execution=1 is the default.
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:with_metrics", "--method", "rule"])
