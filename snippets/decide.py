@@ -39,7 +39,7 @@ from snippets.lib import (cli, fork_server, hardware, model_accumulation, model_
                           optimizers, pictures, placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import declared_batch_failure, declared_batch_note
-from snippets.lib.model_source import SourceFacts, frozen_note, model_weights, read_builder, read_json
+from snippets.lib.model_source import SourceFacts, frozen_note, model_weights, read_builder, read_json, trains_batchnorm
 from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
@@ -527,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A run step that does not fit: its accumulating step is run too, for the accumulation remedy.
             plan = model_accumulation.measure_accumulation(plan, capacity, model_plan.stderr_progress)
             found = ([] if plan.total <= capacity else
-                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half))[:args.top]
+                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half,
+                                                   trains_batchnorm(weights)))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
             if half and not model_plan.in_16_bits(plan):
                 # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.

@@ -403,6 +403,13 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     assert "MirroredStrategy over 8 (batch 16 per replica)" in labels and not any("over 4" in x for x in labels)
     assert not any("MirroredStrategy" in x for x in
                    (r.label for r in model_remedies.batch_remedies(plan, 200 * units.MiB, 2, units.MiB)))
+    # BatchNorm's statistics per micro-batch and per replica are a cost only where a BatchNorm trains (helper-68: said of
+    # a model whose every BatchNorm was frozen).
+    costs = [r.cost for flag in (True, False) for r in model_remedies.batch_remedies(plan, 220 * units.MiB, 2, units.MiB,
+                                                                                     batchnorm=flag)]
+    trained, frozen = costs[:len(costs) // 2], costs[len(costs) // 2:]
+    assert sum("BatchNorm" in cost for cost in trained) == 2 and not any("BatchNorm" in cost for cost in frozen)
+    assert any("except a loss over pairs within the batch" in cost for cost in frozen)
     # Past the cheap run, the lines again: extrapolated.
     beyond = model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off", "mirrored", 2), run=fake)
     assert beyond.method == "extrapolated" and "Extrapolated: " in beyond.how()

@@ -37,7 +37,7 @@ class BatchRemedy:
 
 
 def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes: int,
-                   half: bool = False) -> list[BatchRemedy]:
+                   half: bool = False, batchnorm: bool = True) -> list[BatchRemedy]:
     """Activation-bound remedies that fit ``capacity`` bytes per device, derived from ``plan``'s lines, smallest change first.
 
     - a smaller batch: the largest that fits (the lines themselves);
@@ -58,6 +58,10 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
       :func:`mixed_precision_peak`, which this host cannot measure; not where ``half``: layers of the
       model compute in 16 bits under a dtype policy of their own
       (:attr:`snippets.lib.model_source.SourceFacts.own_policies`).
+
+    ``batchnorm``: the model may train a BatchNorm (:func:`snippets.lib.model_source.trains_batchnorm`), whose
+    statistics come from each micro-batch and each replica's share: said in the costs of accumulation and more replicas
+    (helper-68: said of a model whose every BatchNorm was frozen).
 
     Rematerialisation changes the model's code (``keras.remat`` around the blocks you choose),
     so it is not derived here: measure the changed builder (docs/activations.md).
@@ -116,9 +120,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      f"same effective batch {plan.step.batch * k0})", peak, how,
                                      f"{k} steps per update: about the time of one step at the full batch if the smaller "
                                      "one keeps the same samples per second, more if it does not; the large batch's "
-                                     "losses up to rounding (docs/activations.md), except with BatchNorm, whose "
-                                     "statistics come from each micro-batch, and a loss over pairs within the batch, "
-                                     "which sees only the pairs within each micro-batch",
+                                     "losses up to rounding (docs/activations.md), except " + ("with BatchNorm, whose "
+                                     "statistics come from each micro-batch, and " if batchnorm else "") + "a loss over "
+                                     "pairs within the batch, which sees only the pairs within each micro-batch",
                                      estimate=guess or unmeasured))
             break
     # The fewest that fit, up to four times as many: MirroredStrategy is one host's GPUs (8 on a DGX H100 or A100).
@@ -150,8 +154,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if peak <= capacity:
             name = "keras.distribution.DataParallel" if on_jax else "MirroredStrategy"
             found.append(BatchRemedy(f"{name} over {more} (batch {plan.step.batch // more} per replica)",
-                                     peak, how, f"{more} GPUs; an all-reduce of the gradients every step; BatchNorm "
-                                     "statistics per replica", estimate=estimate))
+                                     peak, how, f"{more} GPUs; an all-reduce of the gradients every step" +
+                                     ("; BatchNorm statistics per replica" if batchnorm else ""), estimate=estimate))
             break
     if plan.step.policy in (None, "float32") and not half:
         peak = mixed_precision_peak(plan, trainable_bytes)

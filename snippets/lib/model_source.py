@@ -400,3 +400,21 @@ def frozen_note(weights: list[planner.Weight]) -> str | None:
         note += (" A frozen base's features can also be computed once and the head trained on them (keras-io's "
                  "transfer-learning guide), which takes the base out of the training step.")
     return note
+
+
+def trains_batchnorm(weights: list[planner.Weight]) -> bool:
+    """Whether a BatchNorm layer of ``weights`` (one with :data:`STATE`) may run in training mode: its ``gamma`` or
+    ``beta`` trainable, or it has neither. A BatchNorm set ``trainable = False`` runs in inference mode in Keras 3
+    (``keras/src/layers/normalization/batch_normalization.py``), its statistics the moving ones, whatever the batch. One
+    called with ``training=False`` while trainable cannot be told from its weights: counted as training.
+
+    >>> bn = [planner.Weight((8,), path=f"bn/{n}", trainable=False) for n in ("gamma", "beta", *STATE)]
+    >>> trains_batchnorm(bn), trains_batchnorm([planner.Weight((8,), path="bn/gamma"), *bn[1:]]), trains_batchnorm([])
+    (False, True, False)
+    """
+    layers = {w.path.rsplit("/", 1)[0] for w in weights if w.path and w.path.rsplit("/", 1)[-1] in STATE}
+    for layer in layers:
+        own = [w for w in weights if w.path and w.path.rsplit("/", 1)[0] == layer and w.path.rsplit("/", 1)[-1] not in STATE]
+        if not own or any(w.trainable for w in own):
+            return True
+    return False
