@@ -376,7 +376,7 @@ def confirm_largest(plan: ModelPlan, capacity: int, compile_at: Callable[[Sequen
         low, low_peak = max(((b, p) for b, p in points.items() if p <= capacity), default=(0, plan.weights_bytes))
         high, high_peak = min(((b, p) for b, p in points.items() if b > low and p > capacity), default=(0, 0))
         below = [b for b in plan.compiled_points if b < low]
-        if not high and low == max(plan.compiled_points) and below and capacity - low_peak > capacity / 32:
+        if not high and low == max(plan.compiled_points) and below and capacity - low_peak > capacity * compiled_curve.ROOM:
             # The largest compiled fits with room: XLA's figure grew slower than the line there (helper-66: a seq2seq
             # Transformer's 1088 per device came to 17.08 of 23.81 GiB, and 1520 fit). Past it, on the line through it
             # and the compiled batch below it; a batch over comes back between them as above.
