@@ -527,8 +527,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A run step that does not fit: its accumulating step is run too, for the accumulation remedy.
             plan = model_accumulation.measure_accumulation(plan, capacity, model_plan.stderr_progress)
             found = ([] if plan.total <= capacity else
-                     model_remedies.batch_remedies(plan, capacity, args.devices, trainable_bytes(weights), half,
-                                                   trains_batchnorm(weights)))[:args.top]
+                     # One device planned: the fewest replicas that fit, from 2 (helper-69: "over 4" where 2 fit).
+                     model_remedies.batch_remedies(plan, capacity, args.devices if args.strategy == "mirrored" else 1,
+                                                   trainable_bytes(weights), half, trains_batchnorm(weights)))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
             if half and not model_plan.in_16_bits(plan):
                 # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.

@@ -621,6 +621,13 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
     assert "one accumulator per trainable variable (by rule; the accumulating step can hold more" in accumulation.how
     assert accumulation.estimate and accumulation.peak == plan.peak_at(64) + 10 * units.MiB
     assert all(r.cost for r in found)
+    # For one device, the fewest replicas that fit, from 2 (decide passes 1 device; helper-69: "over 4" where 2 fit).
+    def replicas(devices):
+        return [r.label for r in model_remedies.batch_remedies(plan, 2 * units.GiB, devices, 10 * units.MiB)
+                if "Mirrored" in r.label]
+
+    assert replicas(1) == ["MirroredStrategy over 2 (batch 128 per replica)"] and replicas(4) == [
+        "MirroredStrategy over 4 (batch 64 per replica)"], (replicas(1), replicas(4))
     # Run (model_accumulation.measure_accumulation): what it peaked above the step, measured, no estimate.
     run = next(r for r in model_remedies.batch_remedies(replace(plan, accumulator_extra=25 * units.MiB), units.GiB, 4,
                                                         10 * units.MiB) if "accumulation" in r.label)
