@@ -813,12 +813,13 @@ def test_answer_first_boxes_state_the_published_accuracy():
     # The three sets as a table, the same in every page's box; the boxes stay short (a reader's answer first), so the
     # runs the planner makes are listed once, in decide.md's "Your own model", and every box points there.
     data = json.loads(model_plan.ACCURACY.read_text())
-    table = (f"| {found['architectures']} that the planner's margins were chosen on |", "| 3 more, measured apart |",
+    table = (f"| {found['architectures']} that the planner's margins were chosen on |", "| 3 more, held out of that choice |",
              "| 3 more, measured after all but the last three rules |")
     assert held["architectures"] == fresh["architectures"] == 3
+    low = f"under 1: planned low, by {1 - found['min_ratio']:.0%} at most"
     for page in ACCURACY_PAGES:
         box = boxes[page]
-        assert all(cells in box for cells in table), page
+        assert all(cells in box for cells in table) and low in " ".join(box.split()), page
         assert "(#your-own-model)" in box or "decide.md#your-own-model" in box or page == "docs/memory-budget.md", page
     assert "../../decide/#your-own-model" in boxes["the notebook"]
     performance = " ".join(boxes["docs/performance.md"].split())
