@@ -962,7 +962,12 @@ def test_the_cli_text_lists_each_remedys_cost_and_marks_the_estimate():
     flat = " ".join(text.split())
     assert "mixed_float16'), before the model is built: " in flat and ", an ESTIMATE (by rule, the best case" in flat
     assert "Not planned here (it changes your model's code): rematerialisation" in flat
-    assert " ".join(model_plan.accuracy_line().split()) in flat
+    # The accuracy in two sentences (helper-69: the whole paragraph buried the plan); --help has it whole.
+    assert " ".join(model_plan.accuracy_summary().split()) in flat and model_plan.accuracy_line() not in flat
+    found, span = model_plan.published_accuracy(), "{:.2f}-{:.2f}".format
+    assert (f"{span(found['min_ratio'], found['max_ratio'])} on {found['architectures']} architectures, "
+            f"{span(found['holdout']['min_ratio'], found['holdout']['max_ratio'])} and "
+            f"{span(found['fresh']['min_ratio'], found['fresh']['max_ratio'])} on 3 + 3 held out") in model_plan.accuracy_summary()
 
 
 def test_a_largest_batch_past_the_checked_line_is_said_to_be_further_out():

@@ -45,7 +45,7 @@ from snippets.lib.model_step import ModelError, ModelStep, check_step, default_c
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, COMPILED_HALF_CAVEAT, FEW_STEPS, GPU_CAVEATS, HALF_CAVEAT,
     ORDER_SPREAD, THREADS_CAVEAT, few_steps_caveat, gpu_caveats, order_caveat)
-from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, published_accuracy  # noqa: F401 (read as model_plan's)
+from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, accuracy_summary, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting

@@ -358,7 +358,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         # What such a figure came to on the benchmark's architectures (TensorFlow's steps; a compiled
         # Keras-on-JAX figure and a rule are other methods, which it did not measure).
         half = " No 16-bit plan is among those benchmarked." if model_plan.in_16_bits(plan) else ""
-        lines.append(textwrap.fill(model_plan.accuracy_line() + half, 100, break_on_hyphens=False))
+        lines.append(textwrap.fill(model_plan.accuracy_summary() + half, 100, break_on_hyphens=False))
     spare = capacity - plan.total
     against = ("each device" if not card_name else f"JAX's default 75% pool of {'an' if card_name[0] in 'AEFHILMNORSX' else 'a'} {card_name}" if compiled
                else f"{card_name}'s allocator")

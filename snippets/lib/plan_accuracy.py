@@ -112,3 +112,20 @@ def accuracy_line(path: Path = ACCURACY) -> str:
                  "itself, from the one set of its runs the benchmark has there: those cannot move)" if spread["own_runs"]
                  else "") + ".")
     return line
+
+
+def accuracy_summary(path: Path = ACCURACY) -> str:
+    """:func:`accuracy_line` in two sentences, for a measured plan's text (helper-69: the whole paragraph, eleven lines
+    under every plan, buried the plan); ``python -m snippets.decide --help`` prints the whole."""
+    found = published_accuracy(path)
+    if found is None:
+        return accuracy_line(path)
+    held, fresh, spread = found["holdout"], found["fresh"], found["spread"]
+    more = (f", {held['min_ratio']:.2f}-{held['max_ratio']:.2f} and {fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f} "
+            f"on {held['architectures']} + {fresh['architectures']} held out" if held and fresh else "")
+    moved = (f" From fresh runs the same command's plan moved by up to {spread['max'] - 1:.0%} (threads race)."
+             if spread else "")
+    return (f"Benchmarked (docs/performance.md): planned / measured step peak per device "
+            f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f} on {found['architectures']} architectures{more} (this "
+            f"CPU's capped allocator at {_and(found['batches'])} samples, float32 on TensorFlow).{moved} --help has "
+            "the details.")
