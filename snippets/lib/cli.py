@@ -79,8 +79,8 @@ def quiet_tensorflow_start(waiting: str | None = None) -> Iterator[None]:
     Args:
         waiting: shown on stderr after :data:`WAITING_AFTER` seconds in the block, and erased when it ends, if
             stderr is a terminal: a reader's model takes 15-30 s to import and read on 2 cores, which would
-            otherwise pass in silence before the first run's progress line. Erased, it leaves a refusal its one line; a log (not a
-            terminal) gets no line at all, as a refusal's is the only one a script reads.
+            otherwise pass in silence before the first run's progress line. Erased, it leaves a refusal its one
+            line; a log (not a terminal) gets no line at all, as a refusal's is the only one a script reads.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.stderr.flush()

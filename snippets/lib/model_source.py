@@ -372,6 +372,12 @@ def read_json(text: str, policy: str | None = None) -> SourceFacts:
 STATE = ("moving_mean", "moving_variance")
 
 
+def _split(weight: planner.Weight) -> tuple[str, str]:
+    """``(layer, name)`` of a weight's path (``"bn/moving_mean"``: ``("bn", "moving_mean")``); ``("", "")`` without one."""
+    layer, _, name = (weight.path or "").rpartition("/")
+    return layer, name
+
+
 def frozen_note(weights: list[planner.Weight]) -> str | None:
     """A note for a model with frozen weights (``trainable=False``: a frozen base; not BatchNorm's moving statistics,
     :data:`STATE`, which every BatchNorm has), or None: how many bytes of ``weights`` are frozen, that the plan holds for
@@ -389,8 +395,7 @@ def frozen_note(weights: list[planner.Weight]) -> str | None:
     from snippets.lib.units import human_bytes, tensor_bytes
 
     total = sum(tensor_bytes(w.shape, w.dtype) for w in weights)
-    frozen = sum(tensor_bytes(w.shape, w.dtype) for w in weights
-                 if not w.trainable and not (w.path or "").rsplit("/", 1)[-1] in STATE)
+    frozen = sum(tensor_bytes(w.shape, w.dtype) for w in weights if not w.trainable and _split(w)[1] not in STATE)
     if not frozen:
         return None
     note = (f"{human_bytes(frozen)} of the {human_bytes(total)} of weights are not trainable (trainable=False): no "
@@ -412,9 +417,8 @@ def trains_batchnorm(weights: list[planner.Weight]) -> bool:
     >>> trains_batchnorm(bn), trains_batchnorm([planner.Weight((8,), path="bn/gamma"), *bn[1:]]), trains_batchnorm([])
     (False, True, False)
     """
-    layers = {w.path.rsplit("/", 1)[0] for w in weights if w.path and w.path.rsplit("/", 1)[-1] in STATE}
-    for layer in layers:
-        own = [w for w in weights if w.path and w.path.rsplit("/", 1)[0] == layer and w.path.rsplit("/", 1)[-1] not in STATE]
+    for layer in {_split(w)[0] for w in weights if _split(w)[1] in STATE}:
+        own = [w for w in weights if _split(w)[0] == layer and _split(w)[1] not in STATE]
         if not own or any(w.trainable for w in own):
             return True
     return False

@@ -26,10 +26,10 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
         "raised"}``
         (``batches``: the rows' per-device batches, ascending; ``worst``: the row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
         says how each is obtained). ``spread``: None if the benchmark planned nothing twice, else
-        ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio"}``: how many plans of the
+        ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio", "own_runs"}``: how many plans of the
         same configuration it made from fresh runs (without XLA), of how many architectures and configurations
-        (each at two batches), the highest plan over the lowest of one configuration, and the range of those plans
-        over measured. ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
+        (each at two batches), the highest plan over the lowest of one configuration, the range of those plans
+        over measured, and how many of them run that batch itself (one set of runs there: they cannot move). ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
         "before_max", "lines_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, ``before_*`` without the cheap run at
         256, ``lines_max`` with it but between two runs on the lines, as before the chord (``ratio_on_lines``).
         ``fresh``: None, or ``{"architectures", "min_ratio", "max_ratio", "moved"}`` for :data:`snippets.lib.zoo.FRESH`,
