@@ -115,6 +115,7 @@ def test_a_frozen_base_is_named_with_what_it_leaves_out(kernel):
     text = " ".join(out.split())
     assert ("Note: 322 KiB of the 324.01 KiB of weights are not trainable (trainable=False): no gradients or optimizer "
             "slots for them") in text and "plan again when you unfreeze layers to fine-tune" in text
+    assert "below the lowest trainable layer (so keras.remat saves nothing there)" in text  # remat is offered below
     assert "A frozen base's features can also be computed once" in text  # most of it frozen
     # The rule counts no gradient or Adam slot for them either: the head's 2.01 KiB, twice.
     assert "324.01 KiB 2.01 KiB 4.02 KiB" in text, out

@@ -400,7 +400,7 @@ def frozen_note(weights: list[planner.Weight]) -> str | None:
         return None
     note = (f"{human_bytes(frozen)} of the {human_bytes(total)} of weights are not trainable (trainable=False): no "
             "gradients or optimizer slots for them, and no activations kept for a backward pass below the lowest "
-            "trainable layer. The figures hold for this freeze: plan again when you unfreeze layers to fine-tune.")
+            "trainable layer (so keras.remat saves nothing there). The figures hold for this freeze: plan again when you unfreeze layers to fine-tune.")
     if frozen > total / 2:
         note += (" A frozen base's features can also be computed once and the head trained on them (keras-io's "
                  "transfer-learning guide), which takes the base out of the training step.")
