@@ -29,8 +29,8 @@ it planned before); the chord between runs was chosen with them, and the other t
 (``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
 more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every
-rule but the last three (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
-slope: ``ratio_own_slopes``, on every set; running a reader's batch at twice the largest run too), are published apart again (``fresh``), with both optimizers (:data:`FRESH_OPTIMIZERS`).
+rule but the last four (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
+slope: ``ratio_own_slopes``, on every set; running a reader's batch at twice the largest run too; the chord past a far run), are published apart again (``fresh``), with both optimizers (:data:`FRESH_OPTIMIZERS`).
 The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed with ``--time-decide``,
 and its plan held against that replica's step at its own batch, several GiB (:func:`decide_check`).
 

@@ -1,14 +1,13 @@
 """Plan the reader's own model: its step peak measured at small batches and extrapolated in the batch.
 
-A training step's peak is the state the step keeps (weights, gradients, optimizer slots, the update's
-temporaries), which does not depend on the batch, plus what the batch makes (activations and their
-gradients), which grows linearly in it: measured on CNNs, a Transformer, an LSTM and MLPs (benchmarks,
-``model_planner``). So the planner runs the reader's real step (:mod:`snippets.lib.model_step`) at two
-small per-device batches ``b1 < b2``, each at one and eight inter-op threads (:func:`plan_threads`) in a
-fresh capped process, fits a line ``peak(b) = state + per_sample * b`` for each thread count through its
-runs (and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or it is cheap: :func:`wide_reason`) and
-reads the highest line at the reader's batch (a peak is the larger of the backward pass's, which grows
-with the batch, and the update's, which does not, so it is convex in the batch: the steepest order
+A training step's peak is the state the step keeps (weights, gradients, optimizer slots, the update's temporaries),
+which does not depend on the batch, plus what the batch makes (activations and their gradients), which grows linearly
+in it: measured on CNNs, a Transformer, an LSTM and MLPs (benchmarks, ``model_planner``). So the planner runs the
+reader's real step (:mod:`snippets.lib.model_step`) at two small per-device batches ``b1 < b2``, each at one and eight
+inter-op threads (:func:`plan_threads`) in a fresh capped process, fits a line ``peak(b) = state + per_sample * b``
+for each thread count through its runs (and :data:`WIDE_BATCH` when ``b1`` and ``b2`` hardly differ or it is cheap:
+:func:`wide_reason`) and reads the highest line at the reader's batch (a peak is the larger of the backward pass's,
+which grows with the batch, and the update's, which does not, so it is convex in the batch: the steepest order
 carries). A smaller batch is run as well, for its own figure. Every figure says how it was obtained
 (:attr:`ModelPlan.method`, :meth:`ModelPlan.how`):
 
@@ -19,13 +18,13 @@ carries). A smaller batch is run as well, for its own figure. Every figure says 
     peaks where the floors grow, else the lines (without :data:`EXTRAPOLATION`) no lower than that chord; either
     no lower than a smaller batch's worst peak (:meth:`ModelPlan._measured_peak_at`); plus :data:`MARGIN`.
 ``extrapolated``
-    beyond the runs: one line per inter-op thread count, levelled at its worst peak, at the steepest count's
-    slope between its runs' upper-quartile steps (:meth:`ModelPlan.lines`), and the highest line at the
-    reader's batch, plus :data:`MARGIN`.
+    beyond the runs: one line per inter-op thread count, levelled at its worst peak, at the steepest count's slope
+    between its runs' upper-quartile steps, or past a far run the chord to it (:meth:`ModelPlan.lines`), and the
+    highest line at the reader's batch, plus :data:`MARGIN`.
 ``rule``
-    the model's weights are too large to run on this host: weights, gradients, slots and the update's temporaries
-    by the rule of :mod:`snippets.lib.planner` (held to the allocator within a few % on ``Dense`` layers),
-    activations counted for ``Dense`` layers only, which makes the figure a lower bound for any other layer.
+    the model's weights are too large to run on this host: weights, gradients, slots and the update's temporaries by
+    the rule of :mod:`snippets.lib.planner` (held to the allocator within a few % on ``Dense`` layers), activations
+    counted for ``Dense`` layers only, which makes the figure a lower bound for any other layer.
 
 Under ``mirrored`` a replica holds every variable whole and runs ``B / N`` of the batch; what is run is one
 replica's program alone (:mod:`snippets.lib.model_step` says why and how).
@@ -48,7 +47,7 @@ from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as m
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, accuracy_summary, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
-from snippets.lib.plan_curve import below_first, chord, largest_fitting, last_fitting
+from snippets.lib.plan_curve import below_first, chord, far_chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FAR_PAST, FAR_PEAK, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN,
     PARALLEL, PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, far_not_run, far_past, floor_step,
@@ -73,27 +72,22 @@ class ModelPlan:
         floors: each batch's floor, the lower-quartile step (:func:`floor_step`) over its steps and thread counts,
             bytes: the slope between these bounds each thread count's (:data:`SLOPE_CAP`): racing threads
             add or drop a whole buffer from one run to the next (a recommender's 49 MiB table).
-        rule_slope: bytes per sample per device the rule counts (:func:`rule_slope`): no line is
-            flatter (0: no weights were given).
-        threads: the inter-op thread counts run (:func:`plan_threads`; None: the emulation's
-            default, :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
+        rule_slope: bytes per sample per device the rule counts (:func:`rule_slope`): no line is flatter (0: no weights).
+        threads: the inter-op thread counts run (:func:`plan_threads`; None: :data:`snippets.lib.devices.CPU_INTER_OP_THREADS`).
         by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
             batch of ``batches``, bytes: one line each (:meth:`lines`), levelled at these. Empty: one
             line, the slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
-        uppers: as :attr:`by_threads`, each run's upper-quartile step (:func:`upper_step`), bytes: the
-            lines' slopes. Empty: the slopes of :attr:`by_threads`.
+        uppers: as :attr:`by_threads`, each run's upper-quartile step (:func:`upper_step`), bytes: the lines' slopes (empty: by_threads').
         thread_floors: as :attr:`by_threads`, each run's own lower-quartile step (:func:`floor_step` of that run), bytes:
             a thread count whose own floors grow holds its slope at most of its steps, which is its order's growth, not a
             race, and its line may be as steep as twice that (:meth:`lines`). Empty: the floors' slope alone caps.
         wide_why: why the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`), "" if it was not.
-        wide_ran_out: the run at :data:`WIDE_BATCH` was wanted (:func:`wide_reason`) and ran out of
-            this host's cap, so the plan is the small runs' alone (:meth:`how` says so).
+        wide_ran_out: the run at :data:`WIDE_BATCH` was wanted and ran out of this host's cap: the small runs' plan (:meth:`how`).
         steps_run: the fewest and the most steps a run took (more while quick:
             :data:`snippets.lib.model_step.MAX_STEPS`); empty: as asked (:func:`snippets.lib.model_step.steps_measured`).
         raced_steps: the fewest steps a run at the most inter-op threads took, where threads race (0: one thread
             count, or not told): below :data:`FEW_STEPS`, :attr:`caveats` says a racing order may be missing.
-        short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap
-            (the lines, and the largest batch, stop below it); 0 if none.
+        short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap (the lines stop below); 0: none.
         faster: ``(batch, peak, line)`` when the run (or compile) at the reader's batch past :data:`CHECKED_PAST` peaked
             over the line through the smaller batches by more than :data:`MARGIN`: the peak grows faster than linearly, so
             the largest batch stops there (bytes; empty if not). At a run short of it, :func:`plan_model` refuses.
@@ -174,25 +168,28 @@ class ModelPlan:
     def lines(self, beyond: bool = False) -> list[tuple[float, float]]:
         """The fitted lines, ``(intercept, slope)`` in bytes and bytes per sample per device.
 
-        With :attr:`by_threads`: one per thread count, its level at the last batch the highest of its worst peaks, at its
-        own slope (:meth:`_slopes`), and ``beyond`` (past the last batch run) all at the steepest count's: the activations
+        With :attr:`by_threads`: one per thread count, its level at the last batch the highest of its worst peaks, at
+        its own slope (:meth:`_slopes`), and ``beyond`` (past the last batch run) all at the steepest count's, or at the
+        chord from a far run to the last where steeper (:func:`~snippets.lib.plan_curve.far_chord`): the activations
         grow alike in every order of the ops, and a count whose first run drew a high step has its own slope flattened
         (helper-66: a seq2seq Transformer's replica at 8 threads peaked 550 MB at 16 and 612 at 32; its own line read
-        0.92-0.94 of the step at 64). Between runs, where lines are drawn down from the last, each keeps its own. A slope runs
-        between its upper-quartile steps (:attr:`uppers`, else its worst peaks) at the first batch of 16 or more
-        (:meth:`_first`) and the last, in ``[0, SLOPE_CAP x`` the floors' slope ``]``, the steeper of all runs' floors and
-        the count's own (:attr:`thread_floors`; helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per sample at
-        every step, at one thread 0.1; capped by both, 0.82 of its step at 768). A draw that kept a buffer live longer is
-        a level, counted once there (through worst peaks, a GRU stack's one step of 96.61 MiB at 32 read 1.81 of its step
-        at 128); a peak does not fall as the batch grows (a wide MLP, RMSprop, 8 threads: 769 MiB at 16, 643 at 32, 769 at
-        64; levelled at 32, 0.92). tests/test_model_plan.py keeps these. Without: one line, the floors' slope, the same
-        level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a single run.
+        0.92-0.94 of the step at 64). Between runs, where lines are drawn down from the last, each keeps its own. A
+        slope runs between its upper-quartile steps (:attr:`uppers`, else its worst peaks) at the first batch of 16 or
+        more (:meth:`_first`) and the last, in ``[0, SLOPE_CAP x`` the floors' slope ``]``, the steeper of all runs'
+        floors and the count's own (:attr:`thread_floors`; helper-41: a MoCo queue's replica at 8 threads grew 2 MiB per
+        sample at every step, at one thread 0.1; capped by both, 0.82 of its step at 768). A draw that kept a buffer
+        live longer is a level, counted once there (through worst peaks, a GRU stack's one step of 96.61 MiB at 32 read
+        1.81 of its step at 128); a peak does not fall as the batch grows (a wide MLP, RMSprop, 8 threads: 769 MiB at
+        16, 643 at 32, 769 at 64; levelled at 32, 0.92). tests/test_model_plan.py keeps these. Without: one line, the
+        floors' slope, the same level. No slope under :attr:`rule_slope`. ``[]`` for ``rule``; one flat line for a
+        single run.
         """
         if not self.batches:
             return []
         last, slopes = self.batches[-1], self._slopes()
         levels = [max(peaks) for peaks in self.by_threads] if self.by_threads and len(self.batches) > 1 else [max(self.peaks)]
-        return [(level - slope * last, slope) for level, slope in zip(levels, [max(slopes)] * len(levels) if beyond else slopes)]
+        steepest = [max(*slopes, far_chord(self.batches, self.peaks))] * len(levels)  # past a far run, its chord too
+        return [(level - slope * last, slope) for level, slope in zip(levels, steepest if beyond else slopes)]
 
     def _slopes(self) -> list[float]:
         """Each thread count's own slope, bytes per sample (:meth:`lines`); one, the floors', without :attr:`by_threads`."""
@@ -398,8 +395,11 @@ class ModelPlan:
                   if self.device_batch > self.batches[-1] else "")
         between = "upper-quartile steps" if self.uppers else "worst peaks"
         own = ", all runs' or its thread count's where steeper" if self.thread_floors and len(counts) > 1 else ""
-        fitted = (f"{lines}: {units.human_bytes(round(self.per_sample))} per sample (between the runs' {between}, at "
-                  f"most {SLOPE_CAP:g}x the slope between their lower-quartile steps{own}{floor})")
+        far, (b0, b1) = far_chord(self.batches, self.peaks), self.batches[-2:] if len(self.batches) > 1 else (0, 0)
+        slope = max(self._slopes()) if far > max(self._slopes()) and self.device_batch > b1 else self.per_sample
+        fitted = (f"{lines}: {units.human_bytes(round(slope))} per sample (between the runs' {between}, at most {SLOPE_CAP:g}x "
+                  f"the slope between their lower-quartile steps{own}{floor})" + (f", past {b1} the steeper {units.human_bytes(round(far))} "
+                  f"per sample between the worst peaks at {b0} and {b1}" if far > max(self._slopes()) else ""))
         if self.method == "measured":
             # A card's largest batch past this one is still read off the lines.
             larger = f" Larger batches on {fitted}." if self.device_batch > SMALL_BATCHES[-1] and not self.faster else ""
