@@ -734,12 +734,31 @@ def test_model_steps_cap_without_a_unit_is_refused_naming_bytes(capsys):
     # helper-58: decide --json gives bytes, and 0.8 x plan.step_peak passed bare was read as MiB (868 TiB): "completed".
     from snippets.lib import model_step
 
-    for cap, words in (("909680640", "--cap 909680640 has no unit, and a bare number is MiB here (867.54 TiB); decide "
-                                     "--json gives bytes: write 909680640B, or a size such as 4GiB"),
+    # helper-70: "a bare number is MiB here (500 MiB) ... write 500B" read as a contradiction; a number is refused.
+    for cap, words in (("909680640", "--cap 909680640 has no unit: write 909680640B for bytes (decide --json's figures are "
+                                     "bytes) or a size with its unit, such as 909680640MiB or 4GiB"),
                        ("lots", "'lots' is not a memory size")):
         with pytest.raises(SystemExit) as exit_:
             model_step.main(["--cap", cap, "--step", "{}"])
         assert exit_.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_model_step_reports_a_run_whose_process_died_as_one_that_ran_out():
+    # helper-70: under --cap 5MiB, and at a cap just under a step's peak, TensorFlow crashed (SIGSEGV in fit's iterator):
+    # exit 139 and no JSON, where the page promises exit 0 and "completed": false either way.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    step = json.dumps(ModelStep("tests.plan_builders_crash:crashing").fields())
+    done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--cap", "64MiB", "--step", step],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    reply = json.loads(done.stdout)
+    assert reply["completed"] is False and reply["failed_phase"] == "step" and reply["crashed"] == "SIGSEGV"
+    assert reply["step"]["model"] == "tests.plan_builders_crash:crashing"
+    assert "TensorFlow died (SIGSEGV) under --cap 64MiB" in done.stderr and "a larger --cap runs it" in done.stderr
 
 
 def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():

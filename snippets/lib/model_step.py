@@ -1,23 +1,18 @@
 """A real ``fit`` step of any Keras model, measured by the allocator in a fresh capped process.
 
-The planner's rule (:mod:`snippets.lib.planner`) knows weights, gradients,
-slots and the update's temporaries, and the activations of one ``Dense``
-layer. A real model's step peak is mostly its activations (convolutions,
-attention, recurrence, embeddings, BatchNorm), which no per-layer rule gets
-right across architectures. So for the reader's own model this module does
-not guess: it builds the model from the reader's function, compiles it with
-the reader's optimizer, loss, dtype policy and XLA mode, and runs ``fit``
-steps under a capped CPU BFC allocator in a **new Python process per
-figure** (a used allocator has holes, and TensorFlow fixes its devices once
-per process). :mod:`snippets.lib.model_plan` fits those peaks in the batch.
+The planner's rule (:mod:`snippets.lib.planner`) knows weights, gradients, slots and the update's temporaries, and the
+activations of one ``Dense`` layer. A real model's step peak is mostly its activations (convolutions, attention,
+recurrence, embeddings, BatchNorm), which no per-layer rule gets right across architectures. So for the reader's own
+model this module does not guess: it builds the model from the reader's function, compiles it with the reader's
+optimizer, loss, dtype policy and XLA mode, and runs ``fit`` steps under a capped CPU BFC allocator in a **new Python
+process per figure** (a used allocator has holes, and TensorFlow fixes its devices once per process).
+:mod:`snippets.lib.model_plan` fits those peaks in the batch.
 
-What one run measures: the allocator's peak during each of the first
-``steps`` training steps (and up to :data:`MAX_STEPS` in all while they are
-quick, :data:`QUICK_SECONDS`), above the level before the model was built, with
-one input batch resident (as a GPU holds the batch it trains on), and the
-worst of those steps (the first step builds the optimizer's slots and can
-peak above the second; with several inter-op threads the order of the ops,
-and so the peak, changes from one step to the next).
+What one run measures: the allocator's peak during each of the first ``steps`` training steps (and up to
+:data:`MAX_STEPS` in all while they are quick, :data:`QUICK_SECONDS`), above the level before the model was built,
+with one input batch resident (as a GPU holds the batch it trains on), and the worst of those steps (the first step
+builds the optimizer's slots and can peak above the second; with several inter-op threads the order of the ops, and so
+the peak, changes from one step to the next).
 
 Under ``strategy="mirrored"`` what is measured is **one replica's program
 alone** (the project's way, :mod:`snippets.lib.step_ledger`): the emulated
@@ -52,6 +47,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -555,18 +552,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.step:
         parser.error("give --step (a ModelStep as JSON)")
     try:
-        cap = units.parse_size(args.cap)
+        units.parse_size(args.cap)  # a size, or its one-line error
     except ValueError as error:
         parser.error(str(error))
     if args.cap.strip().replace(".", "", 1).isdigit():  # helper-58: 0.8 x plan.step_peak, bytes, "completed" at 868 TiB
-        parser.error(f"--cap {args.cap} has no unit, and a bare number is MiB here ({units.human_bytes(cap)}); decide "
-                     f"--json gives bytes: write {args.cap.strip()}B, or a size such as 4GiB")
+        parser.error(f"--cap {args.cap} has no unit: write {args.cap.strip()}B for bytes (decide --json's figures are "
+                     f"bytes) or a size with its unit, such as {args.cap.strip()}MiB or 4GiB")
     try:
         step = check_step(ModelStep(**json.loads(args.step)))
     except (ValueError, TypeError) as error:
         parser.error(str(error).splitlines()[0])
     from snippets.lib import cli
 
+    # TensorFlow 2.21 can crash, not raise, where the cap refuses a buffer of fit's input (helper-70: SIGSEGV in its
+    # iterator, caps under the peak): run in a child, whose death is reported as a step that ran out.
+    read, write = os.pipe()
+    if os.fork():
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            reply, (_, status) = pipe.read(), os.wait()
+        if not reply:
+            crash = signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+            print(f"TensorFlow died ({crash}) under --cap {args.cap}: it does so where the cap refuses a buffer of fit's "
+                  "input; taken as a step that ran out (a larger --cap runs it)", file=sys.stderr)
+            reply = json.dumps({"step": step.fields(), "completed": False, "failed_phase": "step", "crashed": crash})
+        print(reply.strip(), flush=True)
+        return 0
+    os.close(read)
     with cli.quiet_tensorflow_start():  # a reader running this by hand sees its own lines, not TensorFlow's start
         from snippets.lib import devices
 
@@ -575,9 +587,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         reply = measure(step, args.steps, setup.devices if args.real_strategy else ())
     except ModelError as error:
         reply = {"refused": str(error)}
-    print(json.dumps(reply), flush=True)
-    # TensorFlow 2.21 can abort while tearing down an allocator that refused inside XLA;
-    # the result is already out.
+    with os.fdopen(write, "w") as pipe:
+        pipe.write(json.dumps(reply))
+    # TensorFlow 2.21 can abort while tearing down an allocator that refused inside XLA; the result is already out.
     os._exit(0)
 
 
