@@ -271,7 +271,7 @@ def test_a_plan_whose_racing_runs_took_few_steps_says_an_order_may_be_missing():
     step = ModelStep("m:f", "adam", 64, "off")
     few = model_plan.ModelPlan(step, "extrapolated", (16, 32), (100 * units.MiB, 160 * units.MiB), raced_steps=2)
     assert few.caveats == f"{model_plan.gpu_caveats(1, False)} {model_plan.THREADS_CAVEAT} {model_plan.few_steps_caveat(2)}"
-    assert "runs here took as few as 2 steps" in few.caveats and model_plan.FEW_STEPS == model_step.MAX_STEPS // 2
+    assert "the runs here at the most inter-op threads took as few as 2 steps" in few.caveats and model_plan.FEW_STEPS == model_step.MAX_STEPS // 2
     # Enough steps, one thread count (a compiled step), or nothing told: none.
     for plan in (replace(few, raced_steps=model_plan.FEW_STEPS), replace(few, raced_steps=0),
                  replace(few, step=replace(step, xla="on"))):

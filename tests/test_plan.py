@@ -555,7 +555,8 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
     (["--model", "tests.plan_builders:any_length", "--strategy", "single"],
      "tests.plan_builders:any_length: the model's input (batch, None) has an unknown dimension: give keras.Input a "
      "full shape (e.g. a fixed sequence length or image size), or let your function take it as an argument and pass it "
-     "with --model-kwargs '{\"size\": 96}'"),  # helper-58: no word of --model-kwargs for ESPCN's (None, None, 1)
+     "with --model-kwargs, such as '{\"seq\": 20}' or '{\"size\": 96}'"),  # helper-58: no word of --model-kwargs for
+    # ESPCN's (None, None, 1); helper-70: a text model's length, which the page passes as "seq"
     (["--model", "tests.plan_builders:two_any_length", "--strategy", "single"],
      "the model's inputs 'title' (batch, None), 'body' (batch, None) have an unknown dimension: give each keras.Input "
      "a full shape"),

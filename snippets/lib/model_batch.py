@@ -230,7 +230,7 @@ def closed_lookups(model) -> dict[int, object]:
 
 #: What a refusal of an unknown dimension asks for.
 FULL_SHAPE = ("give keras.Input a full shape (e.g. a fixed sequence length or image size), or let your function take it "
-              "as an argument and pass it with --model-kwargs '{\"size\": 96}'")
+              "as an argument and pass it with --model-kwargs, such as '{\"seq\": 20}' or '{\"size\": 96}'")
 
 
 def _named(tensor) -> str:

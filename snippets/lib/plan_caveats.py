@@ -86,8 +86,8 @@ def few_steps_caveat(steps: int) -> str:
     steps a run, and its plan under MirroredStrategy came under a step at 64 per replica that drew such an order in
     every step; a 5-step run at 256 drew it in one step (714.7 MiB against 596)."""
     return (f"Without XLA each step's threads race, and an order of its ops that keeps a buffer longer can show in one "
-            f"step of several; runs here took as few as {steps} steps (slow on this CPU), which may have missed it: "
-            "leave headroom beyond the margin.")
+            f"step of several; the runs here at the most inter-op threads took as few as {steps} steps (slow on this CPU), "
+            "which may have missed it: leave headroom beyond the margin.")
 
 
 #: How far apart a step's runs at one batch may peak from one inter-op thread count to the other before a plan says its
