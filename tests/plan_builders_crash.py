@@ -8,3 +8,8 @@ import signal
 def crashing():
     """Kills its own process with SIGSEGV before returning a model."""
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def exiting():
+    """Ends its own process with status 3, as a Python error would end it, before returning a model."""
+    os._exit(3)

@@ -759,6 +759,11 @@ def test_model_step_reports_a_run_whose_process_died_as_one_that_ran_out():
     assert reply["completed"] is False and reply["failed_phase"] == "step" and reply["crashed"] == "SIGSEGV"
     assert reply["step"]["model"] == "tests.plan_builders_crash:crashing"
     assert "TensorFlow died (SIGSEGV) under --cap 64MiB" in done.stderr and "a larger --cap runs it" in done.stderr
+    # A child that ends with a status of its own (its error on stderr) is not a cap's: its status, and no reply.
+    step = json.dumps(ModelStep("tests.plan_builders_crash:exiting").fields())
+    done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--cap", "64MiB", "--step", step],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 3 and not done.stdout and "died" not in done.stderr
 
 
 def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():

@@ -571,8 +571,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(write)
         with os.fdopen(read) as pipe:
             reply, (_, status) = pipe.read(), os.wait()
+        if not reply and not os.WIFSIGNALED(status):
+            return os.WEXITSTATUS(status)  # the child's own error, already on stderr: not a cap's
         if not reply:
-            crash = signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
+            crash = signal.Signals(os.WTERMSIG(status)).name
             print(f"TensorFlow died ({crash}) under --cap {args.cap}: it does so where the cap refuses a buffer of fit's "
                   "input; taken as a step that ran out (a larger --cap runs it)", file=sys.stderr)
             reply = json.dumps({"step": step.fields(), "completed": False, "failed_phase": "step", "crashed": crash})

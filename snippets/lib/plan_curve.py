@@ -104,8 +104,8 @@ def far_chord(batches: Sequence[int], peaks: Sequence[float]) -> float:
     times the one before or more, else 0 (and at least 0). Past the largest run a peak convex in the batch grows at least
     that fast, and a slope between upper-quartile steps misses growth that only the worst step has (helper-70: an MLP's
     first step, XLA-compiled, held about 8 KB per sample more than its others; through the runs at 256 and 8192 per device
-    its lines grew 26.4 KiB per sample, its worst peaks 35.3 KB, and its step at 36260 peaked at 1278 MiB where the
-    plan put 1155). Runs closer together are left to the lines: there a draw that kept a buffer live longer would
+    its lines grew 26.4 KiB per sample, its worst peaks 35.3 KB, and its step at 36260, offered for 1155 MiB, peaked at
+    1278). Runs closer together are left to the lines: there a draw that kept a buffer live longer would
     steepen the chord by a level, which the slope between upper-quartile steps leaves out.
 
     >>> far_chord((16, 32, 256, 8192), (19.1e6, 19.7e6, 25.25e6, 305.2e6)) > 35e3, far_chord((16, 32), (10e6, 30e6))
