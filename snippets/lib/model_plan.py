@@ -77,7 +77,7 @@ class ModelPlan:
         by_threads: for each thread count run (:attr:`threads`), its worst step peak at each
             batch of ``batches``, bytes: one line each (:meth:`lines`), levelled at these. Empty: one
             line, the slope of ``floors`` (or ``peaks``), levelled at the highest worst peak.
-        uppers: as :attr:`by_threads`, each run's upper-quartile step (:func:`upper_step`), bytes: the lines' slopes (empty: by_threads').
+        uppers: as :attr:`by_threads`, each run's upper-quartile step (:func:`upper_step`), bytes: the lines' slopes (empty: by_threads's).
         thread_floors: as :attr:`by_threads`, each run's own lower-quartile step (:func:`floor_step` of that run), bytes:
             a thread count whose own floors grow holds its slope at most of its steps, which is its order's growth, not a
             race, and its line may be as steep as twice that (:meth:`lines`). Empty: the floors' slope alone caps.

@@ -567,10 +567,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # TensorFlow 2.21 can crash, not raise, where the cap refuses a buffer of fit's input (helper-70: SIGSEGV in its
     # iterator, caps under the peak): run in a child, whose death is reported as a step that ran out.
     read, write = os.pipe()
-    if os.fork():
+    if child := os.fork():
         os.close(write)
         with os.fdopen(read) as pipe:
-            reply, (_, status) = pipe.read(), os.wait()
+            reply, (_, status) = pipe.read(), os.waitpid(child, 0)
         if not reply and not os.WIFSIGNALED(status):
             return os.WEXITSTATUS(status)  # the child's own error, already on stderr: not a cap's
         if not reply:
