@@ -553,6 +553,10 @@ def test_a_compiled_plans_line_grows_at_least_by_the_rules_activations():
         " ".join(run.how().split()))
     assert ("None past 32 per device, the largest batch compiled: up to it the peak grew less than the 3.79 KiB per "
             "sample the rule counts") in " ".join(model_report.model_report(floored, card, "a card").split())
+    assert model_report.model_json(floored, card, None, "m:f")["largest_batch_note"].startswith(
+        "None past 32 per device, the largest batch compiled: up to it the peak grew less")
+    assert model_report.model_json(flat, card, None, "m:f")["largest_batch_note"].startswith(
+        "Not compiled at its batch, the largest batch for the capacity is read off the line through the compiled batches")
 
 
 def test_a_quick_step_is_run_more_often_and_the_plan_says_how_many():
@@ -1073,7 +1077,12 @@ def test_the_capacity_planned_for_gets_its_own_largest_batch():
     single = replace(plan, step=replace(step, strategy="single", devices=1))
     assert (f"Largest batch that fits 2 GiB (each device): {single.largest_batch(2 * units.GiB)}, planned from the "
             "same runs.") in " ".join(model_report.model_report(single, 2 * units.GiB, None).split())
-    assert model_report.model_json(plan, 2 * units.GiB, None, "m:f")["largest_batch"] == own
+    found = model_report.model_json(plan, 2 * units.GiB, None, "m:f")
+    assert found["largest_batch"] == own
+    # Past the line the benchmarks checked: the JSON says so as the text does (helper-70: the JSON said nothing).
+    assert own // 2 > model_plan.LINE_CHECKED and found["largest_batch_note"].startswith(
+        f"Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks checked it")
+    assert found["largest_batch_note"] in flat
     # A card among the four has its figure in their line already.
     assert "Largest batch that fits 2 GiB" not in model_report.model_report(plan, 2 * units.GiB, "A100-80GB")
 
@@ -1293,6 +1302,13 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
         model_plan.plan_model(step, run=_quadratic(0)).how().split())
     text = model_report.model_report(plan, capacity, "a card")
     assert "None past 4096 per device, the batch run last" in " ".join(text.split())
+    # For --device-memory too, in its own line and in the JSON (helper-70: a largest_batch that stopped at the last run
+    # with no word of it).
+    own = model_report.model_json(plan, capacity, None, "m:f")
+    assert own["largest_batch"] == 4096 and own["largest_batch_note"].startswith("None past 4096 per device, the batch run")
+    text = " ".join(model_report.model_report(plan, capacity, None).split())
+    assert "Largest batch that fits 30 GiB (each device): 4096, planned from the same runs." in text
+    assert text.count(own["largest_batch_note"]) == 1  # once, where the cards' line says it too
     # Both causes, and the way to a line past it (helper-50: a flat Embedding's advice looped on larger --batch runs).
     assert ("or faster than the smaller runs showed (a fixed buffer hid the growth there) (plan a larger --batch to run "
             "it, or --backend jax, which compiles a line without running it).") in " ".join(text.split())

@@ -14,13 +14,11 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from snippets.lib import compiled_curve, hardware, model_accumulation, model_plan, units
+from snippets.lib import compiled_curve, model_accumulation, model_plan, units
+from snippets.lib.batch_limits import (BATCH_CARDS, JAX_LINE, card_pool, largest_batches, limit_note, line_checked,  # noqa: F401
+                                       listed)
 from snippets.lib.model_remedies import BatchRemedy
 from snippets.lib.private import CUDNN, NO_JIT
-
-#: Cards whose largest batch a measured plan reports (the question readers ask before renting).
-BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
-
 
 #: :attr:`ModelSetup.xla_from` when neither ``--xla`` nor the model's compile chose: ``jit_compile="auto"``.
 XLA_DEFAULT = "Keras's default"
@@ -294,29 +292,6 @@ def setup_lines(setup: ModelSetup | None, training: bool = True) -> list[str]:
     return lines + [textwrap.fill(f"Note: {note}", 100, break_on_hyphens=False) for note in setup.notes]
 
 
-def listed(names: Sequence[str]) -> str:
-    """``"A, B and C"``.
-
-    >>> listed(["A"]), listed(["A", "B", "C"])
-    ('A', 'A, B and C')
-    """
-    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
-
-
-def card_pool(plan: model_plan.ModelPlan):
-    """The function giving a card's memory for ``plan``: JAX's default pool for a compiled (Keras on
-    JAX) plan, TensorFlow's allocator otherwise (:mod:`snippets.lib.hardware`)."""
-    return hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
-
-
-def largest_batches(plan: model_plan.ModelPlan) -> dict[str, int]:
-    """The largest global batch that fits each of :data:`BATCH_CARDS`; empty for a ``rule`` plan."""
-    if plan.method == "rule":
-        return {}
-    pool = card_pool(plan)
-    return {name: plan.largest_batch(pool(name)) for name in BATCH_CARDS}
-
-
 def no_batch_fits(plan: model_plan.ModelPlan, capacity: int) -> bool:
     """Whether a measured (interpolated, extrapolated, compiled) plan fits no batch in ``capacity`` bytes per device."""
     return plan.method != "rule" and plan.total > capacity and plan.largest_batch(capacity) == 0
@@ -331,6 +306,12 @@ def no_batch_line(plan: model_plan.ModelPlan) -> str:
             "(a sharded placement, smaller layers: docs/decide.md).")
 
 
+def jax_line(setup: ModelSetup | None) -> str:
+    """What a run plan's sentence offers besides a larger ``--batch``: Keras on JAX, but not for a step it runs without
+    jit, which ``--backend jax`` refuses (helper-58: StringLookup's, a dead end)."""
+    return "" if setup and NO_JIT in setup.no_xla.values() else JAX_LINE
+
+
 def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
                  remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> str:
     """The text for a measured (or rule-planned) model: what it trains with, the peak, the verdict,
@@ -338,8 +319,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     h = units.human_bytes
     step, setup = plan.step, run_notes(setup, plan)
     compiled = plan.method == "compiled"
-    # Not for a step Keras on JAX runs without jit, which --backend jax refuses (helper-58: StringLookup's, a dead end).
-    jax_line = "" if setup and NO_JIT in setup.no_xla.values() else JAX_LINE
+    offer = jax_line(setup)
     if step.strategy != "mirrored":
         where = "one device"
     elif compiled:  # Keras on JAX: what was compiled is DataParallel's program, not a tf.distribute strategy
@@ -374,12 +354,16 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     if plan.method != "rule":
         largest = largest_batches(plan)
         source = "compiled steps" if compiled else "runs"
+        pool = card_pool(plan)
+        beyond = limit_note(plan, largest, pool, offer)
         if card_name not in largest:  # --device-memory, or a card the list below leaves out
             own = plan.largest_batch(capacity)
             per = f" ({own // plan.replicas} per replica)" if plan.replicas > 1 and own else ""
-            lines.append(f"Largest {'global ' if per else ''}batch that fits {h(capacity)} ({against}): {own or 'none'}{per}, "
-                         f"planned from the same {source}.")
-        pool = card_pool(plan)
+            # helper-70: 29677 for 1155 MiB, with no word that no run went past 256 (said once, where the cards' says it too).
+            note = own and limit_note(plan, {"capacity": own}, lambda _: capacity, offer)
+            note = f" {note}" if note and note != beyond else ""
+            lines.append(textwrap.fill(f"Largest {'global ' if per else ''}batch that fits {h(capacity)} ({against}): "
+                                       f"{own or 'none'}{per}, planned from the same {source}.{note}", 100))
         # No line breaks inside a card's figure (textwrap splits at ASCII whitespace only).
         fits = ", ".join(f"{name} {batch} ({h(pool(name))} per card)".replace(" ", "\xa0")
                          for name, batch in largest.items())
@@ -388,54 +372,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         over += ("; each in JAX's default 75% pool" if compiled else
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
                  "keeps, which grows with the compute capability")
-        beyond, checked = "", line_checked(plan)
-        # Cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest, past_top).
-        # Cards whose batch compiled well under their pool (confirm_cards' rounds ran out) are named below (roomy).
-        top = line_checked(plan) if compiled else plan.batches[-1]
-        faster = compiled and compiled_curve.grows_faster(plan)  # the checks grew faster than linearly
-        capped = [name for name, batch in largest.items() if (plan.floor_only or faster or plan.confirm_failed)
-                  and batch >= top * plan.replicas and not (plan.confirmed and pool(name) == plan.confirmed_for)
-                  and not (compiled and compiled_curve.fills(plan, pool(name), batch // plan.replicas))]
-        if capped and plan.confirm_failed and not plan.faster:
-            which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
-            beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: a check "
-                      "failed to compile (above), so no batch past the compiled ones is offered (plan a larger --batch "
-                      "to compile it).")
-        elif capped and faster and not plan.faster:
-            which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
-            beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: the "
-                      "compiled figures grew faster than linearly (as a loss over pairs within the batch does), so no line "
-                      "past them holds (plan a larger --batch to compile it).")
-        elif plan.faster:
-            beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
-                      f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "
-                      "showed (a fixed buffer hid the growth there)") + f" (plan a larger --batch to {'compile' if compiled else 'run'} "
-                      "it" + ("" if compiled else jax_line) + ").")
-        elif capped:
-            did = "compiled" if compiled else "run"
-            which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
-            beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch {did}: "
-                      "up to it the peak grew less "
-                      f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
-                      "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
-                      f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
-                      ("" if compiled else jax_line) + ").")
-        elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
-            beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
-                      "checked it (docs/performance.md): leave those batches more headroom."
-                      if checked == model_plan.LINE_CHECKED else
-                      f" Past {checked} per device, the largest batch run, the line runs further than any run checked "
-                      "it: leave those batches more headroom.")
-        # helper-51: a seq2seq Transformer's compiled figure jumped 2.3x between 200 and 245 per device.
-        off = [name for name, batch in largest.items() if compiled and batch and batch // plan.replicas not in plan.compiled_points]
-        if off:  # helper-53, -54: read off the line, a card's batch compiled to 2.7 times its pool
-            beyond += (f" Not compiled at {'its' if len(off) == 1 else 'their'} batch, the largest batch for the "
-                       f"{listed(off)} is read off the line through the compiled batches, and XLA's figure can jump "
-                       "between batches, or grow faster than the line (to more than twice its figure): plan the batch you "
-                       "choose with --batch to compile it there.")
-        roomy = [n for n, b in largest.items() if compiled and b and plan.compiled_points.get(b // plan.replicas, pool(n)) < pool(n) * 7 / 8]
-        beyond += (f" For the {listed(roomy)}, the batch offered compiled well under the pool: a larger batch may fit (plan "
-                   "one with --batch, which compiles it)." if roomy else "")
+        beyond = f" {beyond}" if beyond else ""
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
@@ -482,22 +419,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
 
 
 #: Where a run step's largest batch stops at its last run: the other way to a line past it.
-JAX_LINE = ", or --backend jax, which compiles a line without running it"
-
 #: Whose share of the card a plan's capacity is (``"pool"`` in ``--json``).
 TF_POOL, JAX_POOL = "TensorFlow's allocator", "JAX's default 75% pool"
-
-
-def line_checked(plan: model_plan.ModelPlan) -> int:
-    """The per-device batch up to which ``plan``'s line was checked: by the benchmarks for a run step
-    (:data:`snippets.lib.model_plan.LINE_CHECKED`), the largest batch compiled for a compiled one (the
-    benchmarks hold no Keras-on-JAX plan; helper-32: its text named theirs), or this plan's largest run past
-    that (:data:`snippets.lib.model_plan.CHECKED_PAST`); under a 16-bit policy (:func:`~snippets.lib.model_plan.in_16_bits`: the
-    step's or its layers' own), which no benchmark row is, its largest run
-    (helper-59: "past 256 the line runs further than the benchmarks checked it", of a line they never checked)."""
-    if plan.method == "compiled":
-        return max(plan.compiled_points)
-    return max(plan.batches) if model_plan.in_16_bits(plan) else max(model_plan.LINE_CHECKED, *plan.batches)
 
 
 def plan_json(plan: model_plan.ModelPlan) -> dict:
@@ -524,7 +447,8 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
 
     ``card``: the card's name (None: ``--device-memory`` gave the capacity); ``pool`` says whose
     share of it ``capacity`` is. ``largest_global_batch``: per card, samples per step over all
-    replicas; ``line_checked_per_device``: :func:`line_checked`. ``setup``: :class:`ModelSetup`'s fields, or None.
+    replicas; ``largest_batch_note``: :func:`~snippets.lib.batch_limits.limit_note` for the capacity's own batch;
+    ``line_checked_per_device``: :func:`line_checked`. ``setup``: :class:`ModelSetup`'s fields, or None.
     ``method``, ``how``, ``fits``, ``capacity``, ``card``, ``model``, ``setup`` and ``remedies`` are the keys a
     rule plan's JSON has too (``python -m snippets.decide --json``).
     """
@@ -533,7 +457,8 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan_json(plan),
             "setup": asdict(setup) if setup else None,
             "capacity": capacity, "fits": plan.total <= capacity, "card": card,
-            "pool": pool if card else None, "largest_batch": plan.largest_batch(capacity),
+            "pool": pool if card else None, "largest_batch": (own := plan.largest_batch(capacity)),
+            "largest_batch_note": own and limit_note(plan, {"capacity": own}, lambda _: capacity, jax_line(setup)) or "",
             # The card planned for among them, also where the list of cards leaves it out (helper-34: an A100-40GB).
             "largest_global_batch": {**largest_batches(plan), **({card: plan.largest_batch(capacity)} if card else {})},
             # Per device, how far the line was checked: a largest batch past it is further out.
@@ -558,6 +483,8 @@ JSON_KEYS = {
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
     "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
+    "largest_batch_note": ("why largest_batch stops where it does (no line past the largest run holds), or that it lies "
+                           "past the batches the line was checked at; empty if neither (the text's sentence)"),
     "largest_global_batch": ("per card (the four the text lists, and the one planned for), the largest global batch "
                              "(samples per step, all replicas) its own pool holds"),
     "line_checked_per_device": ("the per-device batch the line was checked up to (the benchmarks', or a larger batch "
