@@ -236,6 +236,31 @@ def test_runs_that_peak_in_the_update_still_grow_by_the_rules_activations():
     assert model_plan.plan_model(ModelStep("m:f", "adam", 1024, "off"), run=fake).per_sample == 8 * units.KiB
 
 
+def test_an_embedding_tables_rows_are_a_floor_where_there_is_no_dense_layer():
+    # helper-71: a two-tower recommender (two 100k x 64 tables, a dot product, Adam) has no Dense layer, so the floor
+    # was 0. Its runs at 16, 32 and 256 per device grew 16 B per sample, the input alone (each table's update hid the
+    # rest), and a V100-SXM2-32GB was offered about 100 million per device, 3.4 times what its steps (1.04 KiB per
+    # sample) fit.
+    from snippets.lib import batch_limits, planner
+
+    tables = [planner.Weight((100_000, 64), initializer="uniform", path=f"functional/{name}_emb/embeddings")
+              for name in ("user", "item")]
+    step = ModelStep("m:f", "adam", 64, "off", "mirrored", 4)
+    assert model_plan.rule_slope(tables, step) == 2 * 64 * 4 * 2  # a row and its gradient per table, float32
+    frozen = [replace(table, trainable=False) for table in tables]
+    assert model_plan.rule_slope(frozen, step) == 2 * 64 * 4  # a frozen table's row has no gradient
+    flat = model_plan.ModelPlan(step, "measured", (16, 32, 256), (307_225_344, 307_225_600, 307_229_184),
+                                rule_slope=model_plan.rule_slope(tables, step))
+    # Each card stops at the largest batch run, and says why (a run at the reader's batch would measure past it).
+    card = 30976 * units.MiB
+    assert flat.floor_only and flat.largest_batch(card) == 256 * 4
+    note = batch_limits.limit_note(flat, batch_limits.largest_batches(flat), batch_limits.card_pool(flat))
+    assert note.startswith("None past 256 per device, the largest batch run: up to it the peak grew less than the 1 KiB "
+                           "per sample of activations the rule counts (Dense layers, an Embedding's row per sample;")
+    # The policy's compute dtype: a 16-bit one looks its rows up in 2 bytes.
+    assert model_plan.rule_slope(tables, replace(step, policy="mixed_float16")) == 2 * 64 * 2 * 2
+
+
 def test_a_step_run_under_a_16_bit_policy_says_its_figure_may_be_high():
     # TensorFlow's CPU MatMul computes half precision through float32 copies (tests/test_scale_models.py).
     step = ModelStep("m:f", "adam", 64, "off", policy="mixed_float16")
@@ -552,7 +577,7 @@ def test_a_compiled_plans_line_grows_at_least_by_the_rules_activations():
     assert run.floor_only and "No larger batch is planned: up to 1024 per device the runs grew less than the 3.79 KiB" in (
         " ".join(run.how().split()))
     assert ("None past 32 per device, the largest batch compiled: up to it the peak grew less than the 3.79 KiB per "
-            "sample the rule counts") in " ".join(model_report.model_report(floored, card, "a card").split())
+            "sample of activations the rule counts") in " ".join(model_report.model_report(floored, card, "a card").split())
     assert model_report.model_json(floored, card, None, "m:f")["largest_batch_note"].startswith(
         "None past 32 per device, the largest batch compiled: up to it the peak grew less")
     assert model_report.model_json(flat, card, None, "m:f")["largest_batch_note"].startswith(

@@ -92,7 +92,8 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
         which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
         beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch {did}: "
                   "up to it the peak grew less "
-                  f"than the {h(round(plan.rule_slope))} per sample the rule counts for the Dense activations (fixed "
+                  f"than the {h(round(plan.rule_slope))} per sample of activations the rule counts (Dense layers, an Embedding's "
+                  "row per sample; fixed "
                   "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
                   f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
                   ("" if compiled else jax_line) + ").")

@@ -208,10 +208,10 @@ class ModelPlan:
     @property
     def floor_only(self) -> bool:
         """Whether every line past the last batch run holds :attr:`rule_slope` and no slope the runs measured: they grew
-        less than the rule's Dense activations (fixed buffers, such as a large kernel's update, can hide the rest), so no
-        run checked any growth past them, and :meth:`largest_batch` stops at the last (helper-49: a 500k x 64 Embedding
-        with Adam, flat from 16 to 512 per device, had a V100-SXM2-32GB's largest batch put at 20.9 million on the
-        floor's 1.27 KiB per sample; its steps grew about 16.8 KB per sample, near 1.8 million)."""
+        less than the activations the rule counts (Dense layers, an Embedding's row per sample; fixed buffers, such as a
+        large kernel's update, can hide the rest), so no run checked any growth past them, and :meth:`largest_batch`
+        stops at the last (helper-49: a 500k x 64 Embedding with Adam, flat from 16 to 512 per device, had a
+        V100-SXM2-32GB's largest batch put at 20.9 million on a 1.27 KiB floor; its steps grew ~16.8 KB a sample)."""
         steeper = self.method == "compiled" and compiled_curve.last_slope(self) > self.rule_slope  # checks past the line
         return len(self.batches) > 1 and max(self._slopes()) <= self.rule_slope and not steeper
 
