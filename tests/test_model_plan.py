@@ -1362,6 +1362,15 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     assert 0.9 * model_plan.WIDE_PEAK < costly.peaks[-1] * (1 + model_plan.MARGIN) <= model_plan.WIDE_PEAK
     assert f"A run at {checked} per device, the largest batch the lines put under 1 GiB less the margin" in " ".join(
         costly.how().split())
+    # Steep from the start (helper-71: a BERT-style MLM, 6.17 MiB per sample, at 512 per device ran nothing past 32: its
+    # lines put 256 at 1.5 GiB, and nothing from a quarter past 256 under 1 GiB): the largest batch from twice the last
+    # run that they put under it is run.
+    steep = model_plan.plan_model(replace(step, batch=512), run=_quadratic(0, per_sample=6 * units.MiB))
+    checked = steep.batches[-1]
+    assert steep.batches[:2] == (16, 32) and 2 * 32 <= checked < model_plan.CHECKED_PAST
+    assert 0.9 * model_plan.WIDE_PEAK < steep.peaks[-1] * (1 + model_plan.MARGIN) <= model_plan.WIDE_PEAK
+    assert f"A run at {checked} per device, the largest batch the lines put under 1 GiB less the margin" in " ".join(
+        steep.how().split())
     # Out of this host's cap at the reader's batch: said in one line, not planned on the line.
     with pytest.raises(model_plan.ModelError, match="at 4096 samples per device the step ran out of this host's .* cap, over"):
         model_plan.plan_model(step, run=_quadratic(8, fails_past=model_plan.WIDE_BATCH))

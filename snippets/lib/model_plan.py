@@ -207,11 +207,10 @@ class ModelPlan:
 
     @property
     def floor_only(self) -> bool:
-        """Whether every line past the last batch run holds :attr:`rule_slope` and no slope the runs measured: they grew
-        less than the activations the rule counts (Dense layers, an Embedding's row per sample; fixed buffers, such as a
-        large kernel's update, can hide the rest), so no run checked any growth past them, and :meth:`largest_batch`
-        stops at the last (helper-49: a 500k x 64 Embedding with Adam, flat from 16 to 512 per device, had a
-        V100-SXM2-32GB's largest batch put at 20.9 million on a 1.27 KiB floor; its steps grew ~16.8 KB a sample)."""
+        """Whether every line past the last run holds :attr:`rule_slope`, not a slope the runs measured: they grew less
+        than the activations the rule counts (fixed buffers, such as a large kernel's update, hide the rest), so no run
+        checked growth past them, and :meth:`largest_batch` stops at the last (helper-49: a 500k x 64 Embedding with Adam,
+        flat from 16 to 512 per device, had a V100-SXM2-32GB's batch put at 20.9 million on a 1.27 KiB floor)."""
         steeper = self.method == "compiled" and compiled_curve.last_slope(self) > self.rule_slope  # checks past the line
         return len(self.batches) > 1 and max(self._slopes()) <= self.rule_slope and not steeper
 
@@ -542,25 +541,26 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          half_layers=any(r.get("half") for group in groups for r in group))
 
     plan = assemble()
-    # Past CHECKED_PAST the reader's batch is run where the lines put it within room, else the largest batch they do from
-    # twice CHECKED_PAST or a quarter past it (helper-39: a contrastive step at 8192, not run, 0.64 of its peak), else the
-    # largest whose growth past the last run they do, under the host's cap and CHECK_REACH: a large kernel's update can hide
-    # the growth at every run (helper-42: flat to 256, 0.84 of its step at 4096, "Fits"). Over the cap a run tells nothing.
+    # Past CHECKED_PAST the reader's batch is run where the lines put it within room, else the largest they do from twice
+    # CHECKED_PAST, a quarter past it (helper-39: a contrastive step at 8192, not run, 0.64 of its peak) or FAR_PAST times
+    # the last run (helper-71: an MLM at 512, its lines at 1.5 GiB by 256, ran nothing past 32), else the largest whose
+    # growth past the last run they do, under the host's cap and CHECK_REACH: a large kernel's update can hide the growth
+    # at every run (helper-42: flat to 256, 0.84 of its step at 4096, "Fits"). Over the cap a run tells nothing.
     room, host = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN), (cap or default_cap(step)) / (1 + MARGIN)
     start, past = plan.line_peak(batches[-1]), run_past(step, plan.half_layers)
 
     def cheap(b: int) -> bool:
-        # The reader's own batch up to WIDE_PEAK itself: a refusal names the batch of a run short of it, whose line a new
-        # draw of the runs can put a little over room, and the next run would fall short again (helper-48: refused at
-        # 5478, 4981 and 4881 per device in turn, each naming the last).
+        # The reader's own batch up to WIDE_PEAK itself: a refusal names a run's batch, which a new draw's line can put a
+        # little over room, and the next run fell short again (helper-48: refused at 5478, 4981 and 4881 in turn).
         return plan.line_peak(b) <= (min(WIDE_PEAK, host) if b == target else room)
 
     def grows(b: int) -> bool:
         return plan.line_peak(b) - start <= room and plan.line_peak(b) <= host and b <= CHECK_REACH * batches[-1]
 
     def largest(fits: Callable[[int], bool]) -> int:
-        return target if fits(target) else (last_fitting(fits, 2 * CHECKED_PAST, target - 1) or
-                                            last_fitting(fits, CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1))
+        spans = ((2 * CHECKED_PAST, target - 1), (CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1),
+                 (FAR_PAST * batches[-1], min(target, CHECKED_PAST * 5 // 4) - 1))
+        return target if fits(target) else next((b for low, high in spans if (b := last_fitting(fits, low, high))), 0)
 
     check = largest(cheap)
     grown = not check
