@@ -11,3 +11,17 @@ def frozen_base():
     model = keras.Sequential([base, keras.layers.Dense(2)])
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+def kept_by_design():
+    """Nothing frozen, but variables that are never trainable: a ``Normalization`` layer's statistics (as
+    EfficientNetB0's input has), a ``RandomFlip``'s and a ``Dropout``'s seed, a BatchNorm's moving statistics."""
+    inputs = keras.Input((8, 8, 3))
+    norm = keras.layers.Normalization()
+    norm.adapt(keras.ops.ones((4, 8, 8, 3)))
+    x = keras.layers.RandomFlip()(norm(inputs))
+    x = keras.layers.BatchNormalization()(keras.layers.Conv2D(4, 3)(x))
+    outputs = keras.layers.Dense(2)(keras.layers.Dropout(0.1)(keras.layers.Flatten()(x)))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="adam", loss="mse")
+    return model

@@ -119,6 +119,9 @@ def test_a_frozen_base_is_named_with_what_it_leaves_out(kernel):
     assert "A frozen base's features can also be computed once" in text  # most of it frozen
     # The rule counts no gradient or Adam slot for them either: the head's 2.01 KiB, twice.
     assert "324.01 KiB 2.01 KiB 4.02 KiB" in text, out
+    # Not a freeze: what no layer ever trains (helper-71: EfficientNetB0's input Normalization read as a freeze of 32 B).
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_frozen:kept_by_design", "--method", "rule"])
+    assert code == 0 and "not trainable" not in out, out
 
 
 def test_compile_options_the_plan_leaves_out_are_named(kernel):

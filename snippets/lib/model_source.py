@@ -371,6 +371,11 @@ def read_json(text: str, policy: str | None = None) -> SourceFacts:
 #: Non-trainable by design, not frozen by the reader: BatchNorm's moving statistics.
 STATE = ("moving_mean", "moving_variance")
 
+#: All variables non-trainable by design (Keras 3.15's layers): :data:`STATE`, a ``Normalization`` layer's statistics
+#: (keras/src/layers/preprocessing/normalization.py) and a random layer's seed (``SeedGenerator``'s state: RandomFlip,
+#: Dropout). helper-71: EfficientNetB0's input ``Normalization`` read as 32 B "not trainable", a freeze to plan again.
+BY_DESIGN = (*STATE, "mean", "variance", "count", "seed_generator_state")
+
 
 def _split(weight: planner.Weight) -> tuple[str, str]:
     """``(layer, name)`` of a weight's path (``"bn/moving_mean"``: ``("bn", "moving_mean")``); ``("", "")`` without one."""
@@ -379,8 +384,8 @@ def _split(weight: planner.Weight) -> tuple[str, str]:
 
 
 def frozen_note(weights: list[planner.Weight]) -> str | None:
-    """A note for a model with frozen weights (``trainable=False``: a frozen base; not BatchNorm's moving statistics,
-    :data:`STATE`, which every BatchNorm has), or None: how many bytes of ``weights`` are frozen, that the plan holds for
+    """A note for a model with frozen weights (``trainable=False``: a frozen base; not what is non-trainable by design,
+    :data:`BY_DESIGN`, such as BatchNorm's moving statistics), or None: how many bytes of ``weights`` are frozen, that the plan holds for
     that freeze only, and, where most are frozen, keras-io's way to take a frozen base out of the step.
 
     helper-68: a frozen EfficientNetB0's plan said "16.05 MiB of weights" with 0.6 MiB trainable, and nothing of it;
@@ -389,13 +394,14 @@ def frozen_note(weights: list[planner.Weight]) -> str | None:
 
     >>> frozen_note([planner.Weight((1024, 1024)), planner.Weight((1024,), trainable=False)])[:58]
     '4 KiB of the 4 MiB of weights are not trainable (trainable'
-    >>> frozen_note([planner.Weight((1024, 1024)), planner.Weight((8,), trainable=False, path="bn/moving_mean")]) is None
+    >>> kept = [planner.Weight((8,), trainable=False, path=p) for p in ("bn/moving_mean", "normalization/count")]
+    >>> frozen_note([planner.Weight((1024, 1024)), *kept]) is None
     True
     """
     from snippets.lib.units import human_bytes, tensor_bytes
 
     total = sum(tensor_bytes(w.shape, w.dtype) for w in weights)
-    frozen = sum(tensor_bytes(w.shape, w.dtype) for w in weights if not w.trainable and _split(w)[1] not in STATE)
+    frozen = sum(tensor_bytes(w.shape, w.dtype) for w in weights if not w.trainable and _split(w)[1] not in BY_DESIGN)
     if not frozen:
         return None
     note = (f"{human_bytes(frozen)} of the {human_bytes(total)} of weights are not trainable (trainable=False): no "
