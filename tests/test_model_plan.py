@@ -764,8 +764,11 @@ def test_model_steps_cap_without_a_unit_is_refused_naming_bytes(capsys):
     from snippets.lib import model_step
 
     # helper-70: "a bare number is MiB here (500 MiB) ... write 500B" read as a contradiction; a number is refused.
+    # helper-71: "such as 909680640MiB" offered 867 TiB: MiB is offered only for a number that could be MiB.
     for cap, words in (("909680640", "--cap 909680640 has no unit: write 909680640B for bytes (decide --json's figures are "
-                                     "bytes) or a size with its unit, such as 909680640MiB or 4GiB"),
+                                     "bytes) or a size with its unit, such as 4GiB"),
+                       ("500", "write 500B for bytes (decide --json's figures are bytes) or a size with its unit, such as "
+                               "500MiB or 4GiB"),
                        ("lots", "'lots' is not a memory size")):
         with pytest.raises(SystemExit) as exit_:
             model_step.main(["--cap", cap, "--step", "{}"])

@@ -555,9 +555,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         units.parse_size(args.cap)  # a size, or its one-line error
     except ValueError as error:
         parser.error(str(error))
-    if args.cap.strip().replace(".", "", 1).isdigit():  # helper-58: 0.8 x plan.step_peak, bytes, "completed" at 868 TiB
-        parser.error(f"--cap {args.cap} has no unit: write {args.cap.strip()}B for bytes (decide --json's figures are "
-                     f"bytes) or a size with its unit, such as {args.cap.strip()}MiB or 4GiB")
+    if (bare := args.cap.strip()).replace(".", "", 1).isdigit():  # helper-58: plan.step_peak's bytes read as 868 TiB
+        as_mib = f"{bare}MiB or " if float(bare) < units.MiB else ""  # helper-71: not "909680640MiB", 867 TiB
+        parser.error(f"--cap {bare} has no unit: write {bare}B for bytes (decide --json's figures are bytes) or a size "
+                     f"with its unit, such as {as_mib}4GiB")
     try:
         step = check_step(ModelStep(**json.loads(args.step)))
     except (ValueError, TypeError) as error:
