@@ -184,9 +184,10 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
                            f"rmsprop, which is {done}.")
     if facts.step_optimizers:
         # helper-51: a CycleGAN whose own compile set four optimizers got an inference plan, of a model that only trains.
-        raise ValueError(f"{model + ': ' if model else ''}its train_step trains with optimizers of its own ({', '.join(facts.step_optimizers)}) and {compiles} "
-                         "none for fit: pass --optimizer, which compiles the model (the runs measure the step with the optimizers "
-                         "it applies)" + (f"; it cannot run yet: {facts.unknown_input}" if facts.unknown_input else ""))
+        # helper-71: "compiles none for fit" read as no compile at all, and named no optimizer to pass.
+        raise ValueError(f"{model + ': ' if model else ''}its train_step trains with optimizers of its own ({', '.join(facts.step_optimizers)}), and {compiles} "
+                         "no optimizer for fit itself: pass --optimizer (rmsprop, compile's default, where yours names none), which "
+                         "the model is compiled with; the runs measure the step with the optimizers it applies" + (f"; it cannot run yet: {facts.unknown_input}" if facts.unknown_input else ""))
     return None, None
 
 
