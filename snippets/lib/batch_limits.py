@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from snippets.lib import compiled_curve, hardware, model_plan, units
+from snippets.lib import compiled_curve, hardware, model_plan
+from snippets.lib.plan_runs import grew_words
 
 #: Cards whose largest batch a measured plan reports (the question readers ask before renting).
 BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
@@ -64,7 +65,7 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
     A name is given only where the sentence holds for some of ``largest`` and not all (``For the A100-80GB: ...``).
     ``jax_line``: what a run plan's sentence offers besides a larger ``--batch`` ("" where Keras on JAX cannot compile
     the step)."""
-    beyond, checked, compiled, h = "", line_checked(plan), plan.method == "compiled", units.human_bytes
+    beyond, checked, compiled = "", line_checked(plan), plan.method == "compiled"
     # Cards a floor-only plan stops at its last batch; not one compiled past it for its pool (confirm_largest, past_top).
     # Cards whose batch compiled well under their pool (confirm_cards' rounds ran out) are named below (roomy).
     top = line_checked(plan) if compiled else plan.batches[-1]
@@ -91,10 +92,8 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
         did = "compiled" if compiled else "run"
         which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
         beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch {did}: "
-                  "up to it the peak grew less "
-                  f"than the {h(round(plan.rule_slope))} per sample of activations the rule counts (Dense layers, an Embedding's "
-                  "row per sample; fixed "
-                  "buffers, such as a large kernel's update, can hide the rest), so no growth past it was measured "
+                  f"up to it the peak grew {grew_words(plan)} (fixed buffers, such as a large kernel's update, can hide "
+                  "the rest), so no growth past it was measured "
                   f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
                   ("" if compiled else jax_line) + ").")
     elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):

@@ -49,9 +49,10 @@ from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
 from snippets.lib.plan_curve import below_first, chord, far_chord, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
-    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FAR_PAST, FAR_PEAK, FLAT_GROWTH, HALF_RUN, LINE_CHECKED, MARGIN,
-    PARALLEL, PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, far_not_run, far_past, floor_step,
-    in_16_bits, plan_threads, run_figures, run_past, runs_far, stderr_progress, thread_counts, upper_step, wide_reason)
+    CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FAR_PAST, FAR_PEAK, FLAT_GROWTH, HALF_RUN, LINE_CHECKED,
+    MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, far_not_run, far_past,
+    floor_step, grew_words, in_16_bits, plan_threads, run_figures, run_past, runs_far, runs_flat, stderr_progress,
+    thread_counts, upper_step, wide_reason)
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,8 @@ class ModelPlan:
         checked growth past them, and :meth:`largest_batch` stops at the last (helper-49: a 500k x 64 Embedding with Adam,
         flat from 16 to 512 per device, had a V100-SXM2-32GB's batch put at 20.9 million on a 1.27 KiB floor)."""
         steeper = self.method == "compiled" and compiled_curve.last_slope(self) > self.rule_slope  # checks past the line
-        return len(self.batches) > 1 and max(self._slopes()) <= self.rule_slope and not steeper
+        flat = self.method != "compiled" and runs_flat(self.batches, self.floors or self.peaks)  # whatever the rule counts
+        return len(self.batches) > 1 and (max(self._slopes()) <= self.rule_slope or flat) and not steeper
 
     def _line_at(self, device_batch: int) -> tuple[float, float]:
         """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
@@ -272,14 +274,12 @@ class ModelPlan:
         if self.method == "rule":
             return self.rule_peak
         if device_batch in self.batches:
-            # The worst order seen at this batch or a smaller one (a peak does not fall as the
-            # batch grows: :meth:`lines`); orders not seen still need the margin.
+            # The worst order seen at this batch or a smaller one (a peak does not fall as the batch grows: :meth:`lines`).
             return round(max(self.peaks[:self.batches.index(device_batch) + 1]) * (1 + MARGIN))
-        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than the chord between
-        # the runs around it: a peak is convex in the batch, so the chord is above it (a 4-layer MLP at 96: 0.91 on a line
-        # drawn down from the last run at the rule's slope; third audit). Where the floors grow, the chord, not the lines,
-        # which sit above it (DenseNet121's replicas at 64: 1.27 on them, 1.19 on the chord). Flat floors are a race in the
-        # update, which a chord through two draws can pass under (a wide MLP at 64: 0.945): the lines stay. model_planner.
+        # Between runs (after a run at WIDE_BATCH), no lower than a smaller batch's worst peak, nor than the chord between the
+        # runs around it: a peak is convex in the batch, so the chord is above it (a 4-layer MLP at 96: 0.91 on a line down
+        # from the last run at the rule's slope). Growing floors: the chord, under the lines (DenseNet121's replicas at 64:
+        # 1.27 on them, 1.19 on it); flat floors are a race, which a chord can pass under (a wide MLP at 64: 0.945): lines.
         seen = max((peak for batch, peak in zip(self.batches, self.peaks) if batch < device_batch), default=0)
         if device_batch < self.batches[0]:  # no further under the first run than the flattest count's slope falls: a line
             # levelled at a larger run's peak can pass under it (a wide MLP's, flat from 16 to 1024: 15 at 572 MiB, 16 at 776)
@@ -377,9 +377,11 @@ class ModelPlan:
              "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
              "them: past it they run unchecked.")
             if (self.batches[-1] > past or far) and not (self.wide_why and self.batches[-1] == WIDE_BATCH) else
-            f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over "
-            f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
-            "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch."
+            ((f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over " if self.batches[-1] >= CHECKED_PAST
+              else f" No run past {self.batches[-1]} per device checked the lines (the benchmarks held such lines to {CHECKED_PAST}, "
+              "and the lines put a run past it over ") +  # helper-71: "past 256" read as runs to 256
+             f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
+             "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch.")
             if self.device_batch > CHECKED_PAST and not (self.short_of or self.wide_ran_out) else "")
         counts = thread_counts(self.threads or plan_threads(self.step))
         threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
@@ -403,9 +405,8 @@ class ModelPlan:
             # A card's largest batch past this one is still read off the lines.
             larger = f" Larger batches on {fitted}." if self.device_batch > SMALL_BATCHES[-1] and not self.faster else ""
             if larger and self.floor_only:  # helper-50: the line was described, and the cap said elsewhere alone
-                larger = (f" No larger batch is planned: up to {self.batches[-1]} per device the runs grew less than the "
-                          f"{units.human_bytes(round(self.rule_slope))} per sample the rule counts, and no growth past them "
-                          "was measured.")
+                larger = (f" No larger batch is planned: up to {self.batches[-1]} per device the runs grew {grew_words(self)}, "
+                          "and no growth past them was measured.")
             return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
                     f"allocator, a fresh process per run, {worse}; "
                     f"+{MARGIN:.0%} for other orders of the step's ops.{wide}{larger}")
@@ -542,10 +543,10 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
 
     plan = assemble()
     # Past CHECKED_PAST the reader's batch is run where the lines put it within room, else the largest they do from twice
-    # CHECKED_PAST, a quarter past it (helper-39: a contrastive step at 8192, not run, 0.64 of its peak) or FAR_PAST times
-    # the last run (helper-71: an MLM at 512, its lines at 1.5 GiB by 256, ran nothing past 32), else the largest whose
-    # growth past the last run they do, under the host's cap and CHECK_REACH: a large kernel's update can hide the growth
-    # at every run (helper-42: flat to 256, 0.84 of its step at 4096, "Fits"). Over the cap a run tells nothing.
+    # CHECKED_PAST or a quarter past it (helper-39: a contrastive step at 8192, not run, 0.64 of its peak), else the
+    # largest whose growth past the last run they do, under the host's cap and CHECK_REACH: a large kernel's update can
+    # hide the growth at every run (helper-42: flat to 256, 0.84 of its step at 4096, "Fits"). A run short of a quarter
+    # past CHECKED_PAST checks what the benchmarks did. Over the cap a run tells nothing.
     room, host = min(WIDE_PEAK, cap or default_cap(step)) / (1 + MARGIN), (cap or default_cap(step)) / (1 + MARGIN)
     start, past = plan.line_peak(batches[-1]), run_past(step, plan.half_layers)
 
@@ -558,9 +559,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         return plan.line_peak(b) - start <= room and plan.line_peak(b) <= host and b <= CHECK_REACH * batches[-1]
 
     def largest(fits: Callable[[int], bool]) -> int:
-        spans = ((2 * CHECKED_PAST, target - 1), (CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1),
-                 (FAR_PAST * batches[-1], min(target, CHECKED_PAST * 5 // 4) - 1))
-        return target if fits(target) else next((b for low, high in spans if (b := last_fitting(fits, low, high))), 0)
+        return target if fits(target) else (last_fitting(fits, 2 * CHECKED_PAST, target - 1) or
+                                            last_fitting(fits, CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1))
 
     check = largest(cheap)
     grown = not check

@@ -268,3 +268,27 @@ def in_16_bits(plan) -> bool:
 def stderr_progress(line: str) -> None:
     """Progress for a command line: one line on stderr."""
     print(line, file=sys.stderr, flush=True)
+
+
+def runs_flat(batches: Sequence[int], floors: Sequence[int]) -> bool:
+    """Whether runs out to :data:`WIDE_BATCH` or past it (``batches``, per device; ``floors``, bytes: :func:`floor_step`)
+    grew by less than :data:`FLAT_GROWTH` of the last from the first: fixed buffers hid the activations at every run, so
+    none measured their growth, whatever the rule counts (helper-71: a two-tower recommender, no Dense layer, grew 3.8 KB
+    from 16 to 256 per device on 293 MiB, where its steps grow 1.04 KiB per sample, and each card's largest batch was put
+    3.4 times past what fits).
+
+    >>> runs_flat((16, 32, 256), (307_225_344, 307_225_600, 307_229_184)), runs_flat((16, 32), (100, 100))
+    (True, False)
+    >>> runs_flat((16, 32, 256), (100, 104, 130))
+    False
+    """
+    return len(batches) > 2 and batches[-1] >= WIDE_BATCH and floors[-1] - floors[0] < FLAT_GROWTH * floors[-1]
+
+
+def grew_words(plan) -> str:
+    """How the runs of a :class:`snippets.lib.model_plan.ModelPlan` ``plan`` grew where no line past them holds
+    (its ``floor_only``), to follow "grew": less than the activations the rule counts, else by under
+    :data:`FLAT_GROWTH` (:func:`runs_flat`)."""
+    if max(plan._slopes()) <= plan.rule_slope:  # every line on the rule's floor
+        return f"less than the {units.human_bytes(round(plan.rule_slope))} per sample of activations the rule counts"
+    return f"by under {FLAT_GROWTH:.0%} from {plan.batches[0]} to {plan.batches[-1]} per device"
