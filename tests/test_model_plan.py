@@ -265,6 +265,30 @@ def test_an_embedding_tables_rows_are_a_floor_where_there_is_no_dense_layer():
     assert model_plan.rule_slope(tables, replace(step, policy="mixed_float16")) == 2 * 64 * 2 * 2
 
 
+def test_a_batch_past_runs_that_grew_less_than_the_floor_fits_only_with_a_word_and_the_way_forward_is_jax():
+    # helper-72: a wide MLP under MirroredStrategy at --batch 32768 (16384 per replica) "Fits" with 23 GiB to spare, yet
+    # every card, 80 GB ones too, was offered 3486: the runs, to 1743 per device, grew less than the rule's floor, so the
+    # figure at 16384 is a line no run checked. And "plan a larger --batch to run it": a larger one is not run either.
+    from snippets.lib import model_report
+
+    step = ModelStep("m:f", "adam", 32768, "off", "mirrored", 2)
+    mb = units.MiB
+    plan = model_plan.ModelPlan(step, "extrapolated", (16, 32, 256, 1743), (2300 * mb, 2301 * mb, 2310 * mb, 2350 * mb),
+                                rule_slope=272 * units.KiB)
+    card = 30976 * units.MiB
+    assert plan.floor_only and plan.total < card and plan.largest_batch(card) == 2 * 1743
+    text = " ".join(model_report.model_report(plan, card, "V100-SXM2-32GB").split())
+    assert "to spare. Not certain: no run reached your batch, and up to 1743 per device the runs grew less than the 272 KiB " \
+           "per sample of activations the rule counts, so its figure is a line no run checked" in text
+    assert ("so no growth past it was measured (your batch, past it, was not run: its lines put it over 1 GiB or this "
+            "host's cap, as they would a larger one; use --backend jax, which compiles a line without running it).") in text
+    assert "plan a larger --batch" not in text
+    # At a batch the runs reached, the verdict stands alone, and a larger --batch is the way on.
+    small = replace(plan, step=replace(step, batch=64))
+    text = " ".join(model_report.model_report(small, card, "V100-SXM2-32GB").split())
+    assert "Not certain" not in text and "(plan a larger --batch to run it, or --backend jax" in text
+
+
 def test_a_step_run_under_a_16_bit_policy_says_its_figure_may_be_high():
     # TensorFlow's CPU MatMul computes half precision through float32 copies (tests/test_scale_models.py).
     step = ModelStep("m:f", "adam", 64, "off", policy="mixed_float16")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from snippets.lib import compiled_curve, hardware, model_plan
-from snippets.lib.plan_runs import grew_words
+from snippets.lib import compiled_curve, hardware, model_plan, units
+from snippets.lib.plan_runs import WIDE_PEAK, grew_words
 
 #: Cards whose largest batch a measured plan reports (the question readers ask before renting).
 BATCH_CARDS = ("V100-PCIE-16GB", "V100-SXM2-32GB", "A100-80GB", "H100-80GB")
@@ -91,11 +91,15 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
     elif capped:
         did = "compiled" if compiled else "run"
         which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
+        # helper-72: --batch 32768 and 8192 were not run (their lines over WIDE_PEAK), and no larger one would be.
+        unrun = not compiled and plan.device_batch > plan.batches[-1]
+        ahead = (f"plan a larger --batch to {did} it" + ("" if compiled else jax_line) if not unrun else
+                 f"your batch, past it, was not run: its lines put it over {units.human_bytes(WIDE_PEAK)} or this host's "
+                 "cap, as they would a larger one" + (jax_line.replace(", or", "; use", 1) if jax_line else
+                                                      "; check it on the GPU with snippets.lib.model_step"))
         beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch {did}: "
                   f"up to it the peak grew {grew_words(plan)} (fixed buffers, such as a large kernel's update, can hide "
-                  "the rest), so no growth past it was measured "
-                  f"(plan a larger --batch to {'compile' if compiled else 'run'} it" +
-                  ("" if compiled else jax_line) + ").")
+                  f"the rest), so no growth past it was measured ({ahead}).")
     elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
         beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
                   "checked it (docs/performance.md): leave those batches more headroom."
