@@ -1138,7 +1138,7 @@ def test_the_capacity_planned_for_gets_its_own_largest_batch():
     # Past the line the benchmarks checked: the JSON says so as the text does (helper-70: the JSON said nothing).
     assert own // 2 > model_plan.LINE_CHECKED and found["largest_batch_note"].startswith(
         f"Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks checked it")
-    assert found["largest_batch_note"] in flat
+    assert found["largest_batch_note"] in flat and "(docs/performance.md; the largest run here: 32 per device)" in flat
     # A card among the four has its figure in their line already.
     assert "Largest batch that fits 2 GiB" not in model_report.model_report(plan, 2 * units.GiB, "A100-80GB")
 

@@ -101,8 +101,10 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
                   f"up to it the peak grew {grew_words(plan)} (fixed buffers, such as a large kernel's update, can hide "
                   f"the rest), so no growth past it was measured ({ahead}).")
     elif not compiled and any(batch > checked * plan.replicas for batch in largest.values()):
+        # helper-72: read as this model's runs to 256, where they stopped at 32.
+        here = f"; the largest run here: {plan.batches[-1]} per device" if plan.batches[-1] < model_plan.LINE_CHECKED else ""
         beyond = (f" Past {model_plan.LINE_CHECKED} per device the line runs further than the benchmarks "
-                  "checked it (docs/performance.md): leave those batches more headroom."
+                  f"checked it (docs/performance.md{here}): leave those batches more headroom."
                   if checked == model_plan.LINE_CHECKED else
                   f" Past {checked} per device, the largest batch run, the line runs further than any run checked "
                   "it: leave those batches more headroom.")
