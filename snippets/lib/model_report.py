@@ -353,7 +353,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             # helper-72: "Fits" at 16384 per device, where no card was offered a batch past the run at 1743.
             unsure += (f" Not certain: no run reached your batch, and up to {plan.batches[-1]} per device the runs grew "
                        f"{grew_words(plan)}, so its figure is a line no run checked (the largest batch below stops there).")
-        lines.append(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}")
+        lines.append(textwrap.fill(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}", 100,
+                                   break_on_hyphens=False))
     else:
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
