@@ -57,6 +57,13 @@ def line_checked(plan: model_plan.ModelPlan) -> int:
     return max(plan.batches) if model_plan.in_16_bits(plan) else max(model_plan.LINE_CHECKED, *plan.batches)
 
 
+def unchecked(plan: model_plan.ModelPlan) -> bool:
+    """Whether the reader's batch lies past the runs of a plan whose lines stop there (``floor_only``): not run (its
+    lines put it over the bound a run keeps to), so its figure is a line no run checked, and a larger ``--batch``
+    would not be run either (helper-72: a wide MLP "fitted" at 16384 per replica, its cards stopped at 1743)."""
+    return plan.floor_only and plan.method != "compiled" and plan.device_batch > plan.batches[-1]
+
+
 def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Callable[[str], int],
                jax_line: str = JAX_LINE) -> str:
     """Why the batches in ``largest`` (name: largest global batch, as :func:`largest_batches`) stop where they do, in
@@ -91,9 +98,7 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
     elif capped:
         did = "compiled" if compiled else "run"
         which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
-        # helper-72: --batch 32768 and 8192 were not run (their lines over WIDE_PEAK), and no larger one would be.
-        unrun = not compiled and plan.device_batch > plan.batches[-1]
-        ahead = (f"plan a larger --batch to {did} it" + ("" if compiled else jax_line) if not unrun else
+        ahead = (f"plan a larger --batch to {did} it" + ("" if compiled else jax_line) if not unchecked(plan) else
                  f"your batch, past it, was not run: its lines put it over {units.human_bytes(WIDE_PEAK)} or this host's "
                  "cap, as they would a larger one" + (jax_line.replace(", or", "; use", 1) if jax_line else
                                                       "; check it on the GPU with snippets.lib.model_step"))

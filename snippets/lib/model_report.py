@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from snippets.lib import compiled_curve, model_accumulation, model_plan, units
 from snippets.lib.batch_limits import (BATCH_CARDS, JAX_LINE, card_pool, largest_batches, limit_note, line_checked,  # noqa: F401
-                                       listed)
+                                       listed, unchecked)
 from snippets.lib.model_remedies import BatchRemedy
 from snippets.lib.plan_runs import grew_words
 from snippets.lib.private import CUDNN, NO_JIT
@@ -349,8 +349,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         # helper-51: a "Fits" a run then ran out of, for a step whose peak changed from one process to the next.
         unsure = (" Not certain: its runs peaked further apart than the margin covers (the caveats below say why)."
                   if plan.order_apart else "")
-        if plan.floor_only and plan.method != "compiled" and plan.device_batch > plan.batches[-1]:
-            # helper-72: "Fits" at 16384 per device, where no card was offered a batch past the run at 1743.
+        if unchecked(plan):
             unsure += (f" Not certain: no run reached your batch, and up to {plan.batches[-1]} per device the runs grew "
                        f"{grew_words(plan)}, so its figure is a line no run checked (the largest batch below stops there).")
         lines.append(textwrap.fill(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}", 100,
