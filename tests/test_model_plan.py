@@ -283,6 +283,9 @@ def test_a_batch_past_runs_that_grew_less_than_the_floor_fits_only_with_a_word_a
     assert ("so no growth past it was measured (your batch, past it, was not run: its lines put it over 1 GiB or this "
             "host's cap, as they would a larger one; use --backend jax, which compiles a line without running it).") in text
     assert "plan a larger --batch" not in text
+    found = model_report.model_json(plan, card, "V100-SXM2-32GB", "m:f")  # the JSON says it too, where it fits
+    assert found["fits"] and found["fits_note"].startswith("Not certain: no run reached your batch, and up to 1743")
+    assert model_report.model_json(plan, 4 * units.GiB, None, "m:f")["fits_note"] == ""  # no "Fits" to qualify
     # At a batch the runs reached, the verdict stands alone, and a larger --batch is the way on.
     small = replace(plan, step=replace(step, batch=64))
     text = " ".join(model_report.model_report(small, card, "V100-SXM2-32GB").split())

@@ -307,6 +307,17 @@ def no_batch_line(plan: model_plan.ModelPlan) -> str:
             "(a sharded placement, smaller layers: docs/decide.md).")
 
 
+def fits_note(plan: model_plan.ModelPlan) -> str:
+    """Why a "Fits" for ``plan`` is not certain, in sentences; "" where nothing makes it so."""
+    # helper-51: a "Fits" a run then ran out of, for a step whose peak changed from one process to the next.
+    note = ("Not certain: its runs peaked further apart than the margin covers (the caveats below say why)."
+            if plan.order_apart else "")
+    if unchecked(plan):
+        note += (f" Not certain: no run reached your batch, and up to {plan.batches[-1]} per device the runs grew "
+                 f"{grew_words(plan)}, so its figure is a line no run checked (the largest batch below stops there).")
+    return note.strip()
+
+
 def jax_line(setup: ModelSetup | None) -> str:
     """What a run plan's sentence offers besides a larger ``--batch``: Keras on JAX, but not for a step it runs without
     jit, which ``--backend jax`` refuses (helper-58: StringLookup's, a dead end)."""
@@ -346,12 +357,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     # The verdict holds the larger peak (ModelPlan.total); the initialisation's is said to be the one.
     peak = h(plan.total) + (" (initialisation, above the step)" if plan.init_peak > plan.step_peak else "")
     if spare >= 0:
-        # helper-51: a "Fits" a run then ran out of, for a step whose peak changed from one process to the next.
-        unsure = (" Not certain: its runs peaked further apart than the margin covers (the caveats below say why)."
-                  if plan.order_apart else "")
-        if unchecked(plan):
-            unsure += (f" Not certain: no run reached your batch, and up to {plan.batches[-1]} per device the runs grew "
-                       f"{grew_words(plan)}, so its figure is a line no run checked (the largest batch below stops there).")
+        unsure = f" {fits_note(plan)}" if fits_note(plan) else ""
         lines.append(textwrap.fill(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}", 100,
                                    break_on_hyphens=False))
     else:
@@ -471,6 +477,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "remedies": [asdict(r) for r in remedies_found],
             # Where the text says that no batch fits, the JSON says it too.
             **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),
+            "fits_note": fits_note(plan) if plan.total <= capacity else "",
             "caveats": plan.caveats}
 
 
@@ -496,6 +503,7 @@ JSON_KEYS = {
                                 "this plan ran; a compiled plan's largest; under a 16-bit policy, its largest run)"),
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
+    "fits_note": "where it fits: why that is not certain (the text's sentences); empty if nothing makes it so",
     "caveats": "what the CPU emulation could not show",
     "plan.step": "the configuration planned (batch: the global batch)",
     "plan.method": "as method",
