@@ -17,10 +17,9 @@ without XLA once more at two (:data:`REPEATS`) and twice at
 eight (:data:`HOST_THREADS`, :data:`HOST_REPEATS`; each of those two, as the
 planner's runs, takes more steps while they are quick,
 :data:`snippets.lib.model_step.MAX_STEPS`), then once there for
-:data:`HOST_STEPS` steps: racing threads add or drop a whole buffer from one
-step to the next, and more threads keep more buffers live, so the worst of
-those 18 to 30 steps counts (a training run takes thousands); the spread between
-one and two threads is published.
+:data:`HOST_STEPS` steps: racing threads add or drop a whole buffer from one step to the next, and more threads
+keep more buffers live, so the worst of those 18 to 30 steps counts (a training run takes thousands); the spread
+between one and two threads is published.
 
 The architectures of :data:`snippets.lib.zoo.HOLDOUT` (a U-Net, a ViT, a 1-D CNN) are measured the same way
 with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the planner's margins were chosen
@@ -29,8 +28,9 @@ it planned before); the chord between runs was chosen with them, and the other t
 (``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
 more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every
-rule but the last four (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
-slope: ``ratio_own_slopes``, on every set; running a reader's batch at twice the largest run too; the chord past a far run), are published apart again (``fresh``), with both optimizers (:data:`FRESH_OPTIMIZERS`).
+rule but the last six (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
+slope: ``ratio_own_slopes``, on every set; running a reader's batch twice past the largest run; the chord past a far run;
+an Embedding's row in the floor; flat runs stopping the cards), are published apart (``fresh``), with :data:`FRESH_OPTIMIZERS`.
 The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed with ``--time-decide``,
 and its plan held against that replica's step at its own batch, several GiB (:func:`decide_check`).
 
