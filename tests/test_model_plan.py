@@ -722,6 +722,10 @@ def test_batch_remedies_follow_from_the_fit_and_say_so():
                                                         10 * units.MiB) if "accumulation" in r.label)
     assert run.peak == plan.peak_at(64) + 25 * units.MiB and not run.estimate
     assert "+ what the accumulating step peaked above the step without, run at 16 per device" in run.how
+    # Peaked no higher (helper-73: accumulator_extra 1 B): one accumulator per trainable variable at least, and said.
+    low = next(r for r in model_remedies.batch_remedies(replace(plan, accumulator_extra=1), units.GiB, 4, 10 * units.MiB)
+               if "accumulation" in r.label)
+    assert low.peak == plan.peak_at(64) + 10 * units.MiB and low.how.endswith("and at least one accumulator per trainable variable")
     # Mixed precision comes last, as what it is: a rule's best case this host cannot measure. At 1 GiB
     # even that does not fit; at 2 GiB it does.
     assert not any(r.estimate for r in found if r is not accumulation)

@@ -83,8 +83,9 @@ def accumulation_how(plan: ModelPlan, trainable_bytes: int) -> tuple[int, str, b
         extra = max(plan.accumulator_extra, trainable_bytes)
         # Not its figure in the sentence: a difference of two racing runs' peaks, it moves with every draw (the notebook's
         # CNN: 313 KiB, its weights' twice, in one; tens of MiB in a draw whose step without held a buffer less).
+        # helper-73: an accumulating step that peaked lower read as 1 B of accumulators: the rule's are the least counted.
         return (extra, f" + what the accumulating step peaked above the step without, run at {plan.batches[0]} per "
-                "device (its accumulators and the update it applies every k-th step; plan.accumulator_extra in --json)",
-                False)
+                "device (its accumulators and the update it applies every k-th step; plan.accumulator_extra in --json), "
+                "and at least one accumulator per trainable variable", False)
     return (trainable_bytes, " + one accumulator per trainable variable (by rule; the accumulating step can hold more, "
             "which was not measured: its update sits beside the accumulation)", True)
