@@ -26,7 +26,7 @@ def rule_slope(weights: Sequence[planner.Weight], step: ModelStep) -> float:
 
 
 def lookup_slope(weights: Sequence[planner.Weight], policy: str | None = None) -> float:
-    """Bytes per sample of what each Embedding table (a rank-2 variable Keras names ``embeddings``) looks up: one row
+    """Bytes per sample of what each Embedding table (:attr:`~snippets.lib.planner.Weight.embedding_table`) looks up: one row
     per sample, its output and, where the table trains, that output's gradient, in the policy's compute dtype (2 bytes
     under a 16-bit one, else 4). A sample looks up one row or more (a sequence, one per position), so this is a floor.
 
@@ -39,8 +39,7 @@ def lookup_slope(weights: Sequence[planner.Weight], policy: str | None = None) -
     (512.0, 256.0)
     """
     size = 2 if units.computes_in_16_bits(policy) else 4
-    return float(sum(w.shape[1] * size * (2 if w.trainable else 1) for w in weights
-                     if len(w.shape) == 2 and w.path is not None and w.path.split("/")[-1] == "embeddings"))
+    return float(sum(w.shape[1] * size * (2 if w.trainable else 1) for w in weights if w.embedding_table))
 
 
 def _rule_state(weights: Sequence[planner.Weight], step: ModelStep) -> int:

@@ -152,6 +152,12 @@ class Weight:
         parts = self.path.split("/")
         return parts[-1] == "kernel" and not any("cell" in part for part in parts[:-1])
 
+    @property
+    def embedding_table(self) -> bool:
+        """Whether this is an ``Embedding``'s table: a rank-2 variable Keras names ``embeddings``, which a step reads one
+        row of per looked-up id (:func:`snippets.lib.model_rule.lookup_slope`)."""
+        return len(self.shape) == 2 and self.path is not None and self.path.split("/")[-1] == "embeddings"
+
 
 @dataclass(frozen=True)
 class DeviceBudget:
