@@ -40,7 +40,8 @@ from dataclasses import dataclass, replace
 
 from snippets.lib import compiled_curve, fork_server, planner, units
 from snippets.lib.compiled_how import compiled_how
-from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many, steps_measured
+from snippets.lib.run_how import run_how
+from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
 from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as model_plan's)
     ALL_REDUCE_CAVEAT, CAVEATS, COMPILED_CAVEATS, COMPILED_HALF_CAVEAT, FEW_STEPS, GPU_CAVEATS, HALF_CAVEAT,
     ORDER_SPREAD, THREADS_CAVEAT, few_steps_caveat, gpu_caveats, order_caveat)
@@ -345,13 +346,8 @@ class ModelPlan:
 
     def how(self) -> str:
         """One sentence: how the figure was obtained (a ``rule`` plan: its own note)."""
-        where = (f"under MirroredStrategy ({self.device_batch} samples per replica)"
-                 if self.step.strategy == "mirrored" else "on one device")
-        xla = "XLA:CPU-compiled step" if self.step.jit else "step without XLA"
         if self.method == "rule":
             return self.rule_note
-        listed = " and ".join(filter(None, [", ".join(map(str, self.batches[:-1])), str(self.batches[-1])]))
-        b1, b2 = SMALL_BATCHES
         grew = (f" At {self.faster[0]} per device it {'came to' if self.method == 'compiled' else 'peaked at'} "
                 f"{units.human_bytes(self.faster[1])}, above the "
                 f"{units.human_bytes(self.faster[2])} the line through the smaller batches put there: the peak grows faster than "
@@ -360,65 +356,7 @@ class ModelPlan:
                 "planned." if self.faster else "")
         if self.method == "compiled":
             return compiled_how(self, grew)
-        cheap, past = self.wide_why == "cheap", run_past(self.step, self.half_layers)
-        far = len(self.batches) > 2 and far_past(self.batches[-1], self.batches[-2])  # runs_far's condition
-        why = (f"the line through the floors at {b1} and {b2} put it at {units.human_bytes(WIDE_PEAK)} or less"
-               if cheap else f"{b1} and {b2} differed by under {FLAT_GROWTH:.0%}")
-        hidden = ", and fixed buffers can hide part of the activations at small batches" if cheap else " (fixed buffers hid the activations)"
-        wide = (f" The run at {WIDE_BATCH} was added: {why}{hidden}." if WIDE_BATCH in self.batches and self.wide_why else
-                f" A run at {WIDE_BATCH} was tried ({why}) and ran out of this host's cap: the line is the two "
-                "small runs', and may be too shallow." if self.wide_ran_out else "") + (
-            f" The run at {self.short_of} per device ran out of this host's cap: the lines, and the largest batch, "
-            "stop below it." if self.short_of else "") + (
-            (" This batch was run too (" + (f"at least {FAR_PAST} times past the run before it: a peak can grow faster than "
-             "the lines, or slower" if far else f"past {past} per device{HALF_RUN if past < CHECKED_PAST else ''}: the lines put it, or "
-             f"its growth past the smaller runs, under {units.human_bytes(WIDE_PEAK)}") + f").{grew}" if self.device_batch == self.batches[-1]
-             else f" A run at {self.batches[-1]} per device, the largest batch the lines put under {units.human_bytes(WIDE_PEAK)} "
-             "less the margin (or this host's cap), or else whose growth past the runs before it they did, peaked under "
-             "them: past it they run unchecked.")
-            if (self.batches[-1] > past or far) and not (self.wide_why and self.batches[-1] == WIDE_BATCH) else
-            ((f" No run past {CHECKED_PAST} per device checked the lines (the lines put one over " if self.batches[-1] >= CHECKED_PAST
-              else f" No run past {self.batches[-1]} per device checked the lines (the benchmarks held such lines to {CHECKED_PAST}, "
-              "and the lines put a run past it over ") +  # helper-71: "past 256" read as runs to 256
-             f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
-             "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch.")
-            if self.device_batch > CHECKED_PAST and not (self.short_of or self.wide_ran_out) else "")
-        counts = thread_counts(self.threads or plan_threads(self.step))
-        threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
-        fewest, most = self.steps_run or (steps_measured(self.step),) * 2
-        steps = f"{fewest} steps" if fewest == most else f"{fewest} to {most} steps"
-        worse = f"the worst of {threads} and of {steps}" if len(counts) > 1 else f"{threads}, the worst of {steps}"
-        lines = "a line in the batch" + (" for each thread count, the highest at this batch" if len(counts) > 1 else "")
-        floor = (f", at least the {units.human_bytes(round(self.rule_slope))} per sample the rule counts"
-                 if self.rule_slope else "")
-        # The margin applies past the widest run only (peak_lines): a batch between runs gets none.
-        beyond = (f"{', each at the slope of the steepest thread count' if len(counts) > 1 else ''}, +{EXTRAPOLATION:.0%} on the part beyond batch {self.batches[-1]}"
-                  if self.device_batch > self.batches[-1] else "")
-        between = "upper-quartile steps" if self.uppers else "worst peaks"
-        own = ", all runs' or its thread count's where steeper" if self.thread_floors and len(counts) > 1 else ""
-        far, (b0, b1) = far_chord(self.batches, self.peaks), self.batches[-2:] if len(self.batches) > 1 else (0, 0)
-        slope = max(self._slopes()) if far > max(self._slopes()) and self.device_batch > b1 else self.per_sample
-        fitted = (f"{lines}: {units.human_bytes(round(slope))} per sample (between the runs' {between}, at most {SLOPE_CAP:g}x "
-                  f"the slope between their lower-quartile steps{own}{floor})" + (f", past {b1} the steeper {units.human_bytes(round(far))} "
-                  f"per sample between the worst peaks at {b0} and {b1}" if far > max(self._slopes()) else ""))
-        if self.method == "measured":
-            # A card's largest batch past this one is still read off the lines.
-            larger = f" Larger batches on {fitted}." if self.device_batch > SMALL_BATCHES[-1] and not self.faster else ""
-            if larger and self.floor_only:  # helper-50: the line was described, and the cap said elsewhere alone
-                larger = (f" No larger batch is planned: up to {self.batches[-1]} per device the runs grew {grew_words(self)}, "
-                          "and no growth past them was measured.")
-            return (f"Measured: real fit steps ({xla}) {where}, run at {listed} per device, capped CPU "
-                    f"allocator, a fresh process per run, {worse}; "
-                    f"+{MARGIN:.0%} for other orders of the step's ops.{wide}{larger}")
-        if self.method == "interpolated":  # between two runs: _measured_peak_at
-            b0 = max((b for b in self.batches if b < self.device_batch), default=0)
-            b1 = min((b for b in self.batches if b > self.device_batch), default=self.device_batch)
-            chord = f"the chord between the worst peaks at {b0} and {b1} per device"
-            fitted = (f"{chord} (the floors grew: a peak convex in the batch lies under it)"
-                      if self.wide_why == "cheap" else f"{fitted}, and no lower than {chord}")
-        return (f"{self.method.capitalize()}: real fit steps ({xla}) {where} measured at batches {listed} per device "
-                f"(capped CPU allocator, a fresh process each, {threads}, the worst of {steps}), {fitted}{beyond}; "
-                f"+{MARGIN:.0%} for other orders of the step's ops.{wide}{far_not_run(self)}")
+        return run_how(self, grew)
 
     @property
     def order_apart(self) -> tuple[int, int, int] | None:
