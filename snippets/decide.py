@@ -39,7 +39,8 @@ from snippets.lib import (cli, fork_server, hardware, model_accumulation, model_
                           optimizers, pictures, placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
 from snippets.lib.model_batch import declared_batch_failure, declared_batch_note
-from snippets.lib.model_source import SourceFacts, frozen_note, model_weights, read_builder, read_json, trains_batchnorm
+from snippets.lib.model_source import (SourceFacts, frozen_note, model_weights, read_builder, read_json, tf_form_refusal,
+                                       trains_batchnorm)
 from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
 # The rule's remedies have a module of their own; the page (docs/decide.md) names them as decide's.
 from snippets.lib.rule_remedies import remedies, remedy_json, with_precision
@@ -100,7 +101,7 @@ def setup_of(args) -> model_report.ModelSetup:
                                     facts.unmeasured if facts else (), dropped_by_optimizer(args),
                                     facts.own_policies if facts else None, facts.adds_loss if facts else False,
                                     facts.step_optimizers if facts else (), facts.own_compile if facts else None,
-                                    getattr(args, "own_optimizer", False))
+                                    getattr(args, "own_optimizer", False), facts.tf_step if facts else False)
 
 
 def dropped_by_optimizer(args) -> list[str]:
@@ -139,11 +140,6 @@ def refuse_unjitted_on_jax(no_xla: Mapping[str, str], compiled_off: str | None =
                          "(without --backend jax)")
 
 
-def trainable_bytes(weights: Sequence[planner.Weight]) -> int:
-    """Bytes of the trainable ``weights``: the size of the gradients, of one slot per variable, or of the EMA copies."""
-    return sum(units.tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
-
-
 def source_optimizer(facts: SourceFacts, source: str = "function",
                      done: str = "measured", model: str = "") -> tuple[str | None, str | None]:
     """The optimizer ``fit`` trains the reader's model with when ``--optimizer`` is not given, and a
@@ -177,7 +173,7 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
             # The runs and the compile train with the function's own optimizer object (ModelStep.own_optimizer).
             held = "which the figures below leave out: add it" if done == "planned by rule" else "which the figures below hold"
             note += (f"; its use_ema=True keeps a copy of each trainable variable "
-                     f"({units.human_bytes(trainable_bytes(facts.weights))}), {held}")
+                     f"({units.human_bytes(planner.trainable_bytes(facts.weights))}), {held}")
         return name, note + "."
     if facts.loss is not None:
         return "rmsprop", (f"No --optimizer: {compiles} without naming one, so fit trains with compile's default, "
@@ -212,7 +208,7 @@ def measured_plan(args, weights: Sequence[planner.Weight], setup: model_report.M
         # Compiled with jit_compile=True, Keras keeps XLA under a strategy too: that step cannot run here.
         raise ValueError(f"{setup.xla_from} sets jit_compile=True, and an XLA step under --strategy "
                          "mirrored cannot be measured on this CPU's emulated devices: pass --xla off if you compile "
-                         "it again without XLA, or plan it with --backend jax")
+                         "it again without XLA" + (", or plan it with --backend jax" if model_report.jax_line(setup) else ""))
     step = ModelStep(target, args.optimizer, args.batch, "off" if setup.no_xla else setup.xla, args.strategy, devices,
                      setup.planned_policy, loss, accumulation=getattr(args, "accumulation", 1),
                      kwargs=tuple(_model_kwargs(args).items()), own_optimizer=getattr(args, "own_optimizer", False))
@@ -230,12 +226,15 @@ def measured_plan(args, weights: Sequence[planner.Weight], setup: model_report.M
     if args.backend == "jax":
         from snippets.lib.jax_step import plan_on_jax
 
+        if setup.tf_step:  # before JAX starts (jax_step.prepare_on_jax refuses it once the model is built)
+            raise ValueError(tf_form_refusal(args.model or args.model_json))
         refuse_unjitted_on_jax(facts.no_xla if facts else {},
                                setup.xla_from if setup.xla == "off" and setup.source_chose_xla else None)
         pool = units.parse_size(args.device_memory) if args.device_memory else hardware.jax_pool_bytes(args.card)
         return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights, capacity=pool)
     try:
-        return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress)
+        return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress,
+                                     jax=bool(model_report.jax_line(setup)))
     except RuntimeError as error:  # a run's own exception, in one line (model_step._run_job)
         failure = declared_batch_failure(str(error), facts.declared_batch if facts else None, model_plan.SMALL_BATCHES)
         if failure is None:
@@ -530,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             found = ([] if plan.total <= capacity else
                      # One device planned: the fewest replicas that fit, from 2 (helper-69: "over 4" where 2 fit).
                      model_remedies.batch_remedies(plan, capacity, args.devices if args.strategy == "mirrored" else 1,
-                                                   trainable_bytes(weights), half, trains_batchnorm(weights)))[:args.top]
+                                                   planner.trainable_bytes(weights), half, trains_batchnorm(weights)))[:args.top]
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
             if half and not model_plan.in_16_bits(plan):
                 # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.

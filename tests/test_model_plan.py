@@ -1379,8 +1379,11 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     from snippets.lib import private
 
     unjitted = model_report.model_setup(None, None, "mse", no_xla={"StringLookup": private.NO_JIT})
-    assert "hid the growth there) (plan a larger --batch to run it)." in " ".join(
-        model_report.model_report(plan, capacity, "a card", setup=unjitted).split())
+    # Nor for a train_step(data) of the model's own, which Keras on JAX does not call (helper-73's Siamese network).
+    own_step = model_report.model_setup(None, None, "mse", tf_step=True)
+    for setup in (unjitted, own_step):
+        assert "hid the growth there) (plan a larger --batch to run it)." in " ".join(
+            model_report.model_report(plan, capacity, "a card", setup=setup).split())
     assert model_report.plan_json(plan)["faster"] == list(plan.faster)
     # A linear step past 256 is run there too, and its lines carry on past it.
     linear = model_plan.plan_model(step, run=_quadratic(0))
@@ -1450,6 +1453,12 @@ def test_a_check_run_short_of_the_readers_batch_refuses_a_square_growth_and_says
     assert ("No run past 32 per device checked the lines (the benchmarks held such lines to 256, and the lines put a run "
             "past it over 1 GiB less the margin, or this host's cap): a peak that grows faster than linearly") in " ".join(
         heavy.how().split())
+    assert heavy.how().endswith("would not show; --backend jax compiles this batch.")
+    # Not where Keras on JAX refuses the step (helper-73: a Siamese network's train_step(data) was sent to --backend jax,
+    # which refused it): the refusal of a run short of the batch names the smaller batch alone, and the plan no way on.
+    assert replace(heavy, jax=False).how().endswith("(a loss over pairs within the batch) would not show.")
+    with pytest.raises(model_plan.ModelError, match=r"no run here reaches 32768: plan --batch \d+ or less$"):
+        model_plan.plan_model(step, run=_quadratic(2, per_sample=200 * units.KiB), jax=False)
 
 
 def _hidden(step, cap, inter_op_threads):

@@ -776,6 +776,25 @@ def builder_step_optimizers(name: str) -> tuple:
     return model_source.read_builder(getattr(builders, name)).step_optimizers
 
 
+def builder_tf_step(name: str) -> bool:
+    """Kernel side: :attr:`snippets.lib.model_source.SourceFacts.tf_step` of a builder in tests/plan_builders.py."""
+    import tests.plan_builders as builders
+
+    return model_source.read_builder(getattr(builders, name)).tf_step
+
+
+def jax_offered(name: str) -> bool:
+    """Kernel side: whether :func:`snippets.decide.measured_plan` lets the plan of a builder in tests/plan_builders.py
+    offer ``--backend jax`` (``plan_model``'s ``jax``), the plan itself not made."""
+    from unittest import mock
+
+    args = decide.build_parser().parse_args(["--model", f"tests.plan_builders:{name}", "--optimizer", "adam",
+                                             "--loss", "mse", "--strategy", "single"])
+    weights = decide._weights(args)
+    with mock.patch.object(decide.model_plan, "plan_model", lambda *a, **k: k["jax"]):
+        return decide.measured_plan(args, weights)
+
+
 def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     assert kernel.call(builder_facts, "tiny_sgd") == (None, "huber_loss", "sgd", False, {}, None)
     # compile(loss=...) alone names no optimizer: rmsprop is compile's default, nobody's choice.
@@ -791,6 +810,10 @@ def test_what_the_function_compiles_and_sets_is_read_without_running_it(kernel):
     # A train_step of its own with an optimizer of its own, which --optimizer does not replace (helper-45's GAN).
     assert kernel.call(builder_step_optimizers, "gan_with_call") == ("d_optimizer",)
     assert kernel.call(builder_step_optimizers, "tiny") == ()
+    # A train_step(data) of its own, which Keras on JAX does not call; compute_loss alone keeps the backend's step.
+    assert [kernel.call(builder_tf_step, name) for name in ("own_step_x_only", "distiller", "tiny")] == [True, False, False]
+    # Its plan offers no --backend jax then (helper-73: a Siamese network was sent there and refused).
+    assert [kernel.call(jax_offered, name) for name in ("own_step_x_only", "tiny", "text_classifier")] == [False, True, False]
     # A loss a layer adds in training only is missed by the build (training unset): seen in a call like fit's.
     assert kernel.call(builder_adds_loss, "adds_loss_in_training") is True
     assert kernel.call(builder_adds_loss, "subclass_adds_loss_in_training") is True  # its input: the batch it was called on

@@ -17,7 +17,6 @@ Run by :func:`plan_on_jax`; by hand::
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 import math
 import os
@@ -33,8 +32,8 @@ from snippets.lib.errors import error_line
 from snippets.lib.model_accumulation import accumulations
 from snippets.lib.model_batch import batch_of, loss_failure
 from snippets.lib.model_plan import CHECKED_PAST, MARGIN, SMALL_BATCHES, ModelPlan, rule_slope, runs_here
-from snippets.lib.model_step import (ModelError, ModelStep, build, check_step, compiled_loss, default_cap, fed_x_alone,
-                                     own_train_step)
+from snippets.lib.model_source import tf_form_refusal, tf_form_step
+from snippets.lib.model_step import ModelError, ModelStep, build, check_step, compiled_loss, default_cap, fed_x_alone
 
 
 def device_bytes(compiled) -> dict[str, int]:
@@ -105,10 +104,8 @@ def prepare_on_jax(step: ModelStep) -> Callable[[Sequence[int]], list[dict]]:
         distribution = keras.distribution.DataParallel(devices=jax.devices()[:replicas])
         keras.distribution.set_distribution(distribution)
     model = build(replace(step, xla="on"))
-    if own_train_step(model) and len(inspect.signature(model.train_step).parameters) < 2:
-        # keras-io's "Customizing what happens in fit() with JAX": Keras on JAX calls train_step(state, data).
-        raise ModelError(f"{step.model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls "
-                         "train_step(state, data), a stateless step: plan it without --backend jax")
+    if tf_form_step(model):  # decide refuses it before JAX starts; a caller of this function, here
+        raise ModelError(tf_form_refusal(step.model))
     # Two samples per replica (a loss over pairs within the batch needs an even batch: helper-53), else the smallest
     # divisor of the reader's own that trains (a triplet loss, groups of 3: helper-54).
     per_replica, first, refusal = step.batch // replicas, None, None

@@ -106,6 +106,8 @@ class ModelPlan:
             its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
         checked: for ``compiled``, ``(batch, figure)`` per device of the cards' batches (:func:`jax_step.confirm_cards`).
         half_layers: a run found layers that compute in 16 bits (a policy of their own, or the step's): :func:`in_16_bits`.
+        jax: Keras on JAX can compile the step, so a sentence may offer ``--backend jax`` (False: a layer it runs without
+            jit, or a ``train_step(data)`` of the model's own: :func:`snippets.lib.model_report.jax_line`).
     """
 
     step: ModelStep
@@ -138,6 +140,7 @@ class ModelPlan:
     accumulator_extra: int = 0
     checked: tuple[tuple[int, int], ...] = ()
     half_layers: bool = False
+    jax: bool = True
 
     @property
     def replicas(self) -> int:
@@ -392,7 +395,7 @@ class ModelPlan:
 
 def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None, *,
                cap: int | None = None, progress: Callable[[str], None] | None = None,
-               run: Callable[..., dict] | None = None) -> ModelPlan:
+               run: Callable[..., dict] | None = None, jax: bool = True) -> ModelPlan:
     """Plan ``step``: measure it (fresh capped processes) where the host can run it, else by rule.
 
     Args:
@@ -405,6 +408,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         run: ``run(step, cap, inter_op_threads=...)`` measures one configuration in a fresh process (the tests' fakes)
             and returns :func:`snippets.lib.model_step.measure`'s result; None (the default): all runs through
             :func:`snippets.lib.model_step.measure_many` (one TensorFlow import, a fork per run).
+        jax: :attr:`ModelPlan.jax`: whether a refusal, or the plan, may offer ``--backend jax``.
 
     Raises:
         ModelError: the model cannot be measured as given (one line naming the fix).
@@ -424,7 +428,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
         # (DeepCopy), and a real MirroredStrategy step compiled by XLA does not run on the emulated devices either.
         raise ModelError("--xla on under --strategy mirrored cannot be measured on this CPU's emulated devices "
                          "(XLA:CPU compiles no DeepCopy, which the all-reduced gradient needs): plan --xla auto "
-                         "(Keras turns XLA off for a model created under a strategy), or --backend jax")
+                         "(Keras turns XLA off for a model created under a strategy)" + (", or --backend jax" if jax else ""))
     replicas = step.devices if step.strategy == "mirrored" else 1
     target = step.batch // replicas
     # SMALL_BATCHES whatever the reader's batch (a card's largest is read off their lines), and the reader's if smaller.
@@ -477,7 +481,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                          steps_run=(min(map(len, taken)), max(map(len, taken))), short_of=out if out > target else 0,
                          raced_steps=min(len(group[-1]["step_peaks"]) for group in groups) if len(counts) > 1 else 0,
                          faster=faster, x_alone=next((r["x_alone"] for group in groups for r in group if r.get("x_alone")), ""),
-                         half_layers=any(r.get("half") for group in groups for r in group))
+                         half_layers=any(r.get("half") for group in groups for r in group), jax=jax)
 
     plan = assemble()
     # Past CHECKED_PAST the reader's batch is run where the lines put it within room, else the largest they do from twice
@@ -532,7 +536,8 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                 "faster than linearly in the batch (as a loss over pairs within the batch does), or faster than the smaller "
                 "runs showed (a fixed buffer, such as a large kernel's update, hid the growth there)" +
                 (f", and no run here reaches {target}" if check < target else "") + ": plan " +
-                (f"--batch {check * replicas} or less" if done else "a smaller --batch") + ", or --backend jax (compiled, not run)")
+                (f"--batch {check * replicas} or less" if done else "a smaller --batch") + (", or --backend jax (compiled, not run)"
+                                                                                 if jax else ""))
     if run is None:
         fork_server.release()  # ends unused within a minute: its ~700 MiB stayed as long as a notebook's kernel (an audit)
     return plan

@@ -46,6 +46,8 @@ class ModelSetup:
             it chose ``jit_compile``, else ``"Keras's default"`` (``"auto"``: Keras decides, as on a GPU host).
         adds_loss: the model's layers add a loss (``add_loss``), which ``fit`` adds to :attr:`loss` (alone:
             :attr:`loss_from` is :data:`ADDED_LOSS`).
+        tf_step: the model's own ``train_step`` takes its batch alone, which Keras on JAX does not call
+            (:func:`snippets.lib.model_source.tf_form_step`): no sentence offers ``--backend jax`` (:func:`jax_line`).
     """
 
     loss: str | None
@@ -57,6 +59,7 @@ class ModelSetup:
     xla: str = "auto"
     xla_from: str = XLA_DEFAULT
     adds_loss: bool = False
+    tf_step: bool = False
 
     @property
     def source_chose_xla(self) -> bool:
@@ -103,7 +106,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                 unmeasured: Sequence[str] = (), dropped: Sequence[str] = (),
                 own_policies: Mapping[str, int] | None = None, adds_loss: bool = False,
                 step_optimizers: Sequence[str] = (), own_compile: str | None = None,
-                own_optimizer: bool = False) -> ModelSetup:
+                own_optimizer: bool = False, tf_step: bool = False) -> ModelSetup:
     """Which loss, dtype policy and XLA mode the step trains with: the model source's own first, then
     the options.
 
@@ -144,6 +147,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
             (:attr:`snippets.lib.model_source.SourceFacts.own_compile`): the runs keep what the function's call of it
             set and compile the model again with ``keras.Model.compile``, as a note says.
         own_optimizer: the function's own optimizer object is planned (no ``--optimizer``): nothing replaced it.
+        tf_step: :attr:`snippets.lib.model_source.SourceFacts.tf_step`, kept as :attr:`ModelSetup.tf_step`.
 
     >>> setup = model_setup("mse", "mixed_float16", loss="huber", policy="mixed_bfloat16")
     >>> setup.loss, setup.loss_from, setup.policy, setup.policy_from
@@ -259,7 +263,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         used, used_from = loss, ("--loss" if loss else OWN_STEP if own_step else ADDED_LOSS if adds_loss else "")
     return ModelSetup(used, used_from, chosen, chosen_from, tuple(notes), no_xla, planned_xla,
                       compiled if planned_xla != xla else "--xla" if xla != "auto" else XLA_DEFAULT,
-                      adds_loss and not own_step)
+                      adds_loss and not own_step, tf_step)
 
 
 def x_alone_note(error: str) -> str:
@@ -320,8 +324,9 @@ def fits_note(plan: model_plan.ModelPlan) -> str:
 
 def jax_line(setup: ModelSetup | None) -> str:
     """What a run plan's sentence offers besides a larger ``--batch``: Keras on JAX, but not for a step it runs without
-    jit, which ``--backend jax`` refuses (helper-58: StringLookup's, a dead end)."""
-    return "" if setup and NO_JIT in setup.no_xla.values() else JAX_LINE
+    jit, nor for a ``train_step(data)`` of the model's own, which ``--backend jax`` refuses (helper-58: StringLookup's,
+    a dead end; helper-73: a Siamese network's)."""
+    return "" if setup and (setup.tf_step or NO_JIT in setup.no_xla.values()) else JAX_LINE
 
 
 def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,

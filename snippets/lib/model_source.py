@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.abc
+import inspect
 import json
 import re
 import sys
@@ -163,6 +164,8 @@ class SourceFacts(NamedTuple):
             own (``Dense(8, dtype="mixed_bfloat16")``), other than the global one (:func:`own_policies`).
         adds_loss: a layer of the model calls ``add_loss`` while it is built or in training
             (:func:`snippets.lib.model_batch.noting_added_losses`): with no loss compiled, ``fit`` trains on that.
+        tf_step: :func:`tf_form_step`: the model's own ``train_step`` takes its batch alone, which Keras on JAX
+            does not call (no sentence offers ``--backend jax`` then, and ``--backend jax`` is refused before it starts).
         step_optimizers: where the model's class overrides ``train_step``, its attributes that hold an optimizer other
             than the compiled one (keras-io's GAN variants make theirs in ``__init__``): :func:`step_optimizers`.
         own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
@@ -188,6 +191,7 @@ class SourceFacts(NamedTuple):
     adds_loss: bool = False
     step_optimizers: tuple = ()
     own_compile: str | None = None
+    tf_step: bool = False
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -281,6 +285,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
             seen["declared_batch"] = declared_batch(model)
             seen["per_position"] = private.per_position_dense(model)
             seen["step_optimizers"] = step_optimizers(model) if seen["own_step"] else ()
+            seen["tf_step"] = tf_form_step(model)
             seen["own_policies"] = own_policies(model, keras.config.dtype_policy().name)
         return model
 
@@ -302,7 +307,25 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                        seen.get("loss_scaled", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
                        seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False),
-                       seen.get("step_optimizers", ()), seen.get("own_compile"))
+                       seen.get("step_optimizers", ()), seen.get("own_compile"), seen.get("tf_step", False))
+
+
+def tf_form_step(model) -> bool:
+    """Whether ``model``'s class defines a ``train_step`` of its own (outside Keras) that takes its batch alone,
+    ``train_step(data)``: keras-io's "Customizing what happens in fit()" for TensorFlow and PyTorch. Keras on JAX calls
+    ``train_step(state, data)``, a stateless step (keras/src/backend/jax/trainer.py; keras-io's guide for JAX), so it
+    cannot compile this one. A model that overrides ``compute_loss`` alone keeps the backend's own step."""
+    owner = next((cls for cls in type(model).__mro__ if "train_step" in vars(cls)), None)
+    if owner is None or owner.__module__.startswith(("keras.", "keras_core.")):
+        return False
+    return len(inspect.signature(model.train_step).parameters) < 2
+
+
+def tf_form_refusal(model: str) -> str:
+    """The one line that refuses ``--backend jax`` for ``model`` (``package.module:function``) where
+    :func:`tf_form_step` holds."""
+    return (f"{model}'s own train_step(data) is TensorFlow's form; Keras on JAX calls train_step(state, data), a "
+            "stateless step: plan it without --backend jax")
 
 
 def step_optimizers(model) -> tuple[str, ...]:

@@ -458,6 +458,11 @@ def held_whole(weights, strategy: str, devices: int) -> list[Weight]:
         or (placement.uneven == "first" and w.path.rsplit("/", 1)[0] not in dense))]
 
 
+def trainable_bytes(weights: Sequence[Weight]) -> int:
+    """Bytes of the trainable ``weights``: the size of the gradients, of one slot per variable, or of the EMA copies."""
+    return sum(tensor_bytes(w.shape, w.dtype) for w in weights if w.trainable)
+
+
 def accumulator_bytes(shape: Sequence[int], dtype: str, accumulation: int = 1) -> int:
     """Bytes of the gradient accumulator Keras keeps for one trainable variable of ``shape`` and
     ``dtype`` when ``gradient_accumulation_steps`` is ``accumulation`` (0 for 1: none); :func:`plan`

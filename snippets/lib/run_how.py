@@ -43,7 +43,8 @@ def run_how(plan, grew: str) -> str:
           else f" No run past {plan.batches[-1]} per device checked the lines (the benchmarks held such lines to {CHECKED_PAST}, "
           "and the lines put a run past it over ") +  # helper-71: "past 256" read as runs to 256
          f"{units.human_bytes(WIDE_PEAK)} less the margin, or this host's cap): a peak that grows faster than linearly "
-         "in the batch (a loss over pairs within the batch) would not show; --backend jax compiles this batch.")
+         "in the batch (a loss over pairs within the batch) would not show"
+         + ("; --backend jax compiles this batch." if plan.jax else "."))
         if plan.device_batch > CHECKED_PAST and not (plan.short_of or plan.wide_ran_out) else "")
     counts = thread_counts(plan.threads or plan_threads(plan.step))
     threads = f"{' and '.join(map(str, counts))} inter-op thread{'s' if counts != [1] else ''}"
