@@ -290,6 +290,17 @@ def test_a_batch_past_runs_that_grew_less_than_the_floor_fits_only_with_a_word_a
     small = replace(plan, step=replace(step, batch=64))
     text = " ".join(model_report.model_report(small, card, "V100-SXM2-32GB").split())
     assert "Not certain" not in text and "(plan a larger --batch to run it, or --backend jax" in text
+    # Past 256 per device with no run there, on lines that grew: the how's "No run past" sentence, in the verdict and the
+    # JSON too (helper-73: an autoencoder 8 times past its runs had fits_note "").
+    grew = model_plan.ModelPlan(replace(step, batch=1024), "extrapolated", (16, 32), (100 * mb, 164 * mb))
+    assert not grew.floor_only and grew.total < card
+    note = model_report.model_json(grew, card, "V100-SXM2-32GB", "m:f")["fits_note"]
+    assert note == ("Not certain: no run past 32 per device checked the line at your batch, past the 256 the benchmarks "
+                    "held such lines to: a peak that grows faster than linearly in the batch would not show; --backend jax "
+                    "compiles your batch.")
+    assert note in " ".join(model_report.model_report(grew, card, "V100-SXM2-32GB").split())
+    assert model_report.fits_note(replace(grew, jax=False)).endswith("would not show.")
+    assert model_report.fits_note(replace(grew, step=replace(step, batch=512))) == ""  # 256 per device: held
 
 
 def test_a_step_run_under_a_16_bit_policy_says_its_figure_may_be_high():
@@ -472,7 +483,11 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
                    for r in model_remedies.batch_remedies(plan, 300 * units.MiB, 2, units.MiB, half=True))
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
     tight = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, plan.peak_at(8), 2, units.MiB)}
-    assert any(how.startswith("the measured line, drawn below its runs") for how in tight.values()), tight
+    assert any(how.startswith("the line through the measured runs, drawn below them") for how in tight.values()), tight
+    # Past the largest run, extrapolated, and said so (helper-73: "the measured line" read as a run at that batch).
+    far = model_plan.ModelPlan(ModelStep("m:f", "adam", 1024, "off"), "extrapolated", (16, 32), (100 * units.MiB, 164 * units.MiB))
+    past = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(far, far.peak_at(512), 1, units.MiB)}
+    assert past["batch 512"] == "the line through the measured runs, extrapolated past 32 per device, at that batch", past
     # More replicas: the fewest that fit (a trial, helper-27: only twice as many were offered), up to one host's 8.
     labels = [r.label for r in model_remedies.batch_remedies(plan, 220 * units.MiB, 2, units.MiB)]
     assert "MirroredStrategy over 8 (batch 16 per replica)" in labels and not any("over 4" in x for x in labels)

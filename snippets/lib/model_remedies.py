@@ -84,9 +84,10 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if per_device in plan.batches:
             return f"the measured run {at}"
         if per_device < plan.batches[0]:
-            return f"the measured line, drawn below its runs, {at}"
-        between = per_device < plan.batches[-1]
-        return f"the {'chord between the measured runs' if between and plan.wide_why == 'cheap' else 'measured line'} {at}"
+            return f"the line through the measured runs, drawn below them, {at}"
+        if per_device > plan.batches[-1]:  # helper-73: "the measured line" read as a batch that was run
+            return f"the line through the measured runs, extrapolated past {plan.batches[-1]} per device, {at}"
+        return f"the {'chord between' if plan.wide_why == 'cheap' else 'line through'} the measured runs {at}"
 
     largest = plan.largest_batch(capacity)
     if 0 < largest < plan.step.batch:

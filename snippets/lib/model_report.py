@@ -319,6 +319,11 @@ def fits_note(plan: model_plan.ModelPlan) -> str:
     if unchecked(plan):
         note += (f" Not certain: no run reached your batch, and up to {plan.batches[-1]} per device the runs grew "
                  f"{grew_words(plan)}, so its figure is a line no run checked (the largest batch below stops there).")
+    elif plan.method not in ("compiled", "rule") and plan.device_batch > model_plan.CHECKED_PAST >= plan.batches[-1]:
+        # The how's "No run past" sentence, where a script reading "fits" sees it too (helper-73: an autoencoder's).
+        note += (f" Not certain: no run past {plan.batches[-1]} per device checked the line at your batch, past the "
+                 f"{model_plan.CHECKED_PAST} the benchmarks held such lines to: a peak that grows faster than linearly "
+                 "in the batch would not show" + ("; --backend jax compiles your batch." if plan.jax else "."))
     return note.strip()
 
 
