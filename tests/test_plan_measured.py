@@ -177,7 +177,7 @@ def test_a_readers_model_is_measured_with_the_policy_its_function_sets(kernel):
     assert (plan["method"], plan["how"]) == (plan["plan"]["method"], plan["plan"]["how"])
     assert plan["setup"] == {
         "loss": "mse", "loss_from": "the function's compile", "policy": "mixed_float16",
-        "policy_from": "the function", "no_xla": {}, "xla": "auto", "xla_from": "Keras's default", "adds_loss": False,
+        "policy_from": "the function", "no_xla": {}, "xla": "auto", "xla_from": "Keras's default", "adds_loss": False, "tf_step": False,
         "notes": ["No --optimizer: the function compiles without naming one, so fit trains with compile's default, "
                   "rmsprop, which is measured.",
                   "--loss huber is not used: the function compiles the model with mse, which fit trains with.",

@@ -499,7 +499,8 @@ JSON_KEYS = {
     "method": '"measured", "interpolated", "extrapolated" or "compiled": how the step peak was obtained',
     "how": "that, in a sentence or two (the text's)",
     "plan": "the plan's own figures, the plan.* keys",
-    "setup": "what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes",
+    "setup": ("what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes; tf_step: "
+              "the model's own train_step takes its batch alone, which Keras on JAX does not call"),
     "capacity": "what each device's pool gives, bytes",
     "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
     "card": "the card planned for; null when --device-memory gave the capacity",
