@@ -38,7 +38,7 @@ from dataclasses import asdict, replace
 from snippets.lib import (cli, fork_server, hardware, model_accumulation, model_plan, model_remedies, model_report,
                           optimizers, pictures, placements, planner, private, splits, units)
 from snippets.lib.errors import error_line
-from snippets.lib.model_batch import declared_batch_failure, declared_batch_note
+from snippets.lib.model_batch import declared_batch_note, fixed_batch_failure
 from snippets.lib.model_source import (SourceFacts, frozen_note, model_weights, read_builder, read_json, tf_form_refusal,
                                        trains_batchnorm)
 from snippets.lib.model_step import SERVER, ModelError, ModelStep, check_step
@@ -236,7 +236,7 @@ def measured_plan(args, weights: Sequence[planner.Weight], setup: model_report.M
         return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress,
                                      jax=bool(model_report.jax_line(setup)))
     except RuntimeError as error:  # a run's own exception, in one line (model_step._run_job)
-        failure = declared_batch_failure(str(error), facts.declared_batch if facts else None, model_plan.SMALL_BATCHES)
+        failure = fixed_batch_failure(str(error), facts.declared_batch if facts else None, model_plan.SMALL_BATCHES)
         if failure is None:
             raise
         raise ValueError(failure) from None

@@ -495,16 +495,33 @@ def test_keras_ios_distiller_is_measured_with_what_its_own_compile_set(kernel):
 
 
 def test_a_model_whose_input_fixes_its_batch_is_told_why_a_run_at_another_failed():
-    from snippets.lib.model_batch import declared_batch_failure
+    from snippets.lib.model_batch import fixed_batch_failure
 
     # helper-48: keras-io's Switch Transformer reshapes to the batch its keras.Input declares, and failed at 16 bare.
-    assert declared_batch_failure("ValueError: Cannot reshape", 50, (16, 32)) == (
+    assert fixed_batch_failure("ValueError: Cannot reshape", 50, (16, 32)) == (
         "a run of the step failed (ValueError: Cannot reshape); the model's keras.Input fixes the batch at 50, and the "
         "runs are at 16 and 32 per device: a step that runs at its declared batch only is no line in the batch, so make "
         "its shapes follow the batch (keras.ops.shape(x)[0], not 50) to plan it")
     # No batch declared, or one the runs take: the run's own line stands.
-    assert declared_batch_failure("ValueError: x", None, (16, 32)) is None
-    assert declared_batch_failure("ValueError: x", 32, (16, 32)) is None
+    assert fixed_batch_failure("ValueError: x", None, (16, 32)) is None
+    assert fixed_batch_failure("ValueError: x", 32, (16, 32)) is None
+    # Not declared, but a run reshaped to a size it does not have (helper-74: the Switch Transformer as keras-io writes
+    # it, which got TensorFlow's whole message): TensorFlow's graph and eager words, and JAX's.
+    for error in ("ValueError: Cannot reshape a tensor with 512 elements to shape [128,4] (2048 elements) for '{{node r}}'",
+                  "InvalidArgumentError: Input to reshape is a tensor with 512 values, but the requested shape has 2048",
+                  "TypeError: cannot reshape array of shape (32, 4, 4) (size 512) into shape (128, 4) (size 2048)"):
+        line = fixed_batch_failure(error, None, (16, 32))
+        assert line.startswith("a run of the step failed (") and "{{node" not in line, line
+        assert line.endswith("make its shapes follow the batch (keras.ops.shape(x)[0], not a constant) to plan it")
+
+
+def test_a_model_that_reshapes_to_a_fixed_batch_in_its_code_is_told_so_in_one_line(kernel):
+    # helper-74: keras-io's Switch Transformer, its batch fixed in its code, got TensorFlow's whole Reshape message.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_shapes:fixed_reshape", "--strategy", "single"])
+    last = out.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("python -m snippets.decide: error: a run of the step failed (Cannot reshape a "
+                                         "tensor with "), out
+    assert "{{node" not in last and last.endswith("(keras.ops.shape(x)[0], not a constant) to plan it"), last
 
 
 @pytest.mark.parametrize("argv, usage", [(["--model", "no_such_module:build"], False), (["--top", "-1"], True)])

@@ -13,6 +13,7 @@ functional structures through :func:`snippets.lib.private.functional_structures`
 from __future__ import annotations
 
 import contextlib
+import re
 
 from snippets.lib import private
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel
@@ -305,16 +306,38 @@ def declared_batch_note(declared: int | None, batch: int, replicas: int) -> str 
             f"(--batch {batch}{over}): pass --batch {declared * replicas} to plan the batch the model declares.")
 
 
-def declared_batch_failure(error: str, declared: int | None, batches: tuple[int, ...]) -> str | None:
-    """The line for a run that failed (``error``, the run's exception in one line) of a model whose ``keras.Input``
-    fixes a batch (``declared``) other than the ``batches`` per device it ran at, or None (no batch declared, or one
-    of those): a step that runs at its declared batch only (keras-io's Switch Transformer reshapes to it; helper-48
-    got a bare "Cannot reshape") draws no line in the batch."""
-    if not declared or declared in batches:
+#: A reshape to a size the tensor does not have: TensorFlow's graph and eager messages, and JAX's.
+_FIXED_RESHAPE = re.compile(r"Cannot reshape a tensor with (\d+) elements to shape \[[^\]]*\] \((\d+) elements\)"
+                            r"|Input to reshape is a tensor with (\d+) values, but the requested shape has (\d+)"
+                            r"|cannot reshape array of shape \([^)]*\) \(size (\d+)\) into shape \([^)]*\) \(size (\d+)\)")
+
+
+def fixed_batch_failure(error: str, declared: int | None, batches: tuple[int, ...]) -> str | None:
+    """The line for a run that failed (``error``, the run's exception in one line) of a step that runs at one batch
+    only, or None: a model whose ``keras.Input`` fixes a batch (``declared``) other than the ``batches`` per device it
+    ran at, or one whose run failed to reshape a tensor to a size it does not have (a batch fixed in the model's code).
+    Either draws no line in the batch. keras-io's Switch Transformer reshapes to ``batch_size * num_tokens_per_example``
+    (helper-48 declared that batch in its ``keras.Input`` and got a bare "Cannot reshape"; helper-74 did not, and got
+    TensorFlow's whole message).
+
+    >>> print(fixed_batch_failure("ValueError: Cannot reshape a tensor with 25600 elements to shape [6400,32] "
+    ...                           "(204800 elements) for '{{node switch/Reshape}}' with input shapes: [16,50,32]", None, (16, 32)))
+    a run of the step failed (Cannot reshape a tensor with 25600 elements to shape [6400,32] (204800 elements)): the
+    step reshapes to a size fixed in the model's code, such as a batch (keras-io's Switch Transformer reshapes to
+    batch_size * num_tokens_per_example), and a step that runs at one batch only is no line in the batch: make its shapes
+    follow the batch (keras.ops.shape(x)[0], not a constant) to plan it
+    """
+    if declared and declared not in batches:
+        return (f"a run of the step failed ({error}); the model's keras.Input fixes the batch at {declared}, and the runs "
+                f"are at {' and '.join(map(str, batches))} per device: a step that runs at its declared batch only is no "
+                f"line in the batch, so make its shapes follow the batch (keras.ops.shape(x)[0], not {declared}) to plan it")
+    found = _FIXED_RESHAPE.search(error)
+    if found is None:
         return None
-    return (f"a run of the step failed ({error}); the model's keras.Input fixes the batch at {declared}, and the runs "
-            f"are at {' and '.join(map(str, batches))} per device: a step that runs at its declared batch only is no "
-            f"line in the batch, so make its shapes follow the batch (keras.ops.shape(x)[0], not {declared}) to plan it")
+    return (f"a run of the step failed ({found.group(0)}): the step reshapes to a size fixed in the model's code, such as a "
+            "batch (keras-io's Switch Transformer reshapes to batch_size * num_tokens_per_example), and a step that runs "
+            "at one batch only is no line in the batch: make its shapes follow the batch (keras.ops.shape(x)[0], not a "
+            "constant) to plan it")
 
 
 def batch_of(model, batch: int, loss):
