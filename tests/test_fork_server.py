@@ -56,6 +56,15 @@ def test_the_next_run_starts_when_any_run_ends_and_results_keep_the_jobs_order()
     assert results[2]["started"] < results[0]["ended"]
 
 
+def test_a_run_that_goes_on_is_said_to_go_on(monkeypatch, capsys):
+    # helper-74: a run of a ConvLSTM step compiled by XLA:CPU took 12 minutes, with no line after "measuring ...".
+    monkeypatch.setattr(fork_server, "HEARTBEAT", 0.5)
+    fork_server.fork_jobs([[{"sleep": 1.8}, "1GiB", None, 2]], 1, _sleeping, lambda fields, threads: ("a run", "16 per device"))
+    lines = capsys.readouterr().out.splitlines()
+    going = [line for line in lines if line.startswith(fork_server.PROGRESS + "still running (16 per device), ")]
+    assert 2 <= len(going) <= 4 and lines[-1].startswith(fork_server.PROGRESS + "run 1 of 1 done"), lines
+
+
 def _raising(fields, cap, threads, steps):
     raise KeyboardInterrupt("stopped while measuring")
 

@@ -42,6 +42,9 @@ from snippets.lib import units
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: Seconds without a run ending after which the child says which runs still go (a progress line).
+HEARTBEAT = 60
+
 #: How the child marks a progress line, and the line with a set's results, on its standard output.
 PROGRESS = "progress: "
 RESULTS = "results: "
@@ -432,7 +435,13 @@ def fork_jobs(payload: Sequence[list], parallel: int, run_job: Callable[[dict, s
             running[child[1].fileno()] = (index, child, job[0], job[2])
             ends.register(child[1].fileno(), select.POLLIN)
         # The next job starts when any run ends, not the oldest: a core would wait idle behind a longer run.
-        fd = ends.poll()[0][0]
+        ended = ends.poll(HEARTBEAT * 1000)
+        if not ended:  # helper-74: a ConvLSTM step compiled by XLA:CPU ran 12 minutes at 16 per device, in silence
+            going = "; ".join(describe(fields, threads)[1] for _, _, fields, threads in running.values())
+            print(f"{PROGRESS}still running ({going}), {time.perf_counter() - began:.0f} s since these runs began",
+                  flush=True)
+            continue
+        fd = ended[0][0]
         ends.unregister(fd)
         done(*running.pop(fd))
     return results
