@@ -32,8 +32,11 @@ def test_a_plan_is_the_line_through_its_two_runs_plus_the_margin():
     assert noisy.per_sample == 7.5 * units.MiB and noisy.state == (260 - 7.5 * 32) * units.MiB
     flat = model_plan.ModelPlan(step, "extrapolated", (16, 32), plan.peaks, floors=(200 * units.MiB, 150 * units.MiB))
     assert flat.per_sample == 0 and flat.step_peak == flat.peak_at(32)  # never a negative slope
-    largest = plan.largest_batch(units.GiB)
-    assert plan.peak_at(largest) <= units.GiB < plan.peak_at(largest + 1)
+    # Peaks 2.6 times apart at twice the batch grow faster than linearly (helper-74): no batch past 32 is offered.
+    assert plan.squared and plan.largest_batch(units.GiB) == 32
+    linear = replace(plan, peaks=(100 * units.MiB, 190 * units.MiB))
+    largest = linear.largest_batch(units.GiB)
+    assert not linear.squared and linear.peak_at(largest) <= units.GiB < linear.peak_at(largest + 1)
     assert "Extrapolated" in plan.how() and "16 and 32" in plan.how()
     assert f"+{model_plan.EXTRAPOLATION:.0%} on the part beyond batch 32" in plan.how()
     # A step XLA compiles too (helper-48: a triplet Siamese's compiled step grew 13.4 MiB per sample between 16 and 32,
@@ -1280,6 +1283,36 @@ def _quadratic(bytes_per_pair: float, fails_past: int = 0, per_sample: int = 8 *
         return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
                 "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
     return run
+
+
+def test_runs_that_grew_faster_than_linearly_stop_the_largest_batch_and_refuse_a_batch_past_them():
+    # helper-74: keras-io's Switch Transformer, its expert capacity following the batch (dispatch tensors over tokens and
+    # their slots): 11.8, 36.8 and 2000 MB at 16, 32 and 256 per device. The 4 GiB batch read off the line past 256 (462)
+    # peaked at 6.46 GB; the lines had held no word of the runs' curvature.
+    from snippets.lib import model_report
+
+    step = ModelStep("m:f", "adam", 128, "on")
+    plan = model_plan.plan_model(step, run=_quadratic(30_000, per_sample=100_000))
+    assert plan.batches == (16, 32, 256) and plan.method == "interpolated"
+    b0, worst, b1, floor = plan.squared
+    assert (b0, b1) == (16, 256) and floor > b1 / b0 * worst * (1 + model_plan.MARGIN)
+    for capacity in (4 * units.GiB, 80 * units.GiB):  # no batch past the largest run, however large the card
+        assert plan.largest_batch(capacity) == 256
+    text = " ".join(model_report.model_report(plan, 30 * units.GiB, "a card").split())
+    assert ("None past 256 per device, the largest batch run: the runs grew faster than linearly (how the figure was "
+            "obtained, above, says by how much), so no line past them holds (plan a larger --batch with --backend jax to "
+            "compile it).") in text
+    assert "no batch past 256 per device is planned" in " ".join(plan.how().split())
+    # Past the runs, with no run there (the lines put 256 over 1 GiB, and 48 is under twice 32): refused, naming the
+    # largest batch run; at twice it or more, that batch is run itself, and planned on its own figure.
+    with pytest.raises(model_plan.ModelError, match=r"at 16 and 32 samples per device the step peaked at .* more than 2 "
+                       r"times as much, .* no run here reaches 48: plan --batch 32 or less, or --backend jax"):
+        model_plan.plan_model(replace(step, batch=48), run=_quadratic(400_000, per_sample=100_000))
+    run = model_plan.plan_model(replace(step, batch=64), run=_quadratic(400_000, per_sample=100_000))
+    assert run.batches[-1] == 64 and run.largest_batch(80 * units.GiB) == 64
+    # A linear step, its fixed part large or none, is no such growth.
+    for fixed in (0, 4096):
+        assert not model_plan.plan_model(step, run=_quadratic(0, per_sample=fixed * units.KiB + 1)).squared
 
 
 def test_a_16_bit_steps_own_batch_past_the_small_runs_is_run_too():

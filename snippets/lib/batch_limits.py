@@ -77,7 +77,7 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
     # Cards whose batch compiled well under their pool (confirm_cards' rounds ran out) are named below (roomy).
     top = line_checked(plan) if compiled else plan.batches[-1]
     faster = compiled and compiled_curve.grows_faster(plan)  # the checks grew faster than linearly
-    capped = [name for name, batch in largest.items() if (plan.floor_only or faster or plan.confirm_failed)
+    capped = [name for name, batch in largest.items() if (plan.floor_only or faster or plan.confirm_failed or plan.squared)
               and batch >= top * plan.replicas and not (plan.confirmed and pool(name) == plan.confirmed_for)
               and not (compiled and compiled_curve.fills(plan, pool(name), batch // plan.replicas))]
     if capped and plan.confirm_failed and not plan.faster:
@@ -90,6 +90,11 @@ def limit_note(plan: model_plan.ModelPlan, largest: Mapping[str, int], pool: Cal
         beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch compiled: the "
                   "compiled figures grew faster than linearly (as a loss over pairs within the batch does), so no line "
                   "past them holds (plan a larger --batch to compile it).")
+    elif capped and plan.squared and not plan.faster:  # helper-74: runs at 16, 32 and 256 that grew as B x B
+        which = "" if len(capped) == len(largest) else f" For the {listed(capped)}:"
+        beyond = (f"{which} {'n' if which else 'N'}one past {top} per device, the largest batch run: the runs grew faster "
+                  "than linearly (how the figure was obtained, above, says by how much), so no line past them holds"
+                  + (" (plan a larger --batch with --backend jax to compile it)." if jax_line else "."))
     elif plan.faster:
         beyond = (f" None past {plan.faster[0]} per device, the batch {'compiled' if compiled else 'run'} last: the "
                   f"peak grew faster than linearly up to it" + ("" if compiled else ", or faster than the smaller runs "

@@ -48,7 +48,7 @@ from snippets.lib.plan_caveats import (  # noqa: F401 (the pages print them as m
 from snippets.lib.plan_accuracy import ACCURACY, accuracy_line, accuracy_summary, published_accuracy  # noqa: F401 (read as model_plan's)
 from snippets.lib.rule_report import rule_how
 from snippets.lib.model_rule import rule_slope, runs_here  # noqa: F401 (read as model_plan's)
-from snippets.lib.plan_curve import below_first, chord, far_chord, largest_fitting, last_fitting
+from snippets.lib.plan_curve import below_first, chord, far_chord, faster_than_linear, largest_fitting, last_fitting
 from snippets.lib.plan_runs import (  # noqa: F401 (read as model_plan's)
     CHECK_REACH, CHECKED_PAST, COMPILED_THREADS, EXTRAPOLATION, FAR_PAST, FAR_PEAK, FLAT_GROWTH, HALF_RUN, LINE_CHECKED,
     MARGIN, PARALLEL, PLAN_THREADS, SLOPE_CAP, SMALL_BATCHES, SQUARE_SHARE, WIDE_BATCH, WIDE_PEAK, far_not_run, far_past,
@@ -220,6 +220,16 @@ class ModelPlan:
         flat = self.method != "compiled" and runs_flat(self.batches, self.floors or self.peaks)  # whatever the rule counts
         return len(self.batches) > 1 and (max(self._slopes()) <= self.rule_slope or flat) and not steeper
 
+    @property
+    def squared(self) -> tuple[int, int, int, int]:
+        """For a run plan, :func:`~snippets.lib.plan_curve.faster_than_linear` of its runs (worst peaks and floors, with
+        :data:`MARGIN`): ``(b0, worst peak at b0, b1, floor at b1)``, bytes, where the step grew faster than linearly
+        between two runs, so no line past the largest holds (:meth:`largest_batch` stops there, :func:`plan_model`
+        refuses a batch past it); ``()`` if not, or not run (a compiled plan: :func:`compiled_curve.grows_faster`)."""
+        if self.method not in ("measured", "interpolated", "extrapolated"):
+            return ()
+        return faster_than_linear(self.batches, self.peaks, self.floors, MARGIN)
+
     def _line_at(self, device_batch: int) -> tuple[float, float]:
         """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
         return max(self.lines(device_batch > self.batches[-1]), key=lambda line: (line[0] + line[1] * device_batch, line[1]))
@@ -339,7 +349,7 @@ class ModelPlan:
             # Where the lowest-reaching line meets the capacity; the loop settles the rounding.
             per_device = int(min((room - intercept) // slope for intercept, slope in lines if slope > 0))
         # Nothing run past it, or no growth measured up to it (unless the batch is to be compiled: past_floor).
-        capped = (self.short_of or self.faster or (self.floor_only and not past_floor) or self.confirm_failed
+        capped = (self.short_of or self.faster or self.squared or (self.floor_only and not past_floor) or self.confirm_failed
                   or (self.method == "compiled" and compiled_curve.grows_faster(self)))
         per_device = min(per_device, top) if capped else per_device
         # Monotone between two runs: the lines grow, and a chord that falls stays under the smaller run's peak.
@@ -359,6 +369,12 @@ class ModelPlan:
                 "planned." if self.faster else "")
         if self.method == "compiled":
             return compiled_how(self, grew)
+        if self.squared:
+            b0, worst, b1, floor = self.squared
+            return run_how(self, grew) + (
+                f" At {b0} and {b1} per device the step peaked at {units.human_bytes(worst)} and at least "
+                f"{units.human_bytes(floor)}, more than {b1 / b0:g} times as much, which no peak linear in the batch "
+                f"reaches: it grows faster than linearly, so no batch past {b1} per device is planned.")
         return run_how(self, grew)
 
     @property
@@ -538,6 +554,13 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                 (f", and no run here reaches {target}" if check < target else "") + ": plan " +
                 (f"--batch {check * replicas} or less" if done else "a smaller --batch") + (", or --backend jax (compiled, not run)"
                                                                                  if jax else ""))
+    if plan.squared and target > plan.batches[-1]:  # helper-74: a line past runs that grew faster than linearly
+        b0, worst, b1, floor = plan.squared
+        raise ModelError(f"at {b0} and {b1} samples per device the step peaked at {units.human_bytes(worst)} and at least "
+                         f"{units.human_bytes(floor)}: more than {b1 / b0:g} times as much, which no peak linear in the "
+                         "batch reaches, so it grows faster than linearly (as a loss over pairs within the batch, or a "
+                         f"tensor that routes a batch's tokens, does), and no run here reaches {target}: plan --batch "
+                         f"{b1 * replicas} or less" + (", or --backend jax (compiled, not run)" if jax else ""))
     if run is None:
         fork_server.release()  # ends unused within a minute: its ~700 MiB stayed as long as a notebook's kernel (an audit)
     return plan

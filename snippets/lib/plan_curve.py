@@ -114,3 +114,28 @@ def far_chord(batches: Sequence[int], peaks: Sequence[float]) -> float:
     if len(batches) < 2 or batches[-1] < FAR_APART * batches[-2]:
         return 0.0
     return max(0.0, (peaks[-1] - peaks[-2]) / (batches[-1] - batches[-2]))
+
+
+#: Bytes a run's floor must pass the most a linear peak reaches before :func:`faster_than_linear` reads it as growth
+#: faster than linearly: the allocator's rounding can double a tiny step's figure.
+FASTER_FLOOR = 1 << 20
+
+
+def faster_than_linear(batches: Sequence[int], peaks: Sequence[float], floors: Sequence[float],
+                       slack: float) -> tuple[int, int, int, int]:
+    """``(b0, worst peak at b0, b1, floor at b1)`` for the largest run ``b1`` of ``batches`` and a smaller one ``b0`` whose
+    worst peak, grown ``b1 / b0`` times and by ``slack``, stays under the floor at ``b1`` (its lower-quartile step) by
+    :data:`FASTER_FLOOR` or more; ``()`` if none. A peak linear in the batch, ``c + s * b`` with ``c >= 0``, or the larger
+    of two such (an update and a backward pass) is at most ``b1 / b0`` times its figure at ``b0``; one past that grows
+    faster than linearly (helper-74: keras-io's Switch Transformer, its expert capacity following the batch, peaked 11.8,
+    36.8 and 2000 MB at 16, 32 and 256 per device, and a card's batch read off the line past 256 ran out at 1.5 times
+    its pool). Bytes; ``floors`` empty: ``peaks``.
+
+    >>> faster_than_linear((16, 32, 256), (11.8e6, 36.8e6, 2.0e9), (), 0.1), faster_than_linear((16, 32), (100e6, 199e6), (), 0.1)
+    ((16, 11800000.0, 256, 2000000000.0), ())
+    """
+    low = floors or peaks
+    for b0, worst in zip(batches[:-1], peaks[:-1]):
+        if b0 > 0 and low[-1] - batches[-1] / b0 * worst * (1 + slack) >= FASTER_FLOOR:
+            return b0, worst, batches[-1], low[-1]
+    return ()
