@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--shape, the model's own dtypes otherwise")
     parser.add_argument("--policy", default=None, choices=sorted(units.POLICIES),
                         help="mixed-precision policy: float32 variables + 16-bit compute copies (float16 or bfloat16)")
-    parser.add_argument("--optimizer", default=None, metavar="NAME",
+    parser.add_argument("--optimizer", default=None, metavar="NAME", type=str.lower,  # helper-74: "Adam" as Keras takes it
                         help=f"training optimizer ({', '.join(optimizers.OPTIMIZERS)}); omitted: inference for "
                         "--shape, and for --model the optimizer its compile set (inference if it never compiled)")
     parser.add_argument("--strategy", default="mirrored", metavar="NAME",
@@ -596,4 +596,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cli.exit_on_signals()
     raise SystemExit(main())

@@ -524,6 +524,17 @@ def test_a_model_that_reshapes_to_a_fixed_batch_in_its_code_is_told_so_in_one_li
     assert "{{node" not in last and last.endswith("(keras.ops.shape(x)[0], not a constant) to plan it"), last
 
 
+def test_a_killed_planner_ends_through_python_and_takes_an_optimizer_as_keras_names_it():
+    # helper-74: `kill -TERM` on the planner left its measuring child and runs going to the end of their set; the default
+    # action skips the cleanup that ends them (fork_server.Server.run), which SystemExit runs.
+    script = ("from snippets.lib import cli; cli.exit_on_signals(); import os, signal, time; "
+              "os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=60)
+    assert done.returncode == 128 + 15  # sys.exit's, as the shell reports a SIGTERM; killed, it would read -15
+    # And "Adam", as Keras takes it (helper-74 was refused).
+    assert decide.build_parser().parse_args(["--optimizer", "Adam"]).optimizer == "adam"
+
+
 @pytest.mark.parametrize("argv, usage", [(["--model", "no_such_module:build"], False), (["--top", "-1"], True)])
 def test_a_refusal_under_json_prints_its_line_as_json_too(argv, usage):
     # helper-48: a script reading --json's stdout read nothing on a refusal. The line stays on stderr, as without --json.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -156,3 +157,13 @@ def add_shape(parser, default, what: str, kernel: bool = True) -> None:
     else:
         parser.add_argument("--shape", type=int, nargs="+", default=list(default), metavar="DIM",
                             help=f"{what} (default {dims})")
+
+
+def exit_on_signals() -> None:
+    """Make SIGTERM and SIGHUP (a killed job, a closed terminal) end this process through Python, ``SystemExit`` with
+    status 128 + the signal's number, as the shell reports it: what the process holds is let go on the way out. A
+    planner's measuring child and its runs, in a session of their own, are ended with it
+    (:meth:`snippets.lib.fork_server.Server.run`), as after Ctrl-C; killed by the default action, they went on to the
+    end of their set of runs (helper-74). For a command's ``__main__`` only: a kernel that calls ``main`` keeps its own."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, lambda received, frame: sys.exit(128 + received))
