@@ -164,7 +164,7 @@ class Server:
             timer.cancel()
         self.child.wait()
         if self.killed:
-            raise RuntimeError(f"no result in {timeout:.0f} s")
+            raise RuntimeError(f"no result in {timeout:.0f} s: the runs were stopped (a step this slow on this host's CPU)")
         self.errors.seek(since)
         code = "" if self.child.returncode is None else f" (return code {self.child.returncode})"
         raise RuntimeError((self.errors.read().strip().splitlines() or [f"the measuring process ended{code}"])[-1])
