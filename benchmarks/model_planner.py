@@ -28,9 +28,9 @@ it planned before); the chord between runs was chosen with them, and the other t
 (``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
 (``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
 more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every
-rule but the last six (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
-slope: ``ratio_own_slopes``, on every set; running a reader's batch twice past the largest run; the chord past a far run;
-an Embedding's row in the floor; flat runs stopping the cards), are published apart (``fresh``), with :data:`FRESH_OPTIMIZERS`.
+rule but the last seven (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
+slope: ``ratio_own_slopes``, on every set; running a reader's batch at twice the largest run; the chord past a far run;
+an Embedding's row in the floor; flat runs, or runs faster than linear (``squared``), stopping the cards), stand apart.
 The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed with ``--time-decide``,
 and its plan held against that replica's step at its own batch, several GiB (:func:`decide_check`).
 
@@ -407,7 +407,7 @@ def rows(cache: dict, names: Sequence[str]) -> list[dict]:
             worst = max(r["step_peak"] for r in [*runs.values(), *extra])
             row = {"architecture": name, "optimizer": base.optimizer, "strategy": base.strategy,
                    "devices": base.devices, "xla": base.xla, "batch_per_device": b, "planned": planned_b,
-                   "measured": worst, "far_check": far,
+                   "measured": worst, "far_check": far, "squared": bool(plan.squared),
                    "ratio": planned_b / worst, "weights": runs[None]["weights_bytes"],
                    "draws": sum(len(r["step_peaks"]) for r in [*runs.values(), *extra]),
                    "one_thread_over_two": runs[1]["step_peak"] / runs[None]["step_peak"],

@@ -69,6 +69,14 @@ def planner_table(path: Path = MODEL_PLANNER, which: str = "rows") -> str:
     return tabulate(lines, headers=["architecture", "weights", "rows", "measured peaks", "planned/measured"])
 
 
+def faster_than_linear(which: str = "rows", path: Path = MODEL_PLANNER) -> list[tuple]:
+    """``(architecture, optimizer, strategy, xla, batch per device)`` of the rows in ``which`` whose plan's runs grew
+    faster than any peak linear in the batch reaches (the benchmark's ``squared``:
+    :attr:`snippets.lib.model_plan.ModelPlan.squared`), which stops every card's largest batch at the largest run."""
+    return [(r["architecture"], r["optimizer"], r["strategy"], r["xla"], r["batch_per_device"])
+            for r in planner_rows(path, which) if r["squared"]]
+
+
 def planner_ranges(path: Path = MODEL_PLANNER, which: str = "rows") -> dict[str, str]:
     """planned / measured, as ``"lo-hi"``, for each kind of step the benchmark ran (:func:`planner_rows`' ``which``)."""
     kinds: dict[str, list[float]] = {}

@@ -96,10 +96,11 @@ def accuracy_line(path: Path = ACCURACY) -> str:
                  f"led to the cheap run at 256, up to {held['lines_max']:.2f} before the chord between runs).")
     fresh = found["fresh"]
     if fresh:
-        line += (f" On {fresh['architectures']} measured after every rule but the last six (the chord between two "
+        line += (f" On {fresh['architectures']} measured after every rule but the last seven (the chord between two "
                  f"runs, which moved them by {fresh['moved']:.3f} at most; past the runs, every line at the steepest "
                  "thread count's slope; running a reader's batch at twice the largest run too; past a far run, the "
-                 "chord to it; an Embedding's row per sample in the floor; flat runs stopping the cards' batches): "
+                 "chord to it; an Embedding's row per sample in the floor; flat runs, or runs that grew faster than "
+                 "linearly, stopping the cards' batches): "
                  f"{fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f}.")
     if found["raised"] > 0:
         line += (" Every thread count's line past the runs climbs at the steepest one's slope, a rule made after every "

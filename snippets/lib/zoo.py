@@ -313,12 +313,12 @@ HOLDOUT = {a.target.rsplit(":", 1)[1]: a for a in (
 )}
 
 
-#: Architectures measured after every rule of the planner but the last six were made (margins, slope cap, flat
+#: Architectures measured after every rule of the planner but the last seven were made (margins, slope cap, flat
 #: growth, the cheap run at 256 that :data:`HOLDOUT` led to; then a batch between two runs on their chord, which
 #: moved their rows by under 0.01; past the runs every line at the steepest thread count's slope, which raised
 #: two by up to 0.04; and running a reader's batch at twice the largest run too, which planned those two, at 64 per
 #: device, from their own runs; past a run four times past the one before, the chord to it, past which no row's batch
-#: lies; an Embedding's row per sample in the floor; flat runs stopping the cards' batches): nothing else was chosen on them. Adam and RMSprop in every mode, published apart (docs/performance.md).
+#: lies; an Embedding's row per sample in the floor; flat runs, or runs faster than linear, stopping the cards' batches): nothing else was chosen on them. Adam and RMSprop in every mode, published apart (docs/performance.md).
 FRESH = {a.target.rsplit(":", 1)[1]: a for a in (
     Architecture("snippets.lib.zoo:convnext_tiny", "sparse_categorical_crossentropy", "CNN, ConvNeXt"),
     Architecture("snippets.lib.zoo:xception", "sparse_categorical_crossentropy", "CNN, separable convolutions"),
