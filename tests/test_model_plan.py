@@ -1310,6 +1310,8 @@ def test_runs_that_grew_faster_than_linearly_stop_the_largest_batch_and_refuse_a
         model_plan.plan_model(replace(step, batch=48), run=_quadratic(400_000, per_sample=100_000))
     run = model_plan.plan_model(replace(step, batch=64), run=_quadratic(400_000, per_sample=100_000))
     assert run.batches[-1] == 64 and run.largest_batch(80 * units.GiB) == 64
+    # Said once: where that run peaked over the lines, their sentence says it (helper-75 read it twice, two figures).
+    assert run.faster and run.squared and "which no peak linear in the batch reaches" not in run.how()
     # A linear step, its fixed part large or none, is no such growth.
     for fixed in (0, 4096):
         assert not model_plan.plan_model(step, run=_quadratic(0, per_sample=fixed * units.KiB + 1)).squared

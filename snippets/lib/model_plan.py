@@ -369,7 +369,7 @@ class ModelPlan:
                 "planned." if self.faster else "")
         if self.method == "compiled":
             return compiled_how(self, grew)
-        if self.squared:
+        if self.squared and not self.faster:  # a run past the lines said so already (helper-75: twice, two figures)
             b0, worst, b1, floor = self.squared
             return run_how(self, grew) + (
                 f" At {b0} and {b1} per device the step peaked at {units.human_bytes(worst)} and at least "
