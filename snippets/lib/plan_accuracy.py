@@ -125,7 +125,9 @@ def accuracy_summary(path: Path = ACCURACY) -> str:
     held, fresh, spread = found["holdout"], found["fresh"], found["spread"]
     more = (f", {held['min_ratio']:.2f}-{held['max_ratio']:.2f} and {fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f} "
             f"on {held['architectures']} + {fresh['architectures']} held out" if held and fresh else "")
-    moved = (f" From fresh runs the same command's plan moved by up to {spread['max'] - 1:.0%} (threads race)."
+    # helper-75: a speech Transformer's two identical commands moved by 8%, read against a bound for every model.
+    moved = (f" From fresh runs the same command's plan moved by up to {spread['max'] - 1:.0%} on the "
+             f"{spread['architectures']} architectures re-planned so (threads race; another model's can move more)."
              if spread else "")
     return (f"Benchmarked (docs/performance.md): planned / measured step peak per device "
             f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f} on {found['architectures']} architectures{more} (this "
