@@ -230,6 +230,16 @@ class ModelPlan:
             return ()
         return faster_than_linear(self.batches, self.peaks, self.floors, MARGIN)
 
+    @property
+    def squared_words(self) -> str:
+        """What :attr:`squared` found, in words: "at b0 and b1 samples per device the step peaked at ... which no peak
+        linear in the batch reaches" (the plan's how() and :func:`plan_model`'s refusal say it); "" if nothing."""
+        if not self.squared:
+            return ""
+        b0, worst, b1, floor = self.squared
+        return (f"at {b0} and {b1} samples per device the step peaked at {units.human_bytes(worst)} and at least "
+                f"{units.human_bytes(floor)}, more than {b1 / b0:g} times as much, which no peak linear in the batch reaches")
+
     def _line_at(self, device_batch: int) -> tuple[float, float]:
         """The highest of :meth:`lines` at ``device_batch``: ``(intercept, slope)``."""
         return max(self.lines(device_batch > self.batches[-1]), key=lambda line: (line[0] + line[1] * device_batch, line[1]))
@@ -370,11 +380,8 @@ class ModelPlan:
         if self.method == "compiled":
             return compiled_how(self, grew)
         if self.squared and not self.faster:  # a run past the lines said so already (helper-75: twice, two figures)
-            b0, worst, b1, floor = self.squared
-            return run_how(self, grew) + (
-                f" At {b0} and {b1} per device the step peaked at {units.human_bytes(worst)} and at least "
-                f"{units.human_bytes(floor)}, more than {b1 / b0:g} times as much, which no peak linear in the batch "
-                f"reaches: it grows faster than linearly, so no batch past {b1} per device is planned.")
+            return (f"{run_how(self, grew)} A{self.squared_words[1:]}: it grows faster than linearly, so no batch past "
+                    f"{self.squared[2]} per device is planned.")
         return run_how(self, grew)
 
     @property
@@ -555,12 +562,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                 (f"--batch {check * replicas} or less" if done else "a smaller --batch") + (", or --backend jax (compiled, not run)"
                                                                                  if jax else ""))
     if plan.squared and target > plan.batches[-1]:  # helper-74: a line past runs that grew faster than linearly
-        b0, worst, b1, floor = plan.squared
-        raise ModelError(f"at {b0} and {b1} samples per device the step peaked at {units.human_bytes(worst)} and at least "
-                         f"{units.human_bytes(floor)}: more than {b1 / b0:g} times as much, which no peak linear in the "
-                         "batch reaches, so it grows faster than linearly (as a loss over pairs within the batch, or a "
-                         f"tensor that routes a batch's tokens, does), and no run here reaches {target}: plan --batch "
-                         f"{b1 * replicas} or less" + (", or --backend jax (compiled, not run)" if jax else ""))
+        raise ModelError(f"{plan.squared_words}, so it grows faster than linearly (as a loss over pairs within the batch, "
+                         f"or a tensor that routes a batch's tokens, does), and no run here reaches {target}: plan --batch "
+                         f"{plan.squared[2] * replicas} or less" + (", or --backend jax (compiled, not run)" if jax else ""))
     if run is None:
         fork_server.release()  # ends unused within a minute: its ~700 MiB stayed as long as a notebook's kernel (an audit)
     return plan
