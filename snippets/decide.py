@@ -231,7 +231,7 @@ def measured_plan(args, weights: Sequence[planner.Weight], setup: model_report.M
         refuse_unjitted_on_jax(facts.no_xla if facts else {},
                                setup.xla_from if setup.xla == "off" and setup.source_chose_xla else None)
         pool = units.parse_size(args.device_memory) if args.device_memory else hardware.jax_pool_bytes(args.card)
-        return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights, capacity=pool)
+        return plan_on_jax(step, progress=model_plan.stderr_progress, weights=weights, capacity=hardware.usable_bytes(pool))
     try:
         return model_plan.plan_model(step, weights, progress=model_plan.stderr_progress,
                                      jax=bool(model_report.jax_line(setup)))
@@ -519,9 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan = None
         if plan is not None and plan.method != "rule":
             card_name = None if args.device_memory else card.name
-            if plan.method == "compiled" and args.device_memory is None:
-                # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator.
-                capacity = hardware.jax_pool_bytes(card.name)
+            # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator; either less a chunk.
+            jax_pool = plan.method == "compiled" and args.device_memory is None
+            capacity = hardware.usable_bytes(hardware.jax_pool_bytes(card.name) if jax_pool else capacity)
             own = getattr(getattr(args, "source", None), "own_policies", None) or {}
             half = any(map(units.computes_in_16_bits, own))
             # A run step that does not fit: its accumulating step is run too, for the accumulation remedy.

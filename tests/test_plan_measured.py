@@ -233,10 +233,11 @@ def test_keras_on_jax_is_planned_by_xlas_compiled_analysis(kernel):
     # step, over 3 MiB, has its accumulation remedy compiled with the builder's own optimizer given k, its micro-batch
     # a multiple of 3 too (helper-54: an estimate that did not fit; helper-55: odd batches offered to a loss over pairs).
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:triplet", "--strategy", "single", "--batch",
-                                           "3075", "--backend", "jax", "--device-memory", "3MiB", "--json"])
+                                           "3075", "--backend", "jax", "--device-memory", "6MiB", "--json"])
     assert code == 0, out
     answer = json.loads(out[out.index("{"):])
     grouped = answer["plan"]
+    assert answer["capacity"] == 3 * 2**20  # half of a pool this small (hardware.usable_bytes)
     assert all(b % 3 == 0 for b in grouped["batches"] + [b for b, _ in grouped["confirmed"]])
     assert all(b % 3 == 0 for b in answer["largest_global_batch"].values())
     assert all((3075 // k) % 3 == 0 for k, _ in grouped["accumulated"]) and not grouped["confirm_failed"]

@@ -32,9 +32,11 @@ def listed(names: Sequence[str]) -> str:
 
 
 def card_pool(plan: model_plan.ModelPlan) -> Callable[[str], int]:
-    """The function giving a card's memory for ``plan``, bytes: JAX's default pool for a compiled (Keras on
-    JAX) plan, TensorFlow's allocator otherwise (:mod:`snippets.lib.hardware`)."""
-    return hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
+    """The function giving what ``plan`` may fill of a card, bytes: JAX's default pool for a compiled (Keras on
+    JAX) plan, TensorFlow's allocator otherwise, each less :data:`snippets.lib.hardware.ALLOCATOR_SLACK`
+    (:func:`~snippets.lib.hardware.usable_bytes`)."""
+    pool = hardware.jax_pool_bytes if plan.method == "compiled" else hardware.allocator_bytes
+    return lambda name: hardware.usable_bytes(pool(name))
 
 
 def largest_batches(plan: model_plan.ModelPlan) -> dict[str, int]:

@@ -154,6 +154,32 @@ V100_CAPACITY = allocator_bytes("V100-SXM2-32GB")
 JAX_DEFAULT_MEM_FRACTION = 0.75
 
 
+#: Bytes an allocator can lose beside one tensor: 128 MiB. TensorFlow's BFC allocator (a GPU's and the capped CPU
+#: one alike; JAX's GPU pool is the same class) hands a request the whole free chunk it finds unless the chunk is at
+#: least twice the request or the rest would be 128 MiB or more (``FindChunkPtr`` in xla/tsl/framework/
+#: bfc_allocator.cc: ``max_internal_fragmentation_bytes``, 128 MiB unless ``fragmentation_fraction`` is set, which
+#: TensorFlow sets from ``GPUOptions.Experimental.internal_fragmentation_fraction``, default 0). Measured here: a small
+#: CNN whose peak was 641 MiB under a roomy cap ran out under 768 MiB, a 209.5 MiB gradient in a 337 MiB chunk.
+ALLOCATOR_SLACK = 128 * MiB
+
+#: How a verdict's capacity says it is :func:`usable_bytes`.
+SLACK_WORDS = "less 128 MiB that its allocator can hand a tensor as part of a whole chunk"
+
+
+def usable_bytes(pool: int) -> int:
+    """What a plan measured at small batches may fill of ``pool`` bytes: the pool less :data:`ALLOCATOR_SLACK`
+    (a plan's largest batch and its "Fits" are read at the pool's edge, where its runs, made under roomy caps, could
+    not see a chunk handed out whole), and at least half of it: a chunk handed out whole is under twice its request,
+    so what it loses is under the tensor it holds, which the plan counts. One chunk's worth: a step that holds
+    several such chunks at once can lose more.
+
+    >>> from snippets.lib.units import human_bytes
+    >>> human_bytes(usable_bytes(allocator_bytes("V100-PCIE-16GB"))), human_bytes(usable_bytes(200 * MiB))
+    ('14.31 GiB', '100 MiB')
+    """
+    return max(pool - ALLOCATOR_SLACK, pool // 2)
+
+
 def jax_pool_bytes(name: str = DEFAULT_CARD, fraction: float = JAX_DEFAULT_MEM_FRACTION) -> int:
     """Bytes of JAX's GPU memory pool on one card ``name``: ``fraction`` of its total memory.
 

@@ -299,7 +299,7 @@ def confirm_cards(plan: ModelPlan, compile_at: Callable[[Sequence[int]], list[di
     from snippets.lib.model_report import BATCH_CARDS
 
     for _ in range(rounds):
-        pools = [hardware.jax_pool_bytes(name) for name in BATCH_CARDS]
+        pools = [hardware.usable_bytes(hardware.jax_pool_bytes(name)) for name in BATCH_CARDS]
         wanted = sorted(({plan.largest_batch(pool) // plan.replicas for pool in pools}
                          | {compiled_curve.past_top(plan, pool) for pool in pools}) - set(plan.compiled_points) - {0, None})
         if not wanted:

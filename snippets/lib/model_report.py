@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from snippets.lib import compiled_curve, model_accumulation, model_plan, units
+from snippets.lib import compiled_curve, hardware, model_accumulation, model_plan, units
 from snippets.lib.batch_limits import (BATCH_CARDS, JAX_LINE, card_pool, largest_batches, limit_note, line_checked,  # noqa: F401
                                        listed, unchecked)
 from snippets.lib.model_remedies import BatchRemedy
@@ -362,8 +362,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         half = " No 16-bit plan is among those benchmarked." if model_plan.in_16_bits(plan) else ""
         lines.append(textwrap.fill(model_plan.accuracy_summary() + half, 100, break_on_hyphens=False))
     spare = capacity - plan.total
-    against = ("each device" if not card_name else f"JAX's default 75% pool of {'an' if card_name[0] in 'AEFHILMNORSX' else 'a'} {card_name}" if compiled
-               else f"{card_name}'s allocator")
+    against = ("each device's memory" if not card_name else f"JAX's default 75% pool of {'an' if card_name[0] in 'AEFHILMNORSX' else 'a'} {card_name}" if compiled
+               else f"{card_name}'s allocator") + f", {hardware.SLACK_WORDS}"
     # The verdict holds the larger peak (ModelPlan.total); the initialisation's is said to be the one.
     peak = h(plan.total) + (" (initialisation, above the step)" if plan.init_peak > plan.step_peak else "")
     if spare >= 0:
@@ -390,9 +390,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                          for name, batch in largest.items())
         over = f", the global batch over {step.devices} replicas" if step.strategy == "mirrored" else ""
         # An H100-80GB holds a smaller batch than an A100-80GB: less memory, and a larger reserve.
-        over += ("; each in JAX's default 75% pool" if compiled else
+        over += (f"; each in JAX's default 75% pool, {hardware.SLACK_WORDS}" if compiled else
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
-                 "keeps, which grows with the compute capability")
+                 f"keeps, which grows with the compute capability, and {hardware.SLACK_WORDS}")
         beyond = f" {beyond}" if beyond else ""
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
@@ -501,7 +501,7 @@ JSON_KEYS = {
     "plan": "the plan's own figures, the plan.* keys",
     "setup": ("what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes; tf_step: "
               "the model's own train_step takes its batch alone, which Keras on JAX does not call"),
-    "capacity": "what each device's pool gives, bytes",
+    "capacity": "what each device's pool gives less 128 MiB, bytes (its allocator can hand a tensor a whole chunk: hardware.ALLOCATOR_SLACK)",
     "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
