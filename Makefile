@@ -43,3 +43,4 @@ benchmark: $(STAMP)
 	$(PYTHON) -m benchmarks --publish
 	$(PYTHON) -m benchmarks.model_planner --time-decide
 	$(PYTHON) -m benchmarks.activations
+	$(PYTHON) -m benchmarks.pool_edge
