@@ -46,8 +46,8 @@ pytest_collect_file = (chapters + docstrings).pytest()
 #: run early, the waits overlap the computing. pytest-xdist's ``--dist loadfile`` hands files to
 #: workers in collection order only with ``--no-loadscope-reorder`` (pytest.ini): by default it
 #: re-sorts files by their number of tests, which sent the 2-test scale models out last.
-LONG_FIRST = ("tests/test_plan_measured.py", "tests/test_scale_models.py", "tests/test_browser.py",
-              "tests/test_model_plan.py", "tests/test_parameter_server.py", "tests/test_plan.py",
+LONG_FIRST = ("tests/test_plan_measured.py", "tests/test_plan_check.py", "tests/test_scale_models.py",
+              "tests/test_browser.py", "tests/test_model_plan.py", "tests/test_parameter_server.py", "tests/test_plan.py",
               "tests/test_fork_server.py", "tests/test_activations.py",
               "tests/test_reproduce_oom.py", "docs/precision.md", "docs/memory-growth.md",
               "tests/test_notebook.py", "docs/tensor-parallel.md", "tests/test_troubleshooting.py",
