@@ -158,12 +158,13 @@ JAX_DEFAULT_MEM_FRACTION = 0.75
 #: one alike; JAX's GPU pool is the same class) hands a request the whole free chunk it finds unless the chunk is at
 #: least twice the request or the rest would be 128 MiB or more (``FindChunkPtr`` in xla/tsl/framework/
 #: bfc_allocator.cc: ``max_internal_fragmentation_bytes``, 128 MiB unless ``fragmentation_fraction`` is set, which
-#: TensorFlow sets from ``GPUOptions.Experimental.internal_fragmentation_fraction``, default 0). Measured here: a small
-#: CNN whose peak was 641 MiB under a roomy cap ran out under 768 MiB, a 209.5 MiB gradient in a 337 MiB chunk.
+#: TensorFlow sets from ``GPUOptions.Experimental.internal_fragmentation_fraction``, default 0). Measured on a small CNN
+#: at a 768 MiB pool by ``python -m benchmarks.pool_edge`` (:mod:`snippets.lib.pool_edge`, quoted in docs/decide.md).
 ALLOCATOR_SLACK = 128 * MiB
 
 #: How a verdict's capacity says it is :func:`usable_bytes`.
-SLACK_WORDS = "less 128 MiB that its allocator can hand a tensor as part of a whole chunk"
+SLACK_WORDS = ("less what its allocator can hand a tensor as part of a whole chunk (128 MiB; half of a pool under "
+               "256 MiB)")
 
 
 def usable_bytes(pool: int) -> int:

@@ -501,7 +501,8 @@ JSON_KEYS = {
     "plan": "the plan's own figures, the plan.* keys",
     "setup": ("what the step trains with (loss, dtype policy, XLA mode), where each came from, and notes; tf_step: "
               "the model's own train_step takes its batch alone, which Keras on JAX does not call"),
-    "capacity": "what each device's pool gives less 128 MiB, bytes (its allocator can hand a tensor a whole chunk: hardware.ALLOCATOR_SLACK)",
+    "capacity": ("what each device's pool gives less 128 MiB (half of a pool under 256 MiB), bytes: its allocator can "
+                 "hand a tensor a whole chunk (hardware.usable_bytes)"),
     "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
