@@ -1,4 +1,4 @@
-"""``python -m benchmarks.pool_edge``: a plan's largest batch run under a cap of its pool (:mod:`snippets.lib.pool_edge`).
+"""``python -m benchmarks.pool_edge``: a plan's largest batch run under a cap of its pool (snippets.lib.pool_edge).
 
 Plans :data:`snippets.lib.pool_edge.STEP` as ``decide --model`` does, then runs its step in fresh processes
 (``python -m snippets.lib.model_step``, as decide.md shows a reader) capped at the pool, at the largest batch the plan

@@ -14,8 +14,9 @@ def test_the_published_pool_edge_check_is_of_the_configuration_and_the_allowance
     assert data["batches"]["usable"] < data["batches"]["pool"]
     for batch in data["batches"].values():
         assert sorted(r["threads"] for r in data["runs"] if r["batch"] == batch) == list(pool_edge.THREADS)
-    # What a run that ran out lost to chunks handed out whole came from the allocator's dump; a roomy peak under the pool.
-    assert all(r["chunk_loss"] for r in data["runs"] if not r["completed"])
+    # What a run that ran out lost to chunks handed out whole came from the allocator's dump; its roomy peak fits.
+    # Within the one chunk's allowance decide keeps: a result past it would need the allowance looked at again.
+    assert all(0 < r["chunk_loss"] <= hardware.ALLOCATOR_SLACK for r in data["runs"] if not r["completed"])
     assert data["roomy"] < data["pool"] <= data["roomy_cap"]
 
 

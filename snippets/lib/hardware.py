@@ -163,8 +163,8 @@ JAX_DEFAULT_MEM_FRACTION = 0.75
 ALLOCATOR_SLACK = 128 * MiB
 
 #: How a verdict's capacity says it is :func:`usable_bytes`.
-SLACK_WORDS = ("less what its allocator can hand a tensor as part of a whole chunk (128 MiB; half of a pool under "
-               "256 MiB)")
+SLACK_WORDS = ("less what its allocator can hand a tensor as part of a whole chunk: 128 MiB, or half of a pool "
+               "under 256 MiB")
 
 
 def usable_bytes(pool: int) -> int:
