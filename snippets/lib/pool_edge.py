@@ -39,12 +39,6 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "pool
 _BIN = re.compile(r"Bin \(\d+\):.*?([\d.]+[KMG]?i?B) in use in bin\. ([\d.]+[KMG]?i?B) client-requested in use in bin")
 
 
-def _size(text: str) -> int:
-    """Bytes of one of BFC's sizes: ``"337.18MiB"``, ``"768B"``."""
-    number, unit = re.fullmatch(r"([\d.]+)([KMG]?i?B)", text).groups()
-    return round(float(number) * {"B": 1, "KiB": units.KiB, "MiB": units.MiB, "GiB": units.GiB}[unit])
-
-
 def chunk_loss(log: str) -> int | None:
     """Bytes the chunks in use held beyond their requests when the allocator ran out, from its dump in ``log``
     (TensorFlow's stderr at ``TF_CPP_MIN_LOG_LEVEL=0``); None where the log has no dump. The allocator dumps its bins
@@ -61,7 +55,7 @@ def chunk_loss(log: str) -> int | None:
     >>> chunk_loss("no dump") is None
     True
     """
-    dumps = [sum(_size(used) - _size(asked) for used, asked in _BIN.findall(part))
+    dumps = [sum(units.parse_size(used) - units.parse_size(asked) for used, asked in _BIN.findall(part))
              for part in re.split(r"ran out of memory trying to allocate", log) if _BIN.search(part)]
     return max(dumps) if dumps else None
 
