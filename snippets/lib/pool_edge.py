@@ -20,6 +20,7 @@ from pathlib import Path
 
 from snippets.lib import units
 from snippets.lib.model_step import ModelStep
+from snippets.lib.plan_runs import PLAN_THREADS
 
 #: The check's model: a small CNN at 32 px, Adam, one device, without XLA (the planner's widest draws).
 STEP = ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "off", loss="sparse_categorical_crossentropy",
@@ -28,8 +29,8 @@ STEP = ModelStep("snippets.lib.zoo:small_cnn", "adam", 64, "off", loss="sparse_c
 #: The pool checked, bytes: small, so that one chunk's 128 MiB is a large share of it.
 POOL = 768 * units.MiB
 
-#: Inter-op thread counts each check runs at: the planner's for a step without XLA (snippets.lib.model_plan).
-THREADS = (1, 8)
+#: Inter-op thread counts each check runs at: the planner's for a step without XLA.
+THREADS = PLAN_THREADS
 
 #: The committed results of ``python -m benchmarks.pool_edge``.
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "pool_edge.json"
