@@ -126,9 +126,10 @@ def accuracy_summary(path: Path = ACCURACY) -> str:
     more = (f", {held['min_ratio']:.2f}-{held['max_ratio']:.2f} and {fresh['min_ratio']:.2f}-{fresh['max_ratio']:.2f} "
             f"on {held['architectures']} + {fresh['architectures']} held out" if held and fresh else "")
     # helper-75: a speech Transformer's two identical commands moved by 8%, read against a bound for every model.
+    # helper-76: a 1-D text CNN's peak at 64 moved 4% between two plans, its largest batch for 1 GiB 19% (940, 764).
     moved = (f" From fresh runs the same command's plan moved by up to {spread['max'] - 1:.0%} on the "
-             f"{spread['architectures']} architectures re-planned so (threads race; another model's can move more)."
-             if spread else "")
+             f"{spread['architectures']} architectures re-planned so (threads race; another model's can move more, "
+             "and a largest batch read off the line far past the runs more still)." if spread else "")
     return (f"Benchmarked (docs/performance.md): planned / measured step peak per device "
             f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f} on {found['architectures']} architectures{more} (this "
             f"CPU's capped allocator at {_and(found['batches'])} samples, float32 on TensorFlow).{moved} --help has "
