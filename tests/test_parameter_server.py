@@ -303,8 +303,10 @@ def test_multi_process_cluster_from_tf_config():
 
 
 def test_multi_process_cluster_is_cleaned_up_on_timeout():
+    # Stand-ins that serve forever, as ps and worker tasks do, and a chief that never finishes: the cleanup kills
+    # by pid whatever the task runs (SIGKILL), so three TensorFlow imports would only cost the suite time.
     with pytest.raises(loopback.ClusterError, match="the chief did not finish within 1 s") as info:
-        ps.launch_local(workers=1, ps=1, steps=1, timeout=1)
+        loopback.launch_local(["-c", "import time; time.sleep(600)"], workers=1, ps=1, timeout=1)
     assert len(info.value.pids) == 3 and not _alive(info.value.pids)
 
 
