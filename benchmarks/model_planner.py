@@ -22,23 +22,22 @@ keep more buffers live, so the worst of those 18 to 30 steps counts (a training 
 between one and two threads is published.
 
 The architectures of :data:`snippets.lib.zoo.HOLDOUT` (a U-Net, a ViT, a 1-D CNN) are measured the same way
-with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the planner's margins were chosen
-without them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what
-it planned before); the chord between runs was chosen with them, and the other two sets, in view
-(``ratio_on_lines`` keeps what the lines planned). The plans of :data:`SPREAD` are made :data:`PLAN_REPEATS` more times from fresh runs
-(``plan_spread``): how far the same command's plan moves; the "measured" of :data:`REDRAWN`, :data:`REDRAWS`
-more times (``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every
-rule but the last seven (a batch between two runs on their chord; past the runs, every line at the steepest thread count's
-slope: ``ratio_own_slopes``, on every set; running a reader's batch at twice the largest run; the chord past a far run;
-an Embedding's row in the floor; flat runs, or runs faster than linear (``squared``), stopping the cards), stand apart.
-The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`) is timed with ``--time-decide``,
-and its plan held against that replica's step at its own batch, several GiB (:func:`decide_check`).
+with Adam (:data:`HOLDOUT_OPTIMIZERS`) and published apart (``holdout``): the planner's margins were chosen without
+them, and their first measurement led to the cheap run at 256 (``ratio_without_cheap`` keeps what it planned before);
+the chord between runs was chosen with them, and the other two sets, in view (``ratio_on_lines``: the lines).
+:data:`SPREAD`'s plans are made :data:`PLAN_REPEATS` more times from fresh runs (``plan_spread``: how far the same
+command's plan and its cards' largest batches move); :data:`REDRAWN`'s "measured", :data:`REDRAWS` more times
+(``measured_sets``): how far the reference moves. Those of :data:`snippets.lib.zoo.FRESH`, measured after every rule but
+the last seven (a batch between two runs on their chord; past the runs, every line at the steepest thread count's slope:
+``ratio_own_slopes``, on every set; running a reader's batch at twice the largest run; the chord past a far run; an
+Embedding's row in the floor; flat runs, or runs faster than linear (``squared``), stopping the cards), stand apart.
+The reader's command for a 224 px ResNet50 (:data:`benchmarks.decide_timing.DECIDE_RESNET`), timed with ``--time-decide``,
+has its plan held against that replica's step at its own batch (:func:`decide_check`).
 
-Results are cached by package versions and configuration in ``benchmarks/results/model_planner.json``
-(committed): a re-run measures only what is missing (``--fresh`` re-measures all). The file states its own
-run time. A run measured since ``max_steps`` was recorded takes more steps while quick at any thread count;
-the published targets' runs at one and two threads predate it (:func:`stale` keeps them) and took two, so
-after ``--fresh`` the counts above grow.
+Results are cached by package versions and configuration in ``benchmarks/results/model_planner.json`` (committed): a
+re-run measures only what is missing (``--fresh`` re-measures all). The file states its own run time. A run measured
+since ``max_steps`` was recorded takes more steps while quick at any thread count; the published targets' runs at one
+and two threads predate it (:func:`stale` keeps them) and took two, so after ``--fresh`` the counts above grow.
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ from pathlib import Path
 from benchmarks.decide_timing import time_decide
 from benchmarks.measure import machine
 from harness import Kernel
-from snippets.lib import devices, model_plan, model_step, plan_accuracy, plan_runs, zoo
+from snippets.lib import batch_limits, devices, model_plan, model_step, plan_accuracy, plan_runs, zoo
 from snippets.lib.model_step import ModelStep
 
 RESULTS = Path(__file__).resolve().parent / "results" / "model_planner.json"
@@ -338,11 +337,12 @@ def target_runs(cache: dict, step: ModelStep, draw: int = 0) -> tuple[dict, list
 
 
 def plan_spread(cache: dict) -> list[dict]:
-    """For each :data:`SPREAD` configuration and target: the plans made from each draw of the planner's runs
-    (the published one and :data:`PLAN_REPEATS` more) against the same "measured" (:func:`rows`):
-    ``{"architecture", "strategy", "batch_per_device", "planned": [bytes, ...], "measured", "spread", "own_runs"}``
-    (``spread``: the highest plan over the lowest; ``own_runs``: the plan runs that batch itself, from the one set of
-    the planner's runs cached there, so it cannot move: :func:`far_checked`). Configurations with a run missing are left out."""
+    """For each :data:`SPREAD` configuration and target: the plans made from each draw of the planner's runs (the
+    published one and :data:`PLAN_REPEATS` more) against the same "measured" (:func:`rows`): ``{"architecture",
+    "strategy", "batch_per_device", "planned": [bytes, ...], "measured", "spread", "own_runs", "largest"}`` (``spread``:
+    the highest plan over the lowest; ``own_runs``: the plan runs that batch itself, from the one set of the planner's
+    runs cached there, so it cannot move: :func:`far_checked`; ``largest``: each plan's largest global batch per card,
+    :func:`snippets.lib.batch_limits.largest_batches`). Configurations with a run missing are left out."""
     out = []
     for name, base in spread_configurations(list(SPREAD)):
         replicas = base.devices if base.strategy == "mirrored" else 1
@@ -354,10 +354,10 @@ def plan_spread(cache: dict) -> list[dict]:
             if found is None:
                 continue
             measured = max(r["step_peak"] for r in [*found[0].values(), *found[1], *found[2]])
-            checked = [far_checked(plan, base, b, found[0], found[2]) for plan in plans]  # as rows() plans them
-            peaks = [peak for peak, _ in checked]
-            out.append({"architecture": name, "strategy": base.strategy, "batch_per_device": b, "planned": peaks,
-                        "measured": measured, "spread": max(peaks) / min(peaks), "own_runs": checked[0][1]})
+            peaks, own = zip(*[far_checked(plan, base, b, found[0], found[2]) for plan in plans])  # as rows() plans
+            out.append({"architecture": name, "strategy": base.strategy, "batch_per_device": b, "planned": list(peaks),
+                        "measured": measured, "spread": max(peaks) / min(peaks), "own_runs": own[0],
+                        "largest": [batch_limits.largest_batches(plan) for plan in plans]})
     return out
 
 

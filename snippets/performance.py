@@ -336,6 +336,26 @@ def plan_spread(path: Path = MODEL_PLANNER) -> str:
                     colalign=("left", "left", "right", "right", "right", "left"))
 
 
+def batch_spread(path: Path = MODEL_PLANNER, card: str = "V100-PCIE-16GB") -> str:
+    """How far identical plans moved each card's largest global batch, as a table: for each configuration of
+    :func:`plan_spread` (each plan's batches, ``largest``, are the same in its two rows), the number of plans, the
+    lowest and highest largest batch for ``card`` (``batch_limits.BATCH_CARDS``), and the highest over the lowest,
+    for ``card`` and the most for any card."""
+    from tabulate import tabulate
+
+    lines, seen = [], set()
+    for row in json.loads(path.read_text(encoding="utf-8")).get("plan_spread", []):
+        if (row["architecture"], row["strategy"]) in seen or not row.get("largest"):
+            continue
+        seen.add((row["architecture"], row["strategy"]))
+        batches = {name: [plan[name] for plan in row["largest"]] for name in row["largest"][0]}
+        lines.append([row["architecture"], row["strategy"], len(row["largest"]),
+                      f"{min(batches[card])}-{max(batches[card])}", f"{max(batches[card]) / min(batches[card]):.2f}",
+                      f"{max(max(b) / min(b) for b in batches.values()):.2f}"])
+    return tabulate(lines, headers=["architecture", "strategy", "plans", card, "highest/lowest", "any card"],
+                    disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right"))
+
+
 def decide_resnet(path: Path = MODEL_PLANNER) -> dict | None:
     """The timed reader's command for a 224 px ResNet50 (``benchmarks.model_planner.DECIDE_RESNET``), or None."""
     return json.loads(path.read_text(encoding="utf-8")).get("decide_resnet50_224")

@@ -26,10 +26,11 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
         "raised"}``
         (``batches``: the rows' per-device batches, ascending; ``worst``: the row farthest from 1); ratios are planned / measured per-device step peaks (benchmarks/model_planner.py
         says how each is obtained). ``spread``: None if the benchmark planned nothing twice, else
-        ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio", "own_runs"}``: how many plans of the
-        same configuration it made from fresh runs (without XLA), of how many architectures and configurations
-        (each at two batches), the highest plan over the lowest of one configuration, the range of those plans
-        over measured, and how many of them run that batch itself (one set of runs there: they cannot move). ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
+        ``{"plans", "architectures", "configurations", "max", "min_ratio", "max_ratio", "own_runs", "largest_max"}``: how
+        many plans of the same configuration it made from fresh runs (without XLA), of how many architectures and
+        configurations (each at two batches), the highest plan over the lowest of one configuration, the range of those
+        plans over measured, how many of them run that batch itself (one set of runs there: they cannot move), and the
+        highest largest batch for one card over the lowest of one configuration (None before the benchmark kept them). ``holdout``: None, or ``{"architectures", "min_ratio", "max_ratio", "before_min",
         "before_max", "lines_max"}`` for :data:`snippets.lib.zoo.HOLDOUT`, ``before_*`` without the cheap run at
         256, ``lines_max`` with it but between two runs on the lines, as before the chord (``ratio_on_lines``).
         ``fresh``: None, or ``{"architectures", "min_ratio", "max_ratio", "moved"}`` for :data:`snippets.lib.zoo.FRESH`,
@@ -51,7 +52,10 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
               "configurations": len(repeated) // 2, "max": max(row["spread"] for row in repeated),
               "min_ratio": min(min(row["planned"]) / row["measured"] for row in repeated),
               "max_ratio": max(max(row["planned"]) / row["measured"] for row in repeated),
-              "own_runs": sum(bool(row.get("own_runs")) for row in repeated)} if repeated else None
+              "own_runs": sum(bool(row.get("own_runs")) for row in repeated),
+              "largest_max": max((max(p[card] for p in row["largest"]) / min(p[card] for p in row["largest"])
+                                  for row in repeated if row.get("largest") for card in row["largest"][0]
+                                  if min(p[card] for p in row["largest"]) > 0), default=None)} if repeated else None
     apart = data.get("holdout") or []
     # Before the run at 256 that a cheap step takes (model_plan.WIDE_PEAK), which one of them led to.
     before = [row.get("ratio_without_cheap", row["ratio"]) for row in apart]
@@ -113,6 +117,9 @@ def accuracy_line(path: Path = ACCURACY) -> str:
                  "measured peak" + (f" ({spread['own_runs']} of the {2 * spread['configurations']} at a batch the plan runs "
                  "itself, from the one set of its runs the benchmark has there: those cannot move)" if spread["own_runs"]
                  else "") + ".")
+        if spread["largest_max"]:
+            line += (" Read off those lines far past the runs, each plan's largest batch for a card moved by up to "
+                     f"{spread['largest_max'] - 1:.0%}.")
     return line
 
 
@@ -127,9 +134,10 @@ def accuracy_summary(path: Path = ACCURACY) -> str:
             f"on {held['architectures']} + {fresh['architectures']} held out" if held and fresh else "")
     # helper-75: a speech Transformer's two identical commands moved by 8%, read against a bound for every model.
     # helper-76: a 1-D text CNN's peak at 64 moved 4% between two plans, its largest batch for 1 GiB 19% (940, 764).
+    far = (f" by up to {spread['largest_max'] - 1:.0%}" if spread and spread["largest_max"] else " more still")
     moved = (f" From fresh runs the same command's plan moved by up to {spread['max'] - 1:.0%} on the "
              f"{spread['architectures']} architectures re-planned so (threads race; another model's can move more, "
-             "and a largest batch read off the line far past the runs more still)." if spread else "")
+             f"and a largest batch read off the line far past the runs{far})." if spread else "")
     return (f"Benchmarked (docs/performance.md): planned / measured step peak per device "
             f"{found['min_ratio']:.2f}-{found['max_ratio']:.2f} on {found['architectures']} architectures{more} (this "
             f"CPU's capped allocator at {_and(found['batches'])} samples, float32 on TensorFlow).{moved} --help has "
