@@ -340,8 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"GPU model, for capacity and reserve: {', '.join(hardware.CARDS)} "
                         f"(default {hardware.DEFAULT_CARD})")
     parser.add_argument("--device-memory", default=None, metavar="SIZE",
-                        help="what each device's allocator gets, overriding --card: e.g. 30976MiB (a logical "
-                        "device with memory_limit, which has no reserve), 30GiB, 32GB")
+                        help="what each device's allocator gets, overriding --card, with its unit: e.g. 30976MiB (a "
+                        "logical device with memory_limit, which has no reserve), 30GiB, 32GB, 909680640B")
     parser.add_argument("--model-kwargs", default=None, metavar="JSON",
                         help="--model: keyword arguments for the function, as a JSON object, e.g. '{\"size\": 224}'")
     parser.add_argument("--loss", default=None, metavar="NAME",
@@ -435,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.device_memory is None:
             capacity, reserve = card.allocator_mib * units.MiB, card.reserve_mib * units.MiB
         else:
-            capacity, reserve = units.parse_size(args.device_memory), 0
+            capacity, reserve = units.parse_size_with_unit(args.device_memory, "--device-memory"), 0
         splits.check_count(args.devices)
         splits.check_count(args.batch, "--batch")
         optimizers.check_optimizer(args.optimizer)

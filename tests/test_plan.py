@@ -420,6 +420,9 @@ def test_benchmark_returns_figures(kernel):
     (["--strategy", "column", "--devices", "3"],
      "cannot split dimension 1 of shape [131072, 65536] (size 65536) into 3 equal shards"),
     (["--device-memory", "lots"], "'lots' is not a memory size"),
+    # helper-77: a byte figure from --json, read as MiB, planned a pool of 867 TiB and offered a batch of two billion.
+    (["--device-memory", "909680640"], "--device-memory 909680640 has no unit: write 909680640B for bytes (decide "
+                                       "--json's figures are bytes) or a size with its unit, such as 4GiB"),
     (["--card", "V100"], "unknown card 'V100'; use one of V100-SXM2-32GB"),
     (["--batch", "0"], "--batch must be a positive integer, not 0"),
     (["--xla", "maybe"], "argument --xla: invalid choice: 'maybe'"),

@@ -552,13 +552,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.step:
         parser.error("give --step (a ModelStep as JSON)")
     try:
-        units.parse_size(args.cap)  # a size, or its one-line error
+        units.parse_size_with_unit(args.cap, "--cap")  # a size with its unit, or its one-line error
     except ValueError as error:
         parser.error(str(error))
-    if (bare := args.cap.strip()).replace(".", "", 1).isdigit():  # helper-58: plan.step_peak's bytes read as 868 TiB
-        as_mib = f"{bare}MiB or " if float(bare) < units.MiB else ""  # helper-71: not "909680640MiB", 867 TiB
-        parser.error(f"--cap {bare} has no unit: write {bare}B for bytes (decide --json's figures are bytes) or a size "
-                     f"with its unit, such as {as_mib}4GiB")
     try:
         step = check_step(ModelStep(**json.loads(args.step)))
     except (ValueError, TypeError) as error:

@@ -103,6 +103,32 @@ def parse_size(text: str | int) -> int:
     return size
 
 
+def parse_size_with_unit(text: str, option: str) -> int:
+    """:func:`parse_size` for an option whose figure a reader may paste from ``decide --json``, whose sizes are bytes:
+    there a bare number, which :func:`parse_size` reads as MiB, is refused (helper-58: 0.8 x ``plan.step_peak`` passed
+    to ``model_step --cap`` read as 868 TiB; helper-77: ``decide --device-memory 909680640`` planned for 867 TiB).
+
+    Returns:
+        The size in bytes (int).
+
+    Raises:
+        ValueError: as :func:`parse_size`, or for a bare number: the message names ``option`` and how to write it.
+
+    >>> parse_size_with_unit("909680640B", "--cap") == 909680640
+    True
+    >>> parse_size_with_unit("512", "--cap")
+    Traceback (most recent call last):
+    ...
+    ValueError: --cap 512 has no unit: write 512B for bytes (decide --json's figures are bytes) or a size with its unit, such as 512MiB or 4GiB
+    """
+    size = parse_size(text)
+    if (bare := str(text).strip()).replace(".", "", 1).isdigit():
+        as_mib = f"{bare}MiB or " if float(bare) < MiB else ""  # helper-71: not "909680640MiB", 867 TiB
+        raise ValueError(f"{option} {bare} has no unit: write {bare}B for bytes (decide --json's figures are bytes) or "
+                         f"a size with its unit, such as {as_mib}4GiB")
+    return size
+
+
 def dtype_bytes(dtype: str) -> int:
     """Bytes per element of ``dtype`` (a name such as ``"float16"``).
 
