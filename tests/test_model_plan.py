@@ -960,6 +960,9 @@ def test_answer_first_boxes_state_the_published_accuracy():
         box = boxes[page]
         assert all(cells in box for cells in table) and low in " ".join(box.split()), page
         assert "(#your-own-model)" in box or "decide.md#your-own-model" in box or page == "docs/memory-budget.md", page
+    # decide.md's box, where it gives largest batches: how far identical plans moved them (performance.md's table).
+    assert (f"largest batches up to {found['spread']['largest_max'] - 1:.0%} apart"
+            in " ".join(boxes["docs/decide.md"].split()))
     assert "../../decide/#your-own-model" in boxes["the notebook"]
     performance = " ".join(boxes["docs/performance.md"].split())
     assert (f"| {found['rows']} | {span} |" in performance and f"| {len(data['holdout'])} | {apart[0]} |" in performance
