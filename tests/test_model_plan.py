@@ -827,6 +827,10 @@ def test_model_steps_cap_without_a_unit_is_refused_naming_bytes(capsys):
         with pytest.raises(SystemExit) as exit_:
             model_step.main(["--cap", cap, "--step", "{}"])
         assert exit_.value.code == 2 and words in capsys.readouterr().err
+    # helper-78: a --step that is not JSON got the parser's words alone, naming no argument.
+    with pytest.raises(SystemExit) as exit_:
+        model_step.main(["--cap", "1GiB", "--step", "{bad"])
+    assert exit_.value.code == 2 and "error: --step is not JSON (Expecting property name" in capsys.readouterr().err
 
 
 def test_model_step_reports_a_run_whose_process_died_as_one_that_ran_out():
@@ -850,6 +854,14 @@ def test_model_step_reports_a_run_whose_process_died_as_one_that_ran_out():
     done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--cap", "64MiB", "--step", step],
                           capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 3 and not done.stdout and "died" not in done.stderr
+    # A builder it cannot load is bad input, one line and exit 2, not a run's JSON and exit 0 (helper-78).
+    step = json.dumps(ModelStep("tests.plan_builders_crash:nope").fields())
+    done = subprocess.run([sys.executable, "-m", "snippets.lib.model_step", "--cap", "64MiB", "--step", step],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2 and not done.stdout, done
+    assert done.stderr.strip().splitlines()[-1] == ("python -m snippets.lib.model_step: error: cannot load "
+                                                    "tests.plan_builders_crash:nope: module 'tests.plan_builders_crash' "
+                                                    "has no attribute 'nope'"), done.stderr
 
 
 def test_a_model_too_large_for_this_host_is_planned_by_rule_and_says_how():

@@ -557,6 +557,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     try:
         step = check_step(ModelStep(**json.loads(args.step)))
+    except json.JSONDecodeError as error:  # helper-78: the parser's words alone did not say which argument
+        parser.error(f"--step is not JSON ({error}): give it plan.step of decide --json")
     except (ValueError, TypeError) as error:
         parser.error(str(error).splitlines()[0])
     from snippets.lib import cli
@@ -575,6 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"TensorFlow died ({crash}) under --cap {args.cap}: it does so where the cap refuses a buffer of fit's "
                   "input; taken as a step that ran out (a larger --cap runs it)", file=sys.stderr)
             reply = json.dumps({"step": step.fields(), "completed": False, "failed_phase": "step", "crashed": crash})
+        if "refused" in (answer := json.loads(reply)):  # helper-78: a model it cannot build is bad input, not a run
+            parser.exit(2, f"{parser.prog}: error: {answer['refused']}\n")
         print(reply.strip(), flush=True)
         return 0
     os.close(read)
