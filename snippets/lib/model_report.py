@@ -517,7 +517,8 @@ JSON_KEYS = {
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
     "fits_note": "where it fits: why that is not certain (the text's sentences); empty if nothing makes it so",
     "caveats": "what the CPU emulation could not show",
-    "plan.step": "the configuration planned (batch: the global batch)",
+    "plan.step": ("the configuration planned (batch: the global batch; loss: --loss where the step uses it, null where "
+                  "the function's compile gives the loss, which setup.loss names)"),
     "plan.method": "as method",
     "plan.how": "as how",
     "plan.batches": "the per-device batches run (compiled, for a compiled plan)",
