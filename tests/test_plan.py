@@ -753,6 +753,26 @@ def test_the_batch_ids_are_not_the_padding_a_mask_zero_embedding_masks(kernel):
     assert kernel.call(masked_positions) == 0
 
 
+def one_row_step() -> tuple[int, float]:
+    """Kernel side: the largest id the planner's batch gives a model with a one-row ``Embedding``, and a step's
+    loss on that batch."""
+    import keras
+
+    from snippets.lib.model_batch import batch_of
+
+    inputs = keras.Input((6,), dtype="int32")
+    model = keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Flatten()(keras.layers.Embedding(1, 4)(inputs))))
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = batch_of(model, 4, "mse")
+    return int(x.max()), float(model.train_on_batch(x, y))
+
+
+def test_a_one_row_embedding_gets_the_one_id_it_has(kernel):
+    # helper-78: a builder's vocab=1 failed every run on TensorFlow's "indices[0,0] = 1 is not in [0, 1)".
+    largest, loss = kernel.call(one_row_step)
+    assert largest == 0 and loss >= 0  # the step ran
+
+
 def text_batch() -> str:
     """Kernel side: the text the planner gives tests/plan_builders.py's text model."""
     from snippets.lib.model_batch import batch_of

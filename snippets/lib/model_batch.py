@@ -348,7 +348,9 @@ def batch_of(model, batch: int, loss):
     a dict. Integer inputs are ones: a valid id for any embedding of two rows or more, and not the
     padding id 0, which an ``Embedding(mask_zero=True)`` masks at every position (helper-41: a BiGRU fed
     nothing but padding peaked 6% under the same step on random ids; ids other than 0 gave the same peaks,
-    to the byte under XLA, on the benchmark's recommender and Transformer). Float inputs standard
+    to the byte under XLA, on the benchmark's recommender and Transformer); zeros where a layer of the
+    model has a table of one row (``input_dim=1``), whose only id is 0 (helper-78: a builder's
+    ``vocab=1`` failed the run on TensorFlow's index error, naming no layer). Float inputs standard
     normal. Targets of a ``sparse_categorical_crossentropy`` loss are class ids,
     others have each output's shape; with a dict or list of losses, each output's own
     loss decides.
@@ -362,6 +364,7 @@ def batch_of(model, batch: int, loss):
 
     rng = np.random.default_rng(0)
     closed = closed_lookups(model)
+    one_row = any(getattr(layer, "input_dim", None) == 1 for layer in private.model_layers(model))
 
     def make(tensor, dtype, what):
         dims = known_dims(tensor, what)
@@ -369,7 +372,7 @@ def batch_of(model, batch: int, loss):
             value = closed[id(tensor)]
             return np.full((batch, *dims), value, dtype=object if str(dtype) == "string" else str(dtype))
         if "int" in str(dtype):
-            return np.ones((batch, *dims), dtype=str(dtype))
+            return (np.zeros if one_row else np.ones)((batch, *dims), dtype=str(dtype))
         if str(dtype) == "string":
             return np.full((batch, *dims), text_of(model), dtype=object)
         return rng.standard_normal((batch, *dims)).astype("float32")
