@@ -767,6 +767,23 @@ def one_row_step() -> tuple[int, float]:
     return int(x.max()), float(model.train_on_batch(x, y))
 
 
+def mask_batch() -> tuple[str, bool]:
+    """Kernel side: the dtype of the planner's batch for a boolean mask input, and whether it keeps every position."""
+    import keras
+
+    from snippets.lib.model_batch import batch_of
+
+    frames, mask = keras.Input((16, 8)), keras.Input((16,), dtype="bool")
+    model = keras.Model([frames, mask], keras.layers.Dense(1)(keras.layers.GRU(4)(frames, mask=mask)))
+    (_, kept), _ = batch_of(model, 4, "mse")
+    return str(kept.dtype), bool(kept.all())
+
+
+def test_a_boolean_mask_input_is_fed_true_booleans(kernel):
+    # helper-81: keras-io's CNN-RNN video classifier's frame mask was fed standard-normal floats.
+    assert kernel.call(mask_batch) == ("bool", True)
+
+
 def test_a_one_row_embedding_gets_the_one_id_it_has(kernel):
     # helper-78: a builder's vocab=1 failed every run on TensorFlow's "indices[0,0] = 1 is not in [0, 1)".
     largest, loss = kernel.call(one_row_step)

@@ -350,7 +350,9 @@ def batch_of(model, batch: int, loss):
     nothing but padding peaked 6% under the same step on random ids; ids other than 0 gave the same peaks,
     to the byte under XLA, on the benchmark's recommender and Transformer); zeros where a layer of the
     model has a table of one row (``input_dim=1``), whose only id is 0 (helper-78: a builder's
-    ``vocab=1`` failed the run on TensorFlow's index error, naming no layer). Float inputs standard
+    ``vocab=1`` failed the run on TensorFlow's index error, naming no layer). Boolean inputs are True: a mask
+    that keeps every position (helper-81: keras-io's CNN-RNN video classifier's frame mask had been fed
+    floats). Float inputs standard
     normal. Targets of a ``sparse_categorical_crossentropy`` loss are class ids,
     others have each output's shape; with a dict or list of losses, each output's own
     loss decides.
@@ -373,6 +375,8 @@ def batch_of(model, batch: int, loss):
             return np.full((batch, *dims), value, dtype=object if str(dtype) == "string" else str(dtype))
         if "int" in str(dtype):
             return (np.zeros if one_row else np.ones)((batch, *dims), dtype=str(dtype))
+        if str(dtype) == "bool":
+            return np.ones((batch, *dims), dtype=bool)
         if str(dtype) == "string":
             return np.full((batch, *dims), text_of(model), dtype=object)
         return rng.standard_normal((batch, *dims)).astype("float32")
