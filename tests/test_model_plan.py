@@ -1314,6 +1314,29 @@ def _quadratic(bytes_per_pair: float, fails_past: int = 0, per_sample: int = 8 *
     return run
 
 
+def test_one_racing_step_at_the_readers_batch_is_a_level_not_faster_growth():
+    # helper-81: keras-io's CTC OCR model at 64 per device drew its worst step 12-14% over the line through 16 and 32, its
+    # lower quartile under it; 3 plans in 9 read "grows faster than linearly" and stopped every card at 64, where its
+    # steps grew about 5.2 MiB per sample to 256. Here one step of eight holds 60 MiB more at 64, the others linear.
+    def run(step, cap, inter_op_threads):
+        peak = 40 * units.MiB + 4 * units.MiB * step.batch
+        peaks = [peak] * 7 + [peak + (60 * units.MiB if step.batch == 64 else 0)]
+        return {"completed": True, "step_peak": max(peaks), "step_peaks": peaks, "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+
+    plan = model_plan.plan_model(ModelStep("m:f", "adam", 64, "off"), run=run)
+    assert plan.batches == (16, 32, 64) and plan.step_peak >= run(ModelStep("m:f", "adam", 64, "off"), None, 1)["step_peak"]
+    assert not plan.faster and plan.largest_batch(30 * units.GiB) > 4000  # the line goes on past the draw
+    assert plan.peak_at(128) >= plan.step_peak  # the draw stays a level past it
+    # Every step that high: growth, and no batch past 64.
+    def level(step, cap, inter_op_threads):
+        drawn = run(step, cap, inter_op_threads)
+        return {**drawn, "step_peaks": [drawn["step_peak"]] * 8}
+
+    steep = model_plan.plan_model(ModelStep("m:f", "adam", 64, "off"), run=level)
+    assert steep.faster[0] == 64 and steep.largest_batch(30 * units.GiB) == 64
+
+
 def test_runs_that_grew_faster_than_linearly_stop_the_largest_batch_and_refuse_a_batch_past_them():
     # helper-74: keras-io's Switch Transformer, its expert capacity following the batch (dispatch tensors over tokens and
     # their slots): 11.8, 36.8 and 2000 MB at 16, 32 and 256 per device. The 4 GiB batch read off the line past 256 (462)
@@ -1361,8 +1384,8 @@ def test_a_16_bit_steps_own_batch_past_the_small_runs_is_run_too():
     assert plan.batches == (16, 32, 56) and plan.method == "measured" and plan.step_peak >= truth
     assert plan.faster[:2] == (56, truth) and plan.largest_batch(30 * units.GiB) == 56  # grew faster: not past it
     assert ("This batch was run too (past 32 per device, under a 16-bit policy, whose growth in the batch no benchmark "
-            "row checked: the lines put it, or its growth past the smaller runs, under 1 GiB). At 56 per device it peaked "
-            "at") in " ".join(plan.how().split())
+            "row checked: the lines put it, or its growth past the smaller runs, under 1 GiB). At 56 per device 3 steps in 4 "
+            "peaked at") in " ".join(plan.how().split())
     # float32, as every benchmark row: from 16 and 32 alone, as the rows were planned.
     float32 = model_plan.plan_model(replace(step, policy=None), run=run)
     assert float32.batches == (16, 32) and not float32.half_layers
@@ -1438,7 +1461,7 @@ def test_a_readers_batch_past_the_checked_line_is_run_and_a_faster_growth_stops_
     assert plan.largest_batch(capacity) == 4096  # not the line's millions
     flat = " ".join(plan.how().split())
     assert ("This batch was run too (past 256 per device: the lines put it, or its growth past the smaller runs, under 1 "
-            "GiB). At 4096 per device it peaked at 170 MiB") in flat
+            "GiB). At 4096 per device 3 steps in 4 peaked at 170 MiB or more") in flat
     assert "grows faster than linearly in the batch" in flat and "no larger batch is planned" in flat
     assert "Larger batches on" not in flat and "Larger batches on a line" in " ".join(
         model_plan.plan_model(step, run=_quadratic(0)).how().split())

@@ -535,8 +535,9 @@ JSON_KEYS = {
     "plan.weights_bytes": "the model's variables, bytes",
     "plan.seconds_per_step_cpu": "one step's wall time at the largest batch run, on this CPU; null if compiled",
     "plan.steps_run": "the fewest and the most steps a run took; empty if compiled",
-    "plan.faster": ("[batch, peak, line] when the run at the reader's own batch peaked above the line through the smaller "
-                    "runs by more than the margin (the peak grows faster than linearly: no larger batch is planned); empty if not"),
+    "plan.faster": ("[batch, peak, line] when 3 steps in 4 at the reader's own batch (peak: their lower quartile; compiled: "
+                    "its figure) peaked above the line through the smaller runs by more than the margin (the peak grows faster "
+                    "than linearly: no larger batch is planned); empty if not"),
     "plan.confirmed": ("a compiled plan's [batch, peak] per device compiled to check the largest batch that fits "
                        "plan.confirmed_for (the largest batch offered for it is the largest of these, or of "
                        "plan.batches, that fits); empty if none"),
