@@ -921,6 +921,9 @@ def test_the_planned_peak_times_1_10_completes_and_times_0_80_runs_out(verdicts)
         assert runs[1.10]["baseline"] < units.MiB
         if 0.80 in runs:
             assert not runs[0.80]["completed"] and runs[0.80]["failed_phase"] == "step", (plan, runs[0.80])
+            # How far it got (helper-81 could not say): under the cap, and the tensor the allocator refused.
+            refused = runs[0.80]
+            assert 0 < refused["peak_at_refusal"] <= 0.80 * plan.total and "memory" in refused["refusal"].lower(), refused
 
 
 #: The answer-first boxes that state the planner's measured error, and where.

@@ -1,6 +1,7 @@
 """The allocator and the host: what a run may allocate for real.
 
-The host guard refuses, before allocating, anything that would page the host.
+The host guard refuses, before allocating, anything that would page the host; :func:`refused_at` says how far a run
+got when its allocator refused.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 import psutil
 
+from snippets.lib.errors import refusal_line
 from snippets.lib.units import format_bytes
 
 
@@ -96,3 +98,13 @@ def reserve(shape, dtype: str = "float32", device: str | None = None):
 
     with tf.device(device) if device else contextlib.nullcontext():
         return tf.raw_ops.Empty(shape=tuple(int(d) for d in shape), dtype=tf.as_dtype(dtype), init=False)
+
+
+def refused_at(error: BaseException, device: str, start: int) -> dict:
+    """How far a phase got before ``device``'s allocator refused (helper-81 could not tell by how much a run ran out):
+    ``{"peak_at_refusal"``: the pool's peak since the phase began, bytes above ``start``, ``"refusal"``: the line of
+    ``error`` naming the tensor (:func:`snippets.lib.errors.refusal_line`)``}``."""
+    import tensorflow as tf
+
+    return {"peak_at_refusal": tf.config.experimental.get_memory_info(device)["peak"] - start,
+            "refusal": refusal_line(error)}

@@ -51,6 +51,23 @@ def oom_line(error: Exception) -> str:
     return f"{type(error).__name__}: {message}"
 
 
+def refusal_line(error: BaseException) -> str:
+    r"""The line of ``error`` naming what the allocator could not allocate ("OOM when allocating tensor with shape[...]",
+    which ``fit`` wraps in "Graph execution error:" and the node it was detected at; an XLA step's "Out of memory while
+    trying to allocate 80.91MiB."), without TensorFlow's ``{{function_node ...}}`` prefix; else :func:`error_line`.
+
+    >>> refusal_line(RuntimeError("Graph execution error:\n\nDetected at node x\n{{function_node f}} OOM when "
+    ...                           "allocating tensor with shape[64,128] and type float on CPU:0 by allocator cpu_bfc"))
+    'OOM when allocating tensor with shape[64,128] and type float on CPU:0 by allocator cpu_bfc'
+    >>> refusal_line(MemoryError("no room"))
+    'no room'
+    """
+    for line in str(error).splitlines():
+        if "OOM when allocating" in line or "memory" in line.lower():  # XLA: "Out of memory while trying to allocate"
+            return _TF_PREFIX.sub("", line.strip())
+    return error_line(error)
+
+
 #: TensorFlow's names for dtypes in error messages (``DataTypeString`` in
 #: ``tensorflow/core/framework/types.cc``) -> the names used on this site.
 TF_MESSAGE_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}

@@ -319,7 +319,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone; peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
-        allocator refused).
+        allocator refused; then :func:`snippets.lib.allocator.refused_at` says how far it got).
     """
     import tensorflow as tf
 
@@ -345,7 +345,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         if isinstance(error, tf.errors.OpError) and not is_oom(error):
             raise
         result["failed_phase"] = "init"
-        return result
+        return {**result, **allocator.refused_at(error, device, start)}
     result["init_peak"] = tf.config.experimental.get_memory_info(device)["peak"] - start
     # What Keras compiled, not what was asked: it turns XLA off, with a warning, for a model with a layer it cannot
     # compile (RandomRotation; helper-67 read "jit": true for such a step run without XLA).
@@ -411,7 +411,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
             if not is_oom(error):
                 raise
             result["failed_phase"] = "step"
-            return result
+            return {**result, **allocator.refused_at(error, device, start)}
         result["seconds_per_step"] = time.perf_counter() - began
         quick += result["seconds_per_step"] if index >= steps else 0
         result["step_peaks"].append(tf.config.experimental.get_memory_info(device)["peak"] - start)
