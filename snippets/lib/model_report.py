@@ -550,5 +550,6 @@ JSON_KEYS = {
     "plan.accumulated": ("a compiled plan that does not fit: [k, peak] per device of the step with "
                          "gradient_accumulation_steps=k compiled at the batch over k, smallest k first; empty if none"),
     "plan.accumulator_extra": ("a run plan that does not fit: bytes the step with gradient_accumulation_steps=2 peaked "
-                               "above it at its first batch, which the accumulation remedy adds; null if not run"),
+                               "above it at its first batch, 1 where it peaked no higher (the remedy adds at least one "
+                               "accumulator per trainable variable); null if not run"),
 }
