@@ -59,12 +59,18 @@ def refusal_line(error: BaseException) -> str:
     >>> refusal_line(RuntimeError("Graph execution error:\n\nDetected at node x\n{{function_node f}} OOM when "
     ...                           "allocating tensor with shape[64,128] and type float on CPU:0 by allocator cpu_bfc"))
     'OOM when allocating tensor with shape[64,128] and type float on CPU:0 by allocator cpu_bfc'
+    >>> refusal_line(RuntimeError("Detected at node x defined at: File memory_growth.py\nOut of memory while trying to "
+    ...                           "allocate 80.91MiB."))
+    'Out of memory while trying to allocate 80.91MiB.'
     >>> refusal_line(MemoryError("no room"))
     'no room'
     """
-    for line in str(error).splitlines():
-        if "OOM when allocating" in line or "memory" in line.lower():  # XLA: "Out of memory while trying to allocate"
-            return _TF_PREFIX.sub("", line.strip())
+    lines = str(error).splitlines()
+    # fit's "Detected at node" lists the Python frames that built the op: a file's name can say "memory" too.
+    for marker in ("oom when allocating", "out of memory while trying to allocate"):
+        for line in lines:
+            if marker in line.lower():
+                return _TF_PREFIX.sub("", line.strip())
     return error_line(error)
 
 
