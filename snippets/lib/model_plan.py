@@ -544,19 +544,20 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
                + (f"whose growth past {batches[-1]} " if grown else "") + "the lines put under "
                f"{units.human_bytes(round(room))}")) + f", {per} more run{'s' if per > 1 else ''} ...")
         more = measured([check])
-        worst, done = max((r["step_peak"] or 0 for r in more)), all(r["completed"] for r in more)
+        done = all(r["completed"] for r in more)
+        floor = floor_step(more) if done else 0  # growth is the floor's: one racing draw is a level (helper-81)
         # Short of the reader's batch, an excess over the lines as fitted (without EXTRAPOLATION) is a B x B term, which
         # grows with the square of the batch past the run (an audit: accepted within 10% at 4473, 0.71 of the step at
         # 32768; within the 5% beyond the runs, 0.91): refused unless, so grown, it stays within SQUARE_SHARE there.
         bound = line if check == target else max(c + s * check for c, s in plan.lines(check > batches[-1]))
-        grown_excess = (worst - bound) * (target / check) ** 2
+        grown_excess = (floor - bound) * (target / check) ** 2
         if done and (check == target or grown_excess <= SQUARE_SHARE * plan.line_peak(target)):
-            batches, groups = [*batches, check], [*groups, more]  # growth is the floor's: one racing draw is a level
-            plan = assemble((target, floor_step(more), round(line)) if floor_step(more) > line * (1 + MARGIN) else ())
+            batches, groups = [*batches, check], [*groups, more]
+            plan = assemble((target, floor, round(line)) if floor > line * (1 + MARGIN) else ())
         else:
-            raise ModelError(f"at {check} samples per device the step " + (
-                f"peaked at {units.human_bytes(worst)}, above" if done else
-                f"ran out of this host's {units.human_bytes(cap or default_cap(step))} cap, over") +
+            raise ModelError(f"at {check} samples per device " + (
+                f"3 steps in 4 peaked at {units.human_bytes(floor)} or more, above" if done else
+                f"the step ran out of this host's {units.human_bytes(cap or default_cap(step))} cap, over") +
                 f" the {units.human_bytes(round(bound))} the line through the smaller runs put there: its peak may grow "
                 "faster than linearly in the batch (as a loss over pairs within the batch does), or faster than the smaller "
                 "runs showed (a fixed buffer, such as a large kernel's update, hid the growth there)" +
