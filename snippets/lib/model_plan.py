@@ -91,10 +91,10 @@ class ModelPlan:
             count, or not told): below :data:`FEW_STEPS`, :attr:`caveats` says a racing order may be missing.
         short_of: the smallest per-device batch above the reader's whose run ran out of this host's cap (the lines stop below); 0: none.
         faster: ``(batch, peak, line)`` when the runs (their floor: helper-81's CTC OCR model drew its worst step at 64
-            12-14% over its line, its lower quartile under it, and 3 plans in 9 stopped every card there) or the compile at the reader's batch past
-            :data:`CHECKED_PAST` peaked over the line through the smaller batches by more than :data:`MARGIN`: the peak grows
-            faster than linearly, so the largest batch stops there (bytes; empty if not). At a run short of it,
-            :func:`plan_model` refuses.
+            12-14% over its line, its lower quartile under it, and 3 plans in 9 stopped every card there) or the
+            compile at the reader's batch past :data:`CHECKED_PAST` peaked over the line through the smaller batches by
+            more than :data:`MARGIN`: the peak grows faster than linearly, so the largest batch stops there (bytes; empty
+            if not). At a run short of it, :func:`plan_model` refuses.
         x_alone: why the model's own ``train_step`` ran on x alone (its error on ``(x, y)``, one line); "" if it did not.
         confirmed: for ``compiled``, ``(batch, figure)`` per device, ascending: batches compiled to check the largest
             batch that fits :attr:`confirmed_for` bytes (:func:`snippets.lib.jax_step.confirm_largest`), which
