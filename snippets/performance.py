@@ -348,10 +348,9 @@ def batch_spread(path: Path = MODEL_PLANNER, card: str = "V100-PCIE-16GB") -> st
         if (row["architecture"], row["strategy"]) in seen or not row.get("largest"):
             continue
         seen.add((row["architecture"], row["strategy"]))
-        batches = {name: [plan[name] for plan in row["largest"]] for name in row["largest"][0]}
+        batches, moved = plan_accuracy.largest_batches(row), plan_accuracy.largest_moved(row)
         lines.append([row["architecture"], row["strategy"], len(row["largest"]),
-                      f"{min(batches[card])}-{max(batches[card])}", f"{max(batches[card]) / min(batches[card]):.2f}",
-                      f"{max(max(b) / min(b) for b in batches.values()):.2f}"])
+                      f"{min(batches[card])}-{max(batches[card])}", f"{moved[card]:.2f}", f"{max(moved.values()):.2f}"])
     return tabulate(lines, headers=["architecture", "strategy", "plans", card, "highest/lowest", "any card"],
                     disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right"))
 

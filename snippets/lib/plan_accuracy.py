@@ -18,6 +18,27 @@ ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "mod
 REDRAW_TAG = 100
 
 
+def largest_batches(row: dict) -> dict[str, list[int]]:
+    """Each card's largest global batch in every plan of a ``plan_spread`` row of the benchmark's results (its
+    ``largest``: one ``{card: batch}`` per plan; {} where the benchmark kept none).
+
+    >>> largest_batches({"largest": [{"V100-PCIE-16GB": 540, "A100-80GB": 2960}, {"V100-PCIE-16GB": 552, "A100-80GB": 2996}]})
+    {'V100-PCIE-16GB': [540, 552], 'A100-80GB': [2960, 2996]}
+    """
+    plans = row.get("largest") or []
+    return {card: [plan[card] for plan in plans] for card in (plans[0] if plans else ())}
+
+
+def largest_moved(row: dict) -> dict[str, float]:
+    """How far a ``plan_spread`` row's identical plans moved each card's largest global batch: the highest over the
+    lowest, for the cards every plan fits a batch on (a card some plan fits nothing on has no ratio).
+
+    >>> largest_moved({"largest": [{"V100-PCIE-16GB": 500, "A100-80GB": 0}, {"V100-PCIE-16GB": 650, "A100-80GB": 8}]})
+    {'V100-PCIE-16GB': 1.3}
+    """
+    return {card: max(batches) / min(batches) for card, batches in largest_batches(row).items() if min(batches) > 0}
+
+
 def published_accuracy(path: Path = ACCURACY) -> dict | None:
     """The planner's measured error on real architectures, as last published; None if never published.
 
@@ -53,9 +74,8 @@ def published_accuracy(path: Path = ACCURACY) -> dict | None:
               "min_ratio": min(min(row["planned"]) / row["measured"] for row in repeated),
               "max_ratio": max(max(row["planned"]) / row["measured"] for row in repeated),
               "own_runs": sum(bool(row.get("own_runs")) for row in repeated),
-              "largest_max": max((max(p[card] for p in row["largest"]) / min(p[card] for p in row["largest"])
-                                  for row in repeated if row.get("largest") for card in row["largest"][0]
-                                  if min(p[card] for p in row["largest"]) > 0), default=None)} if repeated else None
+              "largest_max": max((moved for row in repeated for moved in largest_moved(row).values()),
+                                 default=None)} if repeated else None
     apart = data.get("holdout") or []
     # Before the run at 256 that a cheap step takes (model_plan.WIDE_PEAK), which one of them led to.
     before = [row.get("ratio_without_cheap", row["ratio"]) for row in apart]
