@@ -510,13 +510,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             note = source_optimizer(args.source, source, done)[1] if from_source else None
             return replace(setup, notes=(note, *setup.notes)) if note else setup
 
-        rule_policy = setup.planned_policy if setup.planned_policy in units.POLICIES else None
+        rule_policy, plan = setup.planned_policy if setup.planned_policy in units.POLICIES else None, None
         if ((args.model or args.model_json) and args.optimizer and args.method == "auto"
                 and args.strategy in ("single", "mirrored")):
             plan = measured_plan(args, weights, setup)
             how = plan.how() if plan.method != "rule" else rule_how(weights, too_large=True, per_position=per_position)
-        else:
-            plan = None
         if plan is not None and plan.method != "rule":
             card_name = None if args.device_memory else card.name
             # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator; either less a chunk.
@@ -530,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      # One device planned: the fewest replicas that fit, from 2 (helper-69: "over 4" where 2 fit).
                      model_remedies.batch_remedies(plan, capacity, args.devices if args.strategy == "mirrored" else 1,
                                                    planner.trainable_bytes(weights), half, trains_batchnorm(weights)))[:args.top]
+            precision = model_remedies.precision_note(plan, capacity, planner.trainable_bytes(weights), half)
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
             if half and not model_plan.in_16_bits(plan):
                 # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.
@@ -537,9 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               else model_plan.HALF_CAVEAT))
             if args.json:
                 text = json.dumps(model_report.model_json(plan, capacity, card_name, args.model or args.model_json,
-                                                          found, setup), indent=1)
+                                                          found, setup, precision), indent=1)
             else:
-                text = model_report.model_report(plan, capacity, card_name, found, setup)
+                text = model_report.model_report(plan, capacity, card_name, found, setup, precision)
             print(text)
             return 0
         model = bool(args.model or args.model_json)

@@ -485,6 +485,22 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     assert any(label.startswith("keras.mixed_precision") for label in found)
     assert not any(r.label.startswith("keras.mixed_precision")
                    for r in model_remedies.batch_remedies(plan, 300 * units.MiB, 2, units.MiB, half=True))
+    # Where its best case does not fit either, a sentence says why it is absent (helper-82 found no word on it); not
+    # where it is listed, nor for a step in 16 bits already.
+    assert model_remedies.precision_note(plan, 300 * units.MiB, units.MiB) == ""
+    best = model_remedies.mixed_precision_peak(plan, units.MiB)
+    assert best < plan.total
+    note = model_remedies.precision_note(plan, best - 1, units.MiB)
+    assert note.startswith("Mixed precision does not fit either") and units.human_bytes(best) in note
+    assert not any(r.label.startswith("keras.mixed_precision")
+                   for r in model_remedies.batch_remedies(plan, best - 1, 2, units.MiB))
+    assert model_remedies.precision_note(plan, best - 1, units.MiB, half=True) == ""
+    assert model_remedies.precision_note(replace(plan, step=replace(plan.step, policy="mixed_float16")), best - 1,
+                                         units.MiB) == ""
+    from snippets.lib import model_report
+
+    text = " ".join(model_report.model_report(plan, best - 1, None, precision=note).split())
+    assert note in text and model_report.model_json(plan, best - 1, None, "m:f", precision=note)["precision_note"] == note
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
     tight = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, plan.peak_at(8), 2, units.MiB)}
     assert any(how.startswith("the line through the measured runs, drawn below them") for how in tight.values()), tight

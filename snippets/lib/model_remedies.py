@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snippets.lib import compiled_curve
+from snippets.lib import compiled_curve, units
 from snippets.lib.model_accumulation import accumulation_how, accumulations
 from snippets.lib.model_plan import MARGIN, ModelPlan
 
@@ -158,7 +158,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                                      peak, how, f"{more} GPUs; an all-reduce of the gradients every step" +
                                      ("; BatchNorm statistics per replica" if batchnorm else ""), estimate=estimate))
             break
-    if plan.step.policy in (None, "float32") and not half:
+    if in_float32(plan, half):
         peak = mixed_precision_peak(plan, trainable_bytes)
         if peak <= capacity:
             found.append(BatchRemedy(
@@ -174,6 +174,27 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                 "its Tensor Core speed needs compute capability 8.0 or newer (an A100; a V100 is 7.0)",
                 estimate=True))
     return found
+
+
+def in_float32(plan: ModelPlan, half: bool = False) -> bool:
+    """Whether ``plan``'s step computes in float32, so that mixed precision is a remedy for it: its policy is float32 and
+    no layer has a 16-bit policy of its own (``half``)."""
+    return plan.step.policy in (None, "float32") and not half
+
+
+def precision_note(plan: ModelPlan, capacity: int, trainable_bytes: int, half: bool = False) -> str:
+    """Why mixed precision is not among :func:`batch_remedies`'s for a float32 step over ``capacity`` bytes per device:
+    its best case (:func:`mixed_precision_peak`) is over it too, in one sentence; "" where the plan fits, where that best
+    case fits (it is listed), where the step already computes in 16 bits, or where nothing is derived (a rule plan).
+    helper-82 looked for mixed precision among a Transformer's remedies and found no word on why it was absent."""
+    if plan.method == "rule" or plan.per_sample <= 0 or plan.total <= capacity or not in_float32(plan, half):
+        return ""
+    peak = mixed_precision_peak(plan, trainable_bytes)
+    if peak <= capacity:
+        return ""
+    return (f"Mixed precision does not fit either: by rule, its best case (mixed_float16: activations in 16 bits, "
+            f"variables, gradients and slots in float32) comes to {units.human_bytes(peak)} per device, over "
+            f"{units.human_bytes(capacity)}.")
 
 
 def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:

@@ -335,9 +335,10 @@ def jax_line(setup: ModelSetup | None) -> str:
 
 
 def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | None,
-                 remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> str:
+                 remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None, precision: str = "") -> str:
     """The text for a measured (or rule-planned) model: what it trains with, the peak, the verdict,
-    how it was obtained, the batches that fit, remedies, caveats. ``capacity`` in bytes per device."""
+    how it was obtained, the batches that fit, remedies, caveats. ``capacity`` in bytes per device; ``precision``: why
+    mixed precision is not a remedy (:func:`snippets.lib.model_remedies.precision_note`), or ""."""
     h = units.human_bytes
     step, setup = plan.step, run_notes(setup, plan)
     compiled = plan.method == "compiled"
@@ -428,6 +429,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             f"{h(plan.peak_at(b // ks[-1]))}, over {h(capacity)}." if ks else
             f"Gradient accumulation: no gradient_accumulation_steps from 2 to 64 divides your {b} per device "
             "(plan a batch that one does, to see it).", 100))
+    if precision:
+        lines.append(textwrap.fill(precision, 100))
     if remedies_found:
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
@@ -463,7 +466,7 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
 
 
 def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, model: str,
-               remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None) -> dict:
+               remedies_found: Sequence[BatchRemedy] = (), setup: ModelSetup | None = None, precision: str = "") -> dict:
     """:func:`model_report` as a JSON-ready dict, every figure in bytes.
 
     ``card``: the card's name (None: ``--device-memory`` gave the capacity); ``pool`` says whose
@@ -487,6 +490,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "remedies": [asdict(r) for r in remedies_found],
             # Where the text says that no batch fits, the JSON says it too.
             **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),
+            "precision_note": precision,
             "fits_note": fits_note(plan) if plan.total <= capacity else "",
             "caveats": plan.caveats}
 
@@ -515,6 +519,8 @@ JSON_KEYS = {
                                 "this plan ran; a compiled plan's largest; under a 16-bit policy, its largest run)"),
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
+    "precision_note": ("where it does not fit a float32 step: why mixed precision is not among the remedies (its best "
+                       "case does not fit either; the text's sentence); empty otherwise"),
     "fits_note": "where it fits: why that is not certain (the text's sentences); empty if nothing makes it so",
     "caveats": "what the CPU emulation could not show",
     "plan.step": ("the configuration planned (batch: the global batch; loss: --loss where the step uses it, null where "
