@@ -501,6 +501,22 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
 
     text = " ".join(model_report.model_report(plan, best - 1, None, precision=note).split())
     assert note in text and model_report.model_json(plan, best - 1, None, "m:f", precision=note)["precision_note"] == note
+    # The same step run here in 16 bits is planned high (float32 copies a GPU does not make): over a pool its best case on
+    # a GPU fits, it is not known not to fit (helper-84: a U-Net's float32 plan offered mixed_float16 by that best case,
+    # and its mixed_float16 plan, as high as in float32, read "Does not fit").
+    half = replace(plan, step=replace(plan.step, policy="mixed_float16"))
+    low = model_remedies.half_best_case(half)
+    state = max(half.state, half.weights_bytes)
+    assert low == round((state + (half.step_peak / (1 + model_plan.MARGIN) - state) / 2) * (1 + model_plan.MARGIN))
+    assert state < low < half.total
+    for capacity, word, verdict in ((half.total, "Fits: ", True), (low, "Not known to fit: ", None),
+                                    (low - 1, "Does not fit: ", False)):
+        said = " ".join(model_report.model_report(half, capacity, None).split())
+        assert word in said and model_report.model_json(half, capacity, None, "m:f")["fits"] is verdict, said
+    assert f"its best case on a GPU, the bytes above the weights, gradients and slots halved, is {units.human_bytes(low)}" in (
+        " ".join(model_report.model_report(half, low, None).split()))
+    # A float32 step's figure is not high: over the pool it does not fit, whatever a 16-bit step's best case.
+    assert model_report.model_json(plan, low, None, "m:f")["fits"] is (plan.total <= low) is False
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
     tight = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, plan.peak_at(8), 2, units.MiB)}
     assert any(how.startswith("the line through the measured runs, drawn below them") for how in tight.values()), tight

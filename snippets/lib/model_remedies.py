@@ -197,6 +197,23 @@ def precision_note(plan: ModelPlan, capacity: int, trainable_bytes: int, half: b
             f"{units.human_bytes(capacity)}.")
 
 
+def half_best_case(plan: ModelPlan) -> int:
+    """Best-case per-device peak on a GPU of ``plan``'s step in 16 bits (its policy's or its own layers':
+    :func:`snippets.lib.plan_runs.in_16_bits`), run or compiled here, bytes.
+
+    This host computes 16-bit matmuls and convolutions on float32 copies a GPU does not make
+    (:data:`snippets.lib.plan_caveats.HALF_CAVEAT`), so what it measured is high. A GPU keeps at least half of the bytes
+    above the state (the line's intercept, at least the weights: float32 variables, gradients and slots): a 16-bit
+    tensor is half of its float32 copy. The margins stay; the initialisation's peak, which computes nothing in 16 bits,
+    stays whole. helper-84: a U-Net's float32 step planned at 1.24 GB listed mixed_float16 as fitting 896 MiB by this
+    best case, while the same step run here under mixed_float16 peaked as high as in float32 and read "Does not fit".
+    """
+    margin = 0 if plan.method == "compiled" else MARGIN
+    state = max(plan.state, plan.weights_bytes)
+    above = max(plan.step_peak / (1 + margin) - state, 0)
+    return max(plan.init_peak or 0, round((state + above / 2) * (1 + margin)))
+
+
 def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
     """Best-case per-device step peak of ``plan``'s float32 step under ``mixed_float16``, bytes.
 

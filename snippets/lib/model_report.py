@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from snippets.lib import compiled_curve, hardware, model_accumulation, model_plan, units
 from snippets.lib.batch_limits import (BATCH_CARDS, JAX_LINE, card_pool, largest_batches, limit_note, line_checked,  # noqa: F401
                                        listed, unchecked)
-from snippets.lib.model_remedies import BatchRemedy
+from snippets.lib.model_remedies import BatchRemedy, half_best_case
 from snippets.lib.plan_runs import grew_words
 from snippets.lib.private import CUDNN, NO_JIT
 
@@ -311,6 +311,15 @@ def no_batch_line(plan: model_plan.ModelPlan) -> str:
             "(a sharded placement, smaller layers: docs/decide.md).")
 
 
+def verdict_fits(plan: model_plan.ModelPlan, capacity: int) -> bool | None:
+    """The verdict for ``capacity`` bytes per device: True (fits), False (does not), or None (not known): a step in 16
+    bits run or compiled here (:func:`snippets.lib.plan_runs.in_16_bits`) is planned high, so over ``capacity`` it is not
+    known not to fit where its best case on a GPU (:func:`snippets.lib.model_remedies.half_best_case`) is within it."""
+    if plan.total <= capacity:
+        return True
+    return None if model_plan.in_16_bits(plan) and half_best_case(plan) <= capacity else False
+
+
 def fits_note(plan: model_plan.ModelPlan) -> str:
     """Why a "Fits" for ``plan`` is not certain, in sentences; "" where nothing makes it so."""
     # helper-51: a "Fits" a run then ran out of, for a step whose peak changed from one process to the next.
@@ -371,6 +380,12 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         unsure = f" {fits_note(plan)}" if fits_note(plan) else ""
         lines.append(textwrap.fill(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}", 100,
                                    break_on_hyphens=False))
+    elif verdict_fits(plan, capacity) is None:
+        lines.append(textwrap.fill(
+            f"Not known to fit: {peak} against {h(capacity)} ({against}), short by {h(-spare)}, as {'compiled' if compiled else 'run'} here "
+            f"in 16 bits through float32 copies that a GPU does not make; its best case on a GPU, the bytes above the "
+            f"weights, gradients and slots halved, is {h(half_best_case(plan))}, which fits. Check it with a step on the "
+            "GPU.", 100, break_on_hyphens=False))
     else:
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
@@ -480,7 +495,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     # method and how at the top, where a rule plan's JSON has them (snippets.lib.rule_report.as_json).
     return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan_json(plan),
             "setup": asdict(setup) if setup else None,
-            "capacity": capacity, "fits": plan.total <= capacity, "card": card,
+            "capacity": capacity, "fits": verdict_fits(plan, capacity), "card": card,
             "pool": pool if card else None, "largest_batch": (own := plan.largest_batch(capacity)),
             "largest_batch_note": own and limit_note(plan, {"capacity": own}, lambda _: capacity, jax_line(setup)) or "",
             # The card planned for among them, also where the list of cards leaves it out (helper-34: an A100-40GB).
@@ -507,7 +522,8 @@ JSON_KEYS = {
               "the model's own train_step takes its batch alone, which Keras on JAX does not call"),
     "capacity": ("what each device's pool gives less 128 MiB (half of a pool under 256 MiB), bytes: its allocator can "
                  "hand a tensor a whole chunk (hardware.usable_bytes)"),
-    "fits": "whether the larger of plan.init_peak and plan.step_peak is within capacity",
+    "fits": ("whether the larger of plan.init_peak and plan.step_peak is within capacity; null (not known) for a step in "
+             "16 bits over it whose best case on a GPU (the bytes above the weights, gradients and slots halved) is within it"),
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
     "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
