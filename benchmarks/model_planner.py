@@ -113,11 +113,11 @@ def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat:
         steps: int = 2, cap: str = CAP) -> dict:
     """One measured run of ``steps`` training steps in a fresh kernel (a fork of the harness's preloaded
     server) capped at ``cap``: :func:`snippets.lib.model_step.measure`'s result (``repeat`` only tells
-    draws apart). Shared with tests/test_model_plan.py."""
-    env = {"TF_NUM_INTEROP_THREADS": str(threads)} if threads else {}
-    with Kernel(env=env, deadline=1200) as kernel:
+    draws apart), less its ``square`` (hundreds of a CNN's tensors by name; none here grows as B x B). Shared with tests."""
+    with Kernel(env={"TF_NUM_INTEROP_THREADS": str(threads)} if threads else {}, deadline=1200) as kernel:
         setup = kernel.call(devices.configure, step.devices if real else 1, cap, "cpu")
-        return kernel.call(model_step.measure, step, steps, setup.devices if real else ())
+        return {k: v for k, v in kernel.call(model_step.measure, step, steps, setup.devices if real else ()).items()
+                if k != "square"}
 
 
 def architecture(name: str) -> zoo.Architecture:

@@ -2145,3 +2145,38 @@ def test_a_compiled_largest_batch_that_fits_with_room_is_said_to_be_a_lower_boun
     assert "XLA's figure at 1088 per device grew slower than the line, so a larger batch may fit too" in plan.how()
     tight = replace(plan, confirmed=((1088, round(23.5 * GiB)),))
     assert "may fit too" not in tight.how()
+
+
+def test_tensors_that_grow_as_the_square_of_the_batch_are_added_past_the_runs_and_leave_the_verdict_open():
+    # helper-83: a two-view contrastive loss's [B, 2B] logits hid under a LayerNorm backward that peaked higher at the run
+    # at 2425 per device; past about 4000 they overtook it, and the plan, a line through the runs, said "Fits" at 7247
+    # where a run ran out. Here the peaks are linear at every run, and the graph's logits grew as B x B from 16 to 32.
+    from snippets.lib import model_report
+
+    def run(step, cap, inter_op_threads):
+        peak = 10 * units.MiB + 300 * units.KiB * step.batch
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1,
+                "square": {"batch": step.batch, "tensors": {"loss/MatMul:0": 8 * step.batch ** 2, "kernel:0": 4096}}}
+
+    plan = model_plan.plan_model(ModelStep("m:f", "adam", 8192, "off"), run=run)
+    last = plan.batches[-1]
+    assert 256 < last < 8192 and plan.method == "extrapolated" and plan.square == (8.0, 1, "loss/MatMul:0")
+    extra = plan.square_extra(8192)
+    assert extra == round(8 * (8192 ** 2 - last ** 2)) and plan.square_extra(last) == 0
+    blind = replace(plan, square=())  # the plan as drawn before: the line alone
+    assert plan.step_peak == blind.step_peak + extra
+    assert 0 < plan.largest_batch(plan.step_peak - 1) < blind.largest_batch(plan.step_peak - 1)
+    assert ("Past %d per device it adds the 1 tensor of the step whose bytes grew as the square of the batch" % last
+            ) in " ".join(plan.how().split())
+    assert model_report.plan_json(plan)["square"] == {"per_square": 8.0, "tensors": 1, "largest": "loss/MatMul:0"}
+    # Over the pool only by those tensors, all counted at once: not known; over it by the line too: does not fit.
+    for capacity, word, verdict in ((plan.step_peak, "Fits: ", True), (blind.step_peak, "Not known to fit: ", None),
+                                    (blind.step_peak - 1, "Does not fit: ", False)):
+        said = " ".join(model_report.model_report(plan, capacity, None).split())
+        assert word in said and model_report.model_json(plan, capacity, None, "m:f")["fits"] is verdict, said
+    assert (f"{units.human_bytes(extra)} of it from the tensors that grow as the square of the batch, counted as if all "
+            "were live at once") in " ".join(model_report.model_report(plan, blind.step_peak, None).split())
+    # A tensor that is a multiple of the batch by chance (a 64-channel kernel at 16 and 32) did not grow: nothing added.
+    assert model_plan.plan_model(ModelStep("m:f", "adam", 8192, "off"), run=lambda s, c, inter_op_threads: {
+        **run(s, c, inter_op_threads), "square": {"batch": s.batch, "tensors": {"kernel:0": 4096}}}).square == ()

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from snippets.lib import compiled_curve, fork_server, planner, units
+from snippets.lib import batch_square, compiled_curve, fork_server, planner, units
 from snippets.lib.compiled_how import compiled_how
 from snippets.lib.run_how import run_how
 from snippets.lib.model_step import ModelError, ModelStep, check_step, default_cap, measure_many
@@ -108,6 +108,8 @@ class ModelPlan:
             its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
         checked: for ``compiled``, ``(batch, figure)`` per device of the cards' batches (:func:`jax_step.confirm_cards`).
         half_layers: a run found layers that compute in 16 bits (a policy of their own, or the step's): :func:`in_16_bits`.
+        square: ``(bytes per sample squared, tensors, largest)`` of the step's tensors that grew as the square of the
+            batch between its runs (:func:`snippets.lib.batch_square.from_runs`), added past the last: :meth:`square_extra`.
         jax: Keras on JAX can compile the step, so a sentence may offer ``--backend jax`` (False: a layer it runs without
             jit, or a ``train_step(data)`` of the model's own: :func:`snippets.lib.model_report.jax_line`).
     """
@@ -143,6 +145,7 @@ class ModelPlan:
     checked: tuple[tuple[int, int], ...] = ()
     half_layers: bool = False
     jax: bool = True
+    square: tuple = ()
 
     @property
     def replicas(self) -> int:
@@ -312,7 +315,15 @@ class ModelPlan:
             seen = self.peaks[0] - min(self._slopes()) * (self.batches[0] - device_batch)
         between = chord(self.batches, self.peaks, device_batch)
         lines = 0 if between and self.wide_why == "cheap" else self.line_peak(device_batch)
-        return round(max(lines, seen, between) * (1 + MARGIN))
+        return round(max(lines, seen, between) * (1 + MARGIN)) + self.square_extra(device_batch)
+
+    def square_extra(self, device_batch: int) -> int:
+        """Bytes :attr:`square`'s tensors add past the largest run, all counted at once (an upper bound): their bytes
+        per sample squared times ``device_batch**2`` less the last run's batch squared; 0 within the runs, or with none.
+        helper-83: a two-view contrastive loss's ``[B, 2B]`` logits, hidden at 2425 per device under a LayerNorm backward
+        that peaked higher, overtook it past about 4000, and a plan without them said "Fits" at 7247, where a run ran out."""
+        last = self.batches[-1] if self.batches else 0
+        return round(self.square[0] * (device_batch ** 2 - last ** 2)) if self.square and device_batch > last else 0
 
     @property
     def step_peak(self) -> int:
@@ -384,7 +395,7 @@ class ModelPlan:
         if self.squared and not self.faster:  # a run past the lines said so already (helper-75: twice, two figures)
             return (f"{run_how(self, grew)} A{self.squared_words[1:]}: it grows faster than linearly, so no batch past "
                     f"{self.squared[2]} per device is planned.")
-        return run_how(self, grew)
+        return run_how(self, grew) + batch_square.words(self.square, self.batches[-1])
 
     @property
     def order_apart(self) -> tuple[int, int, int] | None:

@@ -311,13 +311,28 @@ def no_batch_line(plan: model_plan.ModelPlan) -> str:
             "(a sharded placement, smaller layers: docs/decide.md).")
 
 
+def unknown_why(plan: model_plan.ModelPlan, capacity: int) -> str:
+    """Why a plan over ``capacity`` bytes per device is not known not to fit, in the words that follow its figures; ""
+    where it does not fit. Its figure is an upper bound there, and what is certain fits: past the largest run, the tensors
+    that grow as the square of the batch are counted as if all were live at once
+    (:meth:`~snippets.lib.model_plan.ModelPlan.square_extra`); a step in 16 bits run or compiled here works on float32
+    copies a GPU does not make (:func:`snippets.lib.model_remedies.half_best_case`)."""
+    h, extra = units.human_bytes, plan.square_extra(plan.device_batch)
+    if extra and max(plan.init_peak, plan.step_peak - extra) <= capacity:
+        return (f"{h(extra)} of it from the tensors that grow as the square of the batch, counted as if all were live at "
+                f"once; without them the line puts it at {h(plan.step_peak - extra)}, which fits. Check it with a run at "
+                "your batch (docs/decide.md, \"Check a plan on this machine\").")
+    if model_plan.in_16_bits(plan) and half_best_case(plan) <= capacity:
+        return (f"as {'compiled' if plan.method == 'compiled' else 'run'} here in 16 bits through float32 copies that a "
+                f"GPU does not make; its best case on a GPU, the bytes above the weights, gradients and slots halved, is "
+                f"{h(half_best_case(plan))}, which fits. Check it with a step on the GPU.")
+    return ""
+
+
 def verdict_fits(plan: model_plan.ModelPlan, capacity: int) -> bool | None:
-    """The verdict for ``capacity`` bytes per device: True (fits), False (does not), or None (not known): a step in 16
-    bits run or compiled here (:func:`snippets.lib.plan_runs.in_16_bits`) is planned high, so over ``capacity`` it is not
-    known not to fit where its best case on a GPU (:func:`snippets.lib.model_remedies.half_best_case`) is within it."""
-    if plan.total <= capacity:
-        return True
-    return None if model_plan.in_16_bits(plan) and half_best_case(plan) <= capacity else False
+    """The verdict for ``capacity`` bytes per device: True (fits), False (does not), or None (not known:
+    :func:`unknown_why`)."""
+    return True if plan.total <= capacity else None if unknown_why(plan, capacity) else False
 
 
 def fits_note(plan: model_plan.ModelPlan) -> str:
@@ -380,12 +395,9 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         unsure = f" {fits_note(plan)}" if fits_note(plan) else ""
         lines.append(textwrap.fill(f"Fits: {peak} of {h(capacity)} ({against}), {h(spare)} to spare.{unsure}", 100,
                                    break_on_hyphens=False))
-    elif verdict_fits(plan, capacity) is None:
-        lines.append(textwrap.fill(
-            f"Not known to fit: {peak} against {h(capacity)} ({against}), short by {h(-spare)}, as {'compiled' if compiled else 'run'} here "
-            f"in 16 bits through float32 copies that a GPU does not make; its best case on a GPU, the bytes above the "
-            f"weights, gradients and slots halved, is {h(half_best_case(plan))}, which fits. Check it with a step on the "
-            "GPU.", 100, break_on_hyphens=False))
+    elif why := unknown_why(plan, capacity):
+        lines.append(textwrap.fill(f"Not known to fit: {peak} against {h(capacity)} ({against}), short by {h(-spare)}, "
+                                   f"{why}", 100, break_on_hyphens=False))
     else:
         lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
     if plan.method != "rule":
@@ -477,6 +489,7 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
             "steps_run": list(plan.steps_run), "faster": list(plan.faster),
             "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None,
+            "square": dict(zip(("per_square", "tensors", "largest"), plan.square)) or None,
             "confirm_failed": plan.confirm_failed or None, "checked": [list(point) for point in plan.checked], "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
 
 
@@ -522,8 +535,9 @@ JSON_KEYS = {
               "the model's own train_step takes its batch alone, which Keras on JAX does not call"),
     "capacity": ("what each device's pool gives less 128 MiB (half of a pool under 256 MiB), bytes: its allocator can "
                  "hand a tensor a whole chunk (hardware.usable_bytes)"),
-    "fits": ("whether the larger of plan.init_peak and plan.step_peak is within capacity; null (not known) for a step in "
-             "16 bits over it whose best case on a GPU (the bytes above the weights, gradients and slots halved) is within it"),
+    "fits": ("whether the larger of plan.init_peak and plan.step_peak is within capacity; null (not known) where it is over "
+             "only by what is counted high: past the largest run, plan.square's tensors as if all were live at once, or for "
+             "a step in 16 bits, more than its best case on a GPU (the bytes above the weights, gradients and slots halved)"),
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
     "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
@@ -565,6 +579,9 @@ JSON_KEYS = {
                        "plan.batches, that fits); empty if none"),
     "plan.confirmed_for": ("the capacity plan.confirmed checked, bytes per device (a check that failed to compile: "
                            "plan.confirm_failed); null if none"),
+    "plan.square": ("the step's tensors whose bytes grew as the square of the batch between its first two runs: bytes "
+                    "per sample squared (per_square), how many (tensors), the largest's op (largest); past the largest "
+                    "run they are added, as if all were live at once; null if none"),
     "plan.confirm_failed": ("the batch per device a check failed to compile at, and its error, in one line (only "
                             "compiled batches are offered for plan.confirmed_for); null if none"),
     "plan.checked": ("a compiled plan's [batch, peak] per device compiled at the cards' largest batches read off its figures, "

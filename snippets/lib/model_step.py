@@ -14,24 +14,19 @@ with one input batch resident (as a GPU holds the batch it trains on), and the w
 builds the optimizer's slots and can peak above the second; with several inter-op threads the order of the ops, and so
 the peak, changes from one step to the next).
 
-Under ``strategy="mirrored"`` what is measured is **one replica's program
-alone** (the project's way, :mod:`snippets.lib.step_ledger`): the emulated
-devices share one allocator, so a real ``MirroredStrategy`` run shows only
-the pool's peak: every replica's buffers (not necessarily live at once) and
-what the strategy keeps on one device (on CPU devices it all-reduces with
-``ReductionToOneDevice``, both gradients gathered on the first device; a GPU
-host uses NCCL). The replica's program is the model at ``batch / devices`` samples,
-without XLA (Keras resolves ``jit_compile="auto"`` to False for a model
-created under a strategy), with each gradient copied before the update as
-the all-reduce writes the summed gradient into a new buffer
-(:func:`snippets.lib.step_ledger.copy_on_aggregation`), and with the
-optimizer's slots built before the first step, as Keras builds them under a
-strategy (``_maybe_symbolic_build`` in keras/src/backend/tensorflow/trainer.py,
-Keras 3.15; on one device it defers them to the first traced step, which is
-then traced twice). ``--real-strategy`` (and
-:func:`measure`'s ``replica_devices``) runs the real ``MirroredStrategy`` over
-``devices`` emulated devices instead and reports the pool's peak (the benchmarks publish the replica's
-figure against it, docs/performance.md). Keras on JAX is compiled instead of run: :mod:`snippets.lib.jax_step`.
+Under ``strategy="mirrored"`` what is measured is **one replica's program alone** (the project's way,
+:mod:`snippets.lib.step_ledger`): the emulated devices share one allocator, so a real ``MirroredStrategy`` run shows
+only the pool's peak: every replica's buffers (not necessarily live at once) and what the strategy keeps on one device
+(on CPU devices it all-reduces with ``ReductionToOneDevice``, both gradients gathered on the first device; a GPU host
+uses NCCL). The replica's program is the model at ``batch / devices`` samples, without XLA (Keras resolves
+``jit_compile="auto"`` to False for a model created under a strategy), with each gradient copied before the update as
+the all-reduce writes the summed gradient into a new buffer (:func:`snippets.lib.step_ledger.copy_on_aggregation`),
+and with the optimizer's slots built before the first step, as Keras builds them under a strategy
+(``_maybe_symbolic_build`` in keras/src/backend/tensorflow/trainer.py, Keras 3.15; on one device it defers them to the
+first traced step, which is then traced twice). ``--real-strategy`` (and :func:`measure`'s ``replica_devices``) runs
+the real ``MirroredStrategy`` over ``devices`` emulated devices instead and reports the pool's peak (the benchmarks
+publish the replica's figure against it, docs/performance.md). Keras on JAX is compiled instead of run:
+:mod:`snippets.lib.jax_step`.
 
 Run one by hand::
 
@@ -54,7 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from snippets.lib import allocator, fork_server, optimizers, placements, private, units
+from snippets.lib import allocator, batch_square, fork_server, optimizers, placements, private, units
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel, xla_refusal
 from snippets.lib.model_compile import compile_again
 from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
@@ -316,7 +311,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         "max_steps", "optimizer_bytes", "half"}`` (``optimizer_bytes``, the optimizer's variables after the steps, once
         completed; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own; ``jit``,
         whether Keras compiled the step with XLA, False where it turned the step's XLA off for a layer it cannot compile), and
-        ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone; peaks in
+        ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone,
+        ``"square"`` (``{"batch", "tensors"}``: :func:`snippets.lib.batch_square.candidates` at the batch per device); peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused; then :func:`snippets.lib.allocator.refused_at` says how far it got).
@@ -416,6 +412,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         quick += result["seconds_per_step"] if index >= steps else 0
         result["step_peaks"].append(tf.config.experimental.get_memory_info(device)["peak"] - start)
     result["step_peak"] = max(result["step_peaks"])
+    if (square := batch_square.candidates(model, batch)) is not None:  # read after the steps: it allocates nothing
+        result["square"] = {"batch": batch, "tensors": square}
     # What the optimizer that trained keeps (slots, an EMA copy, accumulators, its scalars): which one ran.
     result["optimizer_bytes"] = sum(units.tensor_bytes(tuple(v.shape), str(v.dtype))
                                     for v in (model.optimizer.variables if model.optimizer else ()))

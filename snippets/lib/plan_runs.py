@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from snippets.lib import units
+from snippets.lib import batch_square, units
 from snippets.lib.devices import CPU_INTER_OP_THREADS
 from snippets.lib.model_step import ModelStep
 
@@ -181,13 +181,15 @@ def run_figures(groups: Sequence[Sequence[dict]]) -> dict[str, tuple]:
     """What :class:`snippets.lib.model_plan.ModelPlan` reads of its runs, as its keyword arguments: ``groups`` holds each
     batch's runs, one per thread count in the same order (:func:`snippets.lib.model_step.measure`'s results). Bytes:
     ``floors`` each batch's :func:`floor_step` over its runs; ``by_threads``, ``uppers`` and ``thread_floors`` for each
-    thread count, its worst step, :func:`upper_step` and own :func:`floor_step` at each batch. The planner and the
+    thread count, its worst step, :func:`upper_step` and own :func:`floor_step` at each batch; ``square``, the tensors
+    that grew as the square of the batch (:func:`snippets.lib.batch_square.from_runs`). The planner and the
     benchmark that replans its cached runs both read them here."""
     counts = range(len(groups[0]))
     return {"floors": tuple(floor_step(group) for group in groups),
             "by_threads": tuple(tuple(group[t]["step_peak"] for group in groups) for t in counts),
             "uppers": tuple(tuple(upper_step(group[t]) for group in groups) for t in counts),
-            "thread_floors": tuple(tuple(floor_step([group[t]]) for group in groups) for t in counts)}
+            "thread_floors": tuple(tuple(floor_step([group[t]]) for group in groups) for t in counts),
+            "square": batch_square.from_runs(groups)}
 
 
 def wide_reason(floors: Sequence[int]) -> str:

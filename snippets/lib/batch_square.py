@@ -1,0 +1,133 @@
+"""Tensors of a training step that grow with the square of the batch, read from the graph ``fit`` traced.
+
+A loss over the pairs in a batch (SimCLR's and CLIP's contrastive losses, a triplet loss over every pair) keeps
+``[B, B]`` logits, their softmax and their gradient: bytes that grow as ``B x B``. Runs at small batches do not show
+them when a linear part of the step peaks higher there (helper-83: a LayerNorm MLP with a two-view contrastive loss,
+XLA, peaked in its LayerNorm backward at 2425 samples, and its ``[B, 2B]`` logits overtook it only past about 4000: a
+plan drawn through the runs said "Fits" at 7247 per device, and that step ran out). So each run reads the step's own
+graph, as ``fit`` traced it for the run's batch (nothing more is traced or run): :func:`candidates` lists the
+tensors with two or more dimensions that are multiples of the batch, and :func:`squared` keeps those whose bytes grew
+with the square of the batch from one run's batch to another's (a dimension that is a multiple of the batch by chance,
+a 64-channel kernel at 16 or 32 samples, does not grow).
+
+Their sum is an upper bound on what such tensors hold at once: each is counted as if all were live together
+(the logits, their softmax and their gradient need not be). :mod:`snippets.lib.model_plan` adds it, grown with the
+square of the batch, to a plan past its largest run.
+
+Source: ``tf.function`` traces a function for the shapes it is first called with (``reduce_retracing`` relaxes them
+only on a second trace), so the graph Keras's ``fit`` runs (``_make_function`` in
+keras/src/backend/tensorflow/trainer.py, Keras 3.15: ``one_step_on_data``, called from ``multi_step_on_iterator``)
+carries static shapes on its ops' outputs; ``FuncGraph.get_operations``, TensorFlow 2.21.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+#: A dimension up to this many times the batch is counted as the batch's: ``[B, 2B]`` for two views, ``[2B, 2B]``
+#: for NT-Xent over both views of a pair, ``[kB, kB]`` for k views.
+MULTIPLES = 8
+
+#: Ops whose output aliases their input (a view, not new bytes): left out.
+ALIASES = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StopGradient", "Const", "Shape",
+                     "ReadVariableOp", "Placeholder", "NoOp"})
+
+
+def batch_dims(shape: tuple[int, ...], batch: int) -> int:
+    """How many dimensions of ``shape`` are multiples of ``batch`` up to :data:`MULTIPLES` times it.
+
+    >>> batch_dims((16, 32), 16), batch_dims((16, 10), 16), batch_dims((3, 3, 64, 64), 16), batch_dims((16, 256), 16)
+    (2, 1, 2, 1)
+    """
+    return sum(1 for d in shape if d and d % batch == 0 and d // batch <= MULTIPLES)
+
+
+def _graphs(graph):
+    """``graph`` and the function graphs its ops call (``fit``'s step is a call from the outer function), once each."""
+    found, stack, seen = [], [graph], set()
+    while stack:
+        g = stack.pop()
+        found.append(g)
+        for op in g.get_operations():
+            for attr in ("f", "body", "cond", "then_branch", "else_branch"):
+                try:
+                    name = op.get_attr(attr).name
+                except (ValueError, AttributeError):
+                    continue
+                function = g._get_function(name) if name not in seen else None  # noqa: SLF001 (no public lookup)
+                seen.add(name)
+                if function is not None and hasattr(function, "graph"):
+                    stack.append(function.graph)
+    return found
+
+
+def candidates(model, batch: int) -> dict[str, int] | None:
+    """Bytes of each output (``"<op name>:<index>"``) of the step ``fit`` traced for ``model`` at ``batch`` samples that
+    has two or more dimensions multiple of it (:func:`batch_dims`); None where no traced step is found (a step run
+    eagerly) or its graph cannot be read: then nothing is claimed, and the plan is the runs' alone."""
+    try:
+        return _candidates(model, batch)
+    except Exception:  # noqa: BLE001 (private TensorFlow structures; a run's figures must not fail on them)
+        return None
+
+
+def _candidates(model, batch: int) -> dict[str, int] | None:
+    import tensorflow as tf
+
+    function = getattr(model, "train_function", None)
+    traced = [c.cell_contents for c in (getattr(function, "__closure__", None) or ())
+              if hasattr(c.cell_contents, "_list_all_concrete_functions")]
+    concrete = [f for t in traced for f in t._list_all_concrete_functions()]  # noqa: SLF001 (fit's own trace)
+    if not concrete:
+        return None
+    found = {}
+    for graph in _graphs(concrete[0].graph):
+        for op in graph.get_operations():
+            if op.type in ALIASES:
+                continue
+            for i, t in enumerate(op.outputs):
+                # Tensors of bytes (bool, int8, half, ...): not handles, strings or variants, which hold no array.
+                if (t.dtype not in (tf.resource, tf.string, tf.variant) and t.shape.is_fully_defined()
+                        and batch_dims(tuple(t.shape), batch) >= 2):
+                    found[f"{op.name}:{i}"] = t.shape.num_elements() * t.dtype.size
+    return found
+
+
+def squared(small: Mapping[str, int], large: Mapping[str, int], b0: int, b1: int) -> dict:
+    """The tensors in both runs' :func:`candidates` (at ``b0`` and ``b1`` samples) whose bytes grew by ``(b1 / b0)**2``:
+    ``{"per_square": their bytes at b0 over b0 squared, summed (float), "tensors": how many, "largest": the largest's
+    name}``.
+
+    >>> squared({"logits:0": 1024, "kernel:0": 16384, "x:0": 2048}, {"logits:0": 4096, "kernel:0": 16384}, 16, 32)
+    {'per_square': 4.0, 'tensors': 1, 'largest': 'logits:0'}
+    """
+    grew = {name: size for name, size in small.items() if large.get(name) == size * (b1 * b1) // (b0 * b0)}
+    return {"per_square": sum(grew.values()) / (b0 * b0), "tensors": len(grew),
+            "largest": max(grew, key=grew.get, default="")}
+
+
+def from_runs(groups) -> tuple:
+    """``(per_square, tensors, largest)`` of :func:`squared` between the first two batches run (``groups``: each
+    batch's results of :func:`snippets.lib.model_step.measure`, whose ``"square"`` holds the run's batch per device and
+    its :func:`candidates`); ``()`` where none grew so, or fewer than two batches were read."""
+    found = [r["square"] for group in groups for r in group[:1] if r.get("square")]
+    if len(found) < 2 or found[0]["batch"] == found[1]["batch"]:
+        return ()
+    grew = squared(found[0]["tensors"], found[1]["tensors"], found[0]["batch"], found[1]["batch"])
+    return (grew["per_square"], grew["tensors"], grew["largest"]) if grew["tensors"] else ()
+
+
+def words(square: tuple, last: int) -> str:
+    """A plan's sentence on :func:`from_runs`'s ``square`` past its largest run, ``last`` samples per device ("" if none).
+
+    >>> words((36.0, 9, "compile_loss/info_nce/MatMul:0"), 256)[:98]
+    ' Past 256 per device it adds the 9 tensors of the step whose bytes grew as the square of the batch'
+    """
+    if not square:
+        return ""
+    per_square, count, largest = square
+    return (f" Past {last} per device it adds the {count} tensor{'s' if count > 1 else ''} of the step whose bytes grew "
+            f"as the square of the batch between the runs (a loss over pairs within the batch keeps such logits; the "
+            f"largest: {largest}), {per_square:.4g} B per sample squared, counted as if all were live at once: an upper "
+            "bound.")
