@@ -131,8 +131,10 @@ def accuracy_line(path: Path = ACCURACY) -> str:
                  f"row was measured, which raised a row by {found['raised']:.2f} at most.")
     spread = found["spread"]
     if spread:
-        line += (f" Without XLA, threads race, so the same command plans a different peak each run: planned "
-                 f"{spread['plans']} times from fresh runs, {spread['configurations']} configurations' plans moved "
+        # helper-83: an XLA step's runs moved too (one batch's peak 100.93 and 108.93 MiB in two processes), less.
+        line += (f" A run's peak differs from one process to the next (without XLA most, as threads race), so the same "
+                 f"command plans a different peak each run: planned {spread['plans']} times from fresh runs without XLA, "
+                 f"{spread['configurations']} configurations' plans moved "
                  f"by up to {spread['max'] - 1:.0%}, at {spread['min_ratio']:.2f}-{spread['max_ratio']:.2f} of the "
                  "measured peak" + (f" ({spread['own_runs']} of the {2 * spread['configurations']} at a batch the plan runs "
                  "itself, from the one set of its runs the benchmark has there: those cannot move)" if spread["own_runs"]
