@@ -554,7 +554,8 @@ JSON_KEYS = {
     "fits_note": "where it fits: why that is not certain (the text's sentences); empty if nothing makes it so",
     "caveats": "what the CPU emulation could not show",
     "plan.step": ("the configuration planned (batch: the global batch; loss: --loss where the step uses it, null where "
-                  "the function's compile gives the loss, which setup.loss names)"),
+                  "the function's compile gives the loss, which setup.loss names; xla: \"on\" in a compiled plan, since "
+                  "Keras on JAX jits the step, where setup.xla keeps the --xla mode asked for)"),
     "plan.method": "as method",
     "plan.how": "as how",
     "plan.batches": "the per-device batches run (compiled, for a compiled plan)",
