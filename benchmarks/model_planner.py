@@ -111,9 +111,9 @@ def key(step: ModelStep, threads: int | None, real: bool, repeat: int = 0, steps
 
 def run(step: ModelStep, threads: int | None = None, real: bool = False, repeat: int = 0,
         steps: int = 2, cap: str = CAP) -> dict:
-    """One measured run of ``steps`` training steps in a fresh kernel (a fork of the harness's preloaded
-    server) capped at ``cap``: :func:`snippets.lib.model_step.measure`'s result (``repeat`` only tells
-    draws apart), less its ``square`` (hundreds of a CNN's tensors by name; none here grows as B x B). Shared with tests."""
+    """One measured run of ``steps`` training steps in a fresh kernel (a fork of the harness's preloaded server) capped at
+    ``cap``: :func:`snippets.lib.model_step.measure`'s result (``repeat`` only tells draws apart), less its ``square``
+    (hundreds of a CNN's tensors by name; read at 16 and 32 on 2026-12-07, none of the 19 architectures' grew as B x B)."""
     with Kernel(env={"TF_NUM_INTEROP_THREADS": str(threads)} if threads else {}, deadline=1200) as kernel:
         setup = kernel.call(devices.configure, step.devices if real else 1, cap, "cpu")
         return {k: v for k, v in kernel.call(model_step.measure, step, steps, setup.devices if real else ()).items()

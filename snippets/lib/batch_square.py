@@ -11,8 +11,12 @@ with the square of the batch from one run's batch to another's (a dimension that
 a 64-channel kernel at 16 or 32 samples, does not grow).
 
 Their sum is an upper bound on what such tensors hold at once: each is counted as if all were live together
-(the logits, their softmax and their gradient need not be). :mod:`snippets.lib.model_plan` adds it, grown with the
-square of the batch, to a plan past its largest run.
+(the logits, their softmax and their gradient need not be; both branches of a ``cond`` are counted).
+:mod:`snippets.lib.model_plan` adds its growth past the largest run to a plan there.
+
+Not found (docs/decide.md says so): a pair tensor flattened to one dimension (``[B * B]``), one whose shape the graph
+leaves unknown (a ``boolean_mask`` of the pairs), more views than :data:`MULTIPLES`; and nothing is read from a step
+run eagerly or a graph this module cannot read (then nothing is added, as before this module).
 
 Source: ``tf.function`` traces a function for the shapes it is first called with (``reduce_retracing`` relaxes them
 only on a second trace), so the graph Keras's ``fit`` runs (``_make_function`` in
@@ -26,21 +30,31 @@ from collections.abc import Mapping
 
 
 #: A dimension up to this many times the batch is counted as the batch's: ``[B, 2B]`` for two views, ``[2B, 2B]``
-#: for NT-Xent over both views of a pair, ``[kB, kB]`` for k views.
+#: for NT-Xent over both views of a pair, ``[kB, kB]`` for k views. A bound, so that at 16 samples a width of 512 or a
+#: vocabulary is not read as one; more views than this are not found (docs/decide.md says so).
 MULTIPLES = 8
 
-#: Ops whose output aliases their input (a view, not new bytes): left out.
-ALIASES = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StopGradient", "Const", "Shape",
-                     "ReadVariableOp", "Placeholder", "NoOp"})
+#: Ops whose outputs are no new array: views of their input, constants, placeholders, shapes, handles' reads, and the
+#: outputs of a function they call (a ``cond``, a loop, ``fit``'s own step), counted inside it: left out.
+NOT_NEW = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StopGradient", "Const", "Shape",
+                     "ReadVariableOp", "Placeholder", "NoOp", "PartitionedCall", "StatefulPartitionedCall", "While",
+                     "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
+
+#: How far the bytes' growth between two runs may lie from the square of the batches' ratio and still be read as it:
+#: ``[2B, 2B - 1]`` (NT-Xent without its diagonal) grows by 4.06 from 16 to 32 samples, a linear tensor by 2.
+GROWTH_TOLERANCE = 0.1
 
 
 def batch_dims(shape: tuple[int, ...], batch: int) -> int:
-    """How many dimensions of ``shape`` are multiples of ``batch`` up to :data:`MULTIPLES` times it.
+    """How many dimensions of ``shape`` are multiples of ``batch`` up to :data:`MULTIPLES` times it, or one less than
+    such a multiple (a pair matrix without its diagonal).
 
     >>> batch_dims((16, 32), 16), batch_dims((16, 10), 16), batch_dims((3, 3, 64, 64), 16), batch_dims((16, 256), 16)
     (2, 1, 2, 1)
+    >>> batch_dims((32, 31), 16)
+    2
     """
-    return sum(1 for d in shape if d and d % batch == 0 and d // batch <= MULTIPLES)
+    return sum(1 for d in shape if d and d // batch <= MULTIPLES and 0 in (d % batch, (d + 1) % batch))
 
 
 def _graphs(graph):
@@ -84,7 +98,7 @@ def _candidates(model, batch: int) -> dict[str, int] | None:
     found = {}
     for graph in _graphs(concrete[0].graph):
         for op in graph.get_operations():
-            if op.type in ALIASES:
+            if op.type in NOT_NEW:
                 continue
             for i, t in enumerate(op.outputs):
                 # Tensors of bytes (bool, int8, half, ...): not handles, strings or variants, which hold no array.
@@ -95,15 +109,17 @@ def _candidates(model, batch: int) -> dict[str, int] | None:
 
 
 def squared(small: Mapping[str, int], large: Mapping[str, int], b0: int, b1: int) -> dict:
-    """The tensors in both runs' :func:`candidates` (at ``b0`` and ``b1`` samples) whose bytes grew by ``(b1 / b0)**2``:
-    ``{"per_square": their bytes at b0 over b0 squared, summed (float), "tensors": how many, "largest": the largest's
-    name}``.
+    """The tensors in both runs' :func:`candidates` (at ``b0`` < ``b1`` samples) whose bytes grew by ``(b1 / b0)**2``,
+    within :data:`GROWTH_TOLERANCE`: ``{"per_square": their bytes at b1 over b1 squared, summed (float), "tensors": how
+    many, "largest": the largest's name, "<op name>:<output index>"}``.
 
     >>> squared({"logits:0": 1024, "kernel:0": 16384, "x:0": 2048}, {"logits:0": 4096, "kernel:0": 16384}, 16, 32)
     {'per_square': 4.0, 'tensors': 1, 'largest': 'logits:0'}
     """
-    grew = {name: size for name, size in small.items() if large.get(name) == size * (b1 * b1) // (b0 * b0)}
-    return {"per_square": sum(grew.values()) / (b0 * b0), "tensors": len(grew),
+    square = (b1 / b0) ** 2
+    grew = {name: large[name] for name, size in small.items()
+            if size and name in large and abs(large[name] / size - square) <= GROWTH_TOLERANCE * square}
+    return {"per_square": sum(grew.values()) / (b1 * b1), "tensors": len(grew),
             "largest": max(grew, key=grew.get, default="")}
 
 

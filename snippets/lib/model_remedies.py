@@ -184,10 +184,14 @@ def in_float32(plan: ModelPlan, half: bool = False) -> bool:
 
 def precision_note(plan: ModelPlan, capacity: int, trainable_bytes: int, half: bool = False) -> str:
     """Why mixed precision is not among :func:`batch_remedies`'s for a float32 step over ``capacity`` bytes per device:
-    its best case (:func:`mixed_precision_peak`) is over it too, in one sentence; "" where the plan fits, where that best
-    case fits (it is listed), where the step already computes in 16 bits, or where nothing is derived (a rule plan).
-    helper-82 looked for mixed precision among a Transformer's remedies and found no word on why it was absent."""
-    if plan.method == "rule" or plan.per_sample <= 0 or plan.total <= capacity or not in_float32(plan, half):
+    its best case (:func:`mixed_precision_peak`) is over it too, in one sentence. "" where nothing is derived (a rule plan,
+    or runs that did not grow: :func:`batch_remedies` lists nothing then either), where the plan fits, where it is over
+    only by the upper bound on tensors that grow as the square of the batch (not known not to fit:
+    :func:`snippets.lib.model_report.unknown_why`), where that best case fits (it is listed, unless ``--top`` cuts the
+    list short), or where the step already computes in 16 bits. helper-82 looked for mixed precision among a
+    Transformer's remedies and found no word on why it was absent."""
+    if (plan.method == "rule" or plan.per_sample <= 0 or not in_float32(plan, half)
+            or max(plan.init_peak, plan.step_peak - plan.square_extra(plan.device_batch)) <= capacity):
         return ""
     peak = mixed_precision_peak(plan, trainable_bytes)
     if peak <= capacity:
@@ -198,19 +202,20 @@ def precision_note(plan: ModelPlan, capacity: int, trainable_bytes: int, half: b
 
 
 def half_best_case(plan: ModelPlan) -> int:
-    """Best-case per-device peak on a GPU of ``plan``'s step in 16 bits (its policy's or its own layers':
-    :func:`snippets.lib.plan_runs.in_16_bits`), run or compiled here, bytes.
+    """Best-case per-device peak on a GPU of ``plan``'s step under a 16-bit policy, run or compiled here, bytes.
 
-    This host computes 16-bit matmuls and convolutions on float32 copies a GPU does not make
-    (:data:`snippets.lib.plan_caveats.HALF_CAVEAT`), so what it measured is high. A GPU keeps at least half of the bytes
-    above the state (the line's intercept, at least the weights: float32 variables, gradients and slots): a 16-bit
-    tensor is half of its float32 copy. The margins stay; the initialisation's peak, which computes nothing in 16 bits,
-    stays whole. helper-84: a U-Net's float32 step planned at 1.24 GB listed mixed_float16 as fitting 896 MiB by this
-    best case, while the same step run here under mixed_float16 peaked as high as in float32 and read "Does not fit".
+    This host computes 16-bit matmuls on float32 copies a GPU does not make (:data:`snippets.lib.plan_caveats.HALF_CAVEAT`;
+    XLA:CPU too: COMPILED_HALF_CAVEAT), so what it measured is high. A GPU keeps at least half of the bytes that grow
+    with the batch (above the line's intercept, at least the variables: :attr:`ModelPlan.state`): a 16-bit tensor is
+    half of its float32 copy. Not counted: the upper bound on tensors that grow as the square of the batch
+    (:meth:`ModelPlan.square_extra`), a best case's other unknown. The margins stay; the initialisation's peak, which is
+    not a step's, stays whole. helper-84: a U-Net's mixed_float16 step, XLA-compiled here, peaked as high as its float32
+    step and read "Does not fit", while its float32 plan listed mixed_float16 as fitting by
+    :func:`mixed_precision_peak`, this halving plus a 16-bit copy of each trainable variable.
     """
     margin = 0 if plan.method == "compiled" else MARGIN
     state = max(plan.state, plan.weights_bytes)
-    above = max(plan.step_peak / (1 + margin) - state, 0)
+    above = max((plan.step_peak - plan.square_extra(plan.device_batch)) / (1 + margin) - state, 0)
     return max(plan.init_peak or 0, round((state + above / 2) * (1 + margin)))
 
 
@@ -232,5 +237,6 @@ def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
     # holds the float32 variables at least: a line through a peak that grows faster than linearly can cross zero
     # (helper-39: -200 MB), which put the estimate at 0.14 of what XLA compiled under mixed_float16.
     state = max(plan.state, plan.weights_bytes)
-    activations = plan.peak_at(per_device) / (1 + margin) - state
+    # Without the upper bound on tensors that grow as B x B (ModelPlan.square_extra): a best case.
+    activations = (plan.peak_at(per_device) - plan.square_extra(per_device)) / (1 + margin) - state
     return round((state + trainable_bytes / 2 + activations / 2) * (1 + margin))

@@ -313,19 +313,22 @@ def no_batch_line(plan: model_plan.ModelPlan) -> str:
 
 def unknown_why(plan: model_plan.ModelPlan, capacity: int) -> str:
     """Why a plan over ``capacity`` bytes per device is not known not to fit, in the words that follow its figures; ""
-    where it does not fit. Its figure is an upper bound there, and what is certain fits: past the largest run, the tensors
-    that grow as the square of the batch are counted as if all were live at once
-    (:meth:`~snippets.lib.model_plan.ModelPlan.square_extra`); a step in 16 bits run or compiled here works on float32
-    copies a GPU does not make (:func:`snippets.lib.model_remedies.half_best_case`)."""
+    where it does not fit. Its figure is counted high there, and what is certain fits: past the largest run, the growth
+    of the tensors that grow as the square of the batch, as if all were live at once
+    (:meth:`~snippets.lib.model_plan.ModelPlan.square_extra`); under a 16-bit policy (not layers' own: those may be a
+    few), the float32 copies this host works on, which a GPU does not make (:func:`snippets.lib.model_remedies.half_best_case`,
+    itself without that growth). A step with both is not known where the second's best case fits."""
     h, extra = units.human_bytes, plan.square_extra(plan.device_batch)
-    if extra and max(plan.init_peak, plan.step_peak - extra) <= capacity:
-        return (f"{h(extra)} of it from the tensors that grow as the square of the batch, counted as if all were live at "
-                f"once; without them the line puts it at {h(plan.step_peak - extra)}, which fits. Check it with a run at "
-                "your batch (docs/decide.md, \"Check a plan on this machine\").")
-    if model_plan.in_16_bits(plan) and half_best_case(plan) <= capacity:
+    if units.computes_in_16_bits(plan.step.policy) and (best := half_best_case(plan)) <= capacity:
         return (f"as {'compiled' if plan.method == 'compiled' else 'run'} here in 16 bits through float32 copies that a "
-                f"GPU does not make; its best case on a GPU, the bytes above the weights, gradients and slots halved, is "
-                f"{h(half_best_case(plan))}, which fits. Check it with a step on the GPU.")
+                f"GPU does not make{' and with the tensors that grow as the square of the batch as if all were live at once' if extra else ''}; "
+                f"its best case on a GPU, the bytes that grow with the batch halved{', without those tensors' if extra else ''}, "
+                f"is {h(best)}, which fits. Check it with a step on the GPU.")
+    if extra and max(plan.init_peak, plan.step_peak - extra) <= capacity:
+        return (f"{h(extra)} of it from the growth, past the largest run, of the tensors that grow as the square of the "
+                f"batch, counted as if all were live at once; without that growth the line puts it at "
+                f"{h(plan.step_peak - extra)}, which fits. Check it with a run at your batch (docs/decide.md, \"Check a "
+                "plan on this machine\").")
     return ""
 
 
@@ -536,8 +539,9 @@ JSON_KEYS = {
     "capacity": ("what each device's pool gives less 128 MiB (half of a pool under 256 MiB), bytes: its allocator can "
                  "hand a tensor a whole chunk (hardware.usable_bytes)"),
     "fits": ("whether the larger of plan.init_peak and plan.step_peak is within capacity; null (not known) where it is over "
-             "only by what is counted high: past the largest run, plan.square's tensors as if all were live at once, or for "
-             "a step in 16 bits, more than its best case on a GPU (the bytes above the weights, gradients and slots halved)"),
+             "only by what is counted high: past the largest run, the growth of plan.square's tensors as if all were live "
+             "at once, or under a 16-bit policy, more than its best case on a GPU (the bytes that grow with the batch "
+             "halved)"),
     "card": "the card planned for; null when --device-memory gave the capacity",
     "pool": "what capacity is of the card: TensorFlow's allocator, or JAX's default 75% pool; null with --device-memory",
     "largest_batch": "the largest global batch (samples per step, all replicas) within capacity",
@@ -581,8 +585,8 @@ JSON_KEYS = {
     "plan.confirmed_for": ("the capacity plan.confirmed checked, bytes per device (a check that failed to compile: "
                            "plan.confirm_failed); null if none"),
     "plan.square": ("the step's tensors whose bytes grew as the square of the batch between its first two runs: bytes "
-                    "per sample squared (per_square), how many (tensors), the largest's op (largest); past the largest "
-                    "run they are added, as if all were live at once; null if none"),
+                    "per sample squared (per_square), how many (tensors), the largest's name, op:index (largest); past the "
+                    "largest run their growth is added, as if all were live at once, without margin; null if none"),
     "plan.confirm_failed": ("the batch per device a check failed to compile at, and its error, in one line (only "
                             "compiled batches are offered for plan.confirmed_for); null if none"),
     "plan.checked": ("a compiled plan's [batch, peak] per device compiled at the cards' largest batches read off its figures, "

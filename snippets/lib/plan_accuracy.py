@@ -132,7 +132,7 @@ def accuracy_line(path: Path = ACCURACY) -> str:
     spread = found["spread"]
     if spread:
         # helper-83: an XLA step's runs moved too (one batch's peak 100.93 and 108.93 MiB in two processes), less.
-        line += (f" A run's peak differs from one process to the next (without XLA most, as threads race), so the same "
+        line += (f" A run's peak differs from one process to the next (with XLA too; without it, threads race), so the same "
                  f"command plans a different peak each run: planned {spread['plans']} times from fresh runs without XLA, "
                  f"{spread['configurations']} configurations' plans moved "
                  f"by up to {spread['max'] - 1:.0%}, at {spread['min_ratio']:.2f}-{spread['max_ratio']:.2f} of the "
