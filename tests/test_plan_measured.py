@@ -377,3 +377,21 @@ def test_a_loss_over_the_pairs_in_a_batch_is_run_at_the_readers_batch_and_stops_
     assert plan["method"] == "measured" and max(plan["largest_global_batch"].values()) == 4096
     # The runs' own graphs show the [B, B] logits (helper-83: where a larger peak hides them, they are added past the runs).
     assert plan["plan"]["square"]["tensors"] >= 2 and plan["plan"]["square"]["per_square"] >= 8, plan["plan"]["square"]
+
+
+def test_pair_logits_hidden_at_the_run_are_added_past_it_and_leave_the_verdict_open(kernel):
+    import json
+
+    # helper-83: a plan drawn through runs that a LayerNorm backward peaked in said "Fits" far past them, where the [B, 2B]
+    # logits had overtaken it and a run ran out. The run short of 7247 shows no growth; the graphs show the logits.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_losses:hidden_pairs", "--strategy", "single",
+                                           "--batch", "7247", "--device-memory", "4GiB", "--json"])
+    assert code == 0, out
+    plan = json.loads(out[out.index("{"):])
+    runs, square = plan["plan"]["batches"], plan["plan"]["square"]
+    assert 256 < runs[-1] < 7247 and not plan["plan"]["faster"], runs
+    # [B, 2B] float32 at least twice (the logits and their gradient): 16 bytes per sample squared or more.
+    assert square["tensors"] >= 2 and square["per_square"] >= 16, square
+    extra = round(square["per_square"] * (7247 ** 2 - runs[-1] ** 2))
+    assert plan["fits"] is None and plan["plan"]["step_peak"] - extra <= plan["capacity"] < plan["plan"]["step_peak"]
+    assert plan["largest_batch"] < 7247 and "the square of the batch" in plan["how"]
