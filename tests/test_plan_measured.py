@@ -385,7 +385,7 @@ def test_pair_logits_hidden_at_the_run_are_added_past_it_and_leave_the_verdict_o
     # helper-83: a plan drawn through runs that a LayerNorm backward peaked in said "Fits" far past them, where the [B, 2B]
     # logits had overtaken it and a run ran out. The run short of 7247 shows no growth; the graphs show the logits.
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_losses:hidden_pairs", "--strategy", "single",
-                                           "--batch", "7247", "--device-memory", "4GiB", "--json"])
+                                           "--batch", "7247", "--device-memory", "6GiB", "--json"])
     assert code == 0, out
     plan = json.loads(out[out.index("{"):])
     runs, square = plan["plan"]["batches"], plan["plan"]["square"]
