@@ -2161,15 +2161,16 @@ def test_tensors_that_grow_as_the_square_of_the_batch_are_added_past_the_runs_an
 
     plan = model_plan.plan_model(ModelStep("m:f", "adam", 8192, "off"), run=run)
     last = plan.batches[-1]
-    assert 256 < last < 8192 and plan.method == "extrapolated" and plan.square == (8.0, 1, "loss/MatMul:0")
+    assert 256 < last < 8192 and plan.method == "extrapolated" and plan.square == (8.0, 1, "loss/MatMul:0", ())
     extra = plan.square_extra(8192)
     assert extra == round(8 * (8192 ** 2 - last ** 2)) and plan.square_extra(last) == 0
     blind = replace(plan, square=())  # the plan as drawn before: the line alone
     assert plan.step_peak == blind.step_peak + extra
     assert 0 < plan.largest_batch(plan.step_peak - 1) < blind.largest_batch(plan.step_peak - 1)
-    assert ("Past %d per device it adds the 1 tensor of the step whose bytes grew as the square of the batch" % last
-            ) in " ".join(plan.how().split())
-    assert model_report.plan_json(plan)["square"] == {"per_square": 8.0, "tensors": 1, "largest": "loss/MatMul:0"}
+    assert ("Past %d per device it adds the growth of the 1 tensor of the step whose bytes grew as the square of the batch"
+            % last) in " ".join(plan.how().split())
+    assert model_report.plan_json(plan)["square"] == {"per_square": 8.0, "tensors": 1, "largest": "loss/MatMul:0",
+                                                      "higher": ()}
     # Over the pool only by those tensors, all counted at once: not known; over it by the line too: does not fit.
     for capacity, word, verdict in ((plan.step_peak, "Fits: ", True), (blind.step_peak, "Not known to fit: ", None),
                                     (blind.step_peak - 1, "Does not fit: ", False)):
@@ -2194,6 +2195,17 @@ def test_tensors_that_grow_as_the_square_of_the_batch_are_added_past_the_runs_an
     assert model_report.model_json(half, over, None, "m:f")["fits"] is None
     # A float32 step is not halved: over by the line, it does not fit.
     assert model_report.model_json(plan, over, None, "m:f")["fits"] is False
+    # A [B, B, B] tensor (a triplet loss over every triplet, helper-85's, read as nothing by a square term) grows past
+    # the runs with its own power.
+    def cube(step, cap, inter_op_threads):
+        found = run(step, cap, inter_op_threads)
+        return {**found, "square": {"batch": step.batch, "tensors": {**found["square"]["tensors"],
+                                                                      "loss/triplets:0": 4 * step.batch ** 3}}}
+
+    cubed = model_plan.plan_model(ModelStep("m:f", "adam", 8192, "off"), run=cube)
+    assert cubed.square[0] == 8.0 and cubed.square[3] == ((3, 4.0),) and cubed.square[1] == 2
+    assert cubed.square_extra(2 * last) == round(8 * 3 * last ** 2 + 4 * 7 * last ** 3)
+    assert "and 4 B per sample to the power 3" in " ".join(cubed.how().split())
     # A tensor that is a multiple of the batch by chance (a 64-channel kernel at 16 and 32) did not grow: nothing added.
     assert model_plan.plan_model(ModelStep("m:f", "adam", 8192, "off"), run=lambda s, c, inter_op_threads: {
         **run(s, c, inter_op_threads), "square": {"batch": s.batch, "tensors": {"kernel:0": 4096}}}).square == ()

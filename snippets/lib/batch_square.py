@@ -14,9 +14,10 @@ Their sum is an upper bound on what such tensors hold at once: each is counted a
 (the logits, their softmax and their gradient need not be; both branches of a ``cond`` are counted).
 :mod:`snippets.lib.model_plan` adds its growth past the largest run to a plan there.
 
-Not found (docs/decide.md says so): a pair tensor flattened to one dimension (``[B * B]``), one whose shape the graph
-leaves unknown (a ``boolean_mask`` of the pairs), more views than :data:`MULTIPLES`; and nothing is read from a step
-run eagerly or a graph this module cannot read (then nothing is added, as before this module).
+Also found: every pair in one dimension (``[B * B, d]``, helper-85's pair scorer), and tensors that grow faster, as a
+cube (``[B, B, B]``), each grown past the runs by its own power. Not found (docs/decide.md says so): a pair tensor whose
+shape the graph leaves unknown (a ``boolean_mask`` of the pairs), more views than :data:`MULTIPLES`; and nothing is read
+from a step run eagerly or a graph this module cannot read (then nothing is added, as before this module).
 
 Source: ``tf.function`` traces a function for the shapes it is first called with (``reduce_retracing`` relaxes them
 only on a second trace), so the graph Keras's ``fit`` runs (``_make_function`` in
@@ -40,21 +41,24 @@ NOT_NEW = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze"
                      "ReadVariableOp", "Placeholder", "NoOp", "PartitionedCall", "StatefulPartitionedCall", "While",
                      "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
 
-#: How far the bytes' growth between two runs may lie from the square of the batches' ratio and still be read as it:
+#: How far the bytes' growth between two runs may lie from a power of the batches' ratio and still be read as it:
 #: ``[2B, 2B - 1]`` (NT-Xent without its diagonal) grows by 4.06 from 16 to 32 samples, a linear tensor by 2.
 GROWTH_TOLERANCE = 0.1
 
 
 def batch_dims(shape: tuple[int, ...], batch: int) -> int:
-    """How many dimensions of ``shape`` are multiples of ``batch`` up to :data:`MULTIPLES` times it, or one less than
-    such a multiple (a pair matrix without its diagonal).
+    """How many of ``shape``'s dimensions are the batch's: a multiple of ``batch`` up to :data:`MULTIPLES` times it, or
+    one less than such a multiple (a pair matrix without its diagonal), counts once; a multiple of ``batch`` squared up to
+    :data:`MULTIPLES` times it (every pair in one dimension, ``[B * B, d]``) counts twice.
 
-    >>> batch_dims((16, 32), 16), batch_dims((16, 10), 16), batch_dims((3, 3, 64, 64), 16), batch_dims((16, 256), 16)
+    >>> batch_dims((16, 32), 16), batch_dims((16, 10), 16), batch_dims((3, 3, 64, 64), 16), batch_dims((16, 200), 16)
     (2, 1, 2, 1)
-    >>> batch_dims((32, 31), 16)
-    2
+    >>> batch_dims((32, 31), 16), batch_dims((256, 10), 16), batch_dims((1024, 10), 32)
+    (2, 2, 2)
     """
-    return sum(1 for d in shape if d and d // batch <= MULTIPLES and 0 in (d % batch, (d + 1) % batch))
+    square = batch * batch
+    return sum(2 if d % square == 0 and d // square <= MULTIPLES else
+               1 if d // batch <= MULTIPLES and 0 in (d % batch, (d + 1) % batch) else 0 for d in shape if d)
 
 
 def _graphs(graph):
@@ -109,41 +113,67 @@ def _candidates(model, batch: int) -> dict[str, int] | None:
 
 
 def squared(small: Mapping[str, int], large: Mapping[str, int], b0: int, b1: int) -> dict:
-    """The tensors in both runs' :func:`candidates` (at ``b0`` < ``b1`` samples) whose bytes grew by ``(b1 / b0)**2``,
-    within :data:`GROWTH_TOLERANCE`: ``{"per_square": their bytes at b1 over b1 squared, summed (float), "tensors": how
-    many, "largest": the largest's name, "<op name>:<output index>"}``.
+    """The tensors in both runs' :func:`candidates` (at ``b0`` < ``b1`` samples) whose bytes grew by ``(b1 / b0)**k`` for
+    a power ``k`` of 2 or more, within :data:`GROWTH_TOLERANCE`: ``{"per_square": the squares' bytes at b1 over b1
+    squared, summed (float), "higher": [[k, their bytes at b1 over b1**k, summed], ...] for k of 3 or more (a triplet
+    loss over every triplet keeps ``[B, B, B]``: helper-85's grew as the cube, and a square term read it as nothing),
+    "tensors": how many, "largest": the largest's name, "<op name>:<output index>"}``.
 
     >>> squared({"logits:0": 1024, "kernel:0": 16384, "x:0": 2048}, {"logits:0": 4096, "kernel:0": 16384}, 16, 32)
-    {'per_square': 4.0, 'tensors': 1, 'largest': 'logits:0'}
+    {'per_square': 4.0, 'higher': [], 'tensors': 1, 'largest': 'logits:0'}
+    >>> squared({"pairs:0": 1024, "triplets:0": 16 ** 3}, {"pairs:0": 4096, "triplets:0": 32 ** 3}, 16, 32)["higher"]
+    [[3, 1.0]]
     """
-    square = (b1 / b0) ** 2
-    grew = {name: large[name] for name, size in small.items()
-            if size and name in large and abs(large[name] / size - square) <= GROWTH_TOLERANCE * square}
-    return {"per_square": sum(grew.values()) / (b1 * b1), "tensors": len(grew),
+    import math
+
+    ratio, terms, grew = b1 / b0, {}, {}
+    for name, size in small.items():
+        if not size or name not in large:
+            continue
+        power = round(math.log(large[name] / size, ratio))
+        if power >= 2 and abs(large[name] / size - ratio ** power) <= GROWTH_TOLERANCE * ratio ** power:
+            terms[power] = terms.get(power, 0.0) + large[name] / b1 ** power
+            grew[name] = large[name]
+    return {"per_square": terms.pop(2, 0.0), "higher": [[k, terms[k]] for k in sorted(terms)], "tensors": len(grew),
             "largest": max(grew, key=grew.get, default="")}
 
 
 def from_runs(groups) -> tuple:
-    """``(per_square, tensors, largest)`` of :func:`squared` between the first two batches run (``groups``: each
+    """``(per_square, tensors, largest, higher)`` of :func:`squared` between the first two batches run (``groups``: each
     batch's results of :func:`snippets.lib.model_step.measure`, whose ``"square"`` holds the run's batch per device and
-    its :func:`candidates`); ``()`` where none grew so, or fewer than two batches were read."""
+    its :func:`candidates`; ``higher`` as a tuple of ``(power, bytes per sample**power)``); ``()`` where none grew so, or
+    fewer than two batches were read."""
     found = [r["square"] for group in groups for r in group[:1] if r.get("square")]
     if len(found) < 2 or found[0]["batch"] == found[1]["batch"]:
         return ()
     grew = squared(found[0]["tensors"], found[1]["tensors"], found[0]["batch"], found[1]["batch"])
-    return (grew["per_square"], grew["tensors"], grew["largest"]) if grew["tensors"] else ()
+    higher = tuple((k, c) for k, c in grew["higher"])
+    return (grew["per_square"], grew["tensors"], grew["largest"], higher) if grew["tensors"] else ()
+
+
+def extra(square: tuple, batch: int, last: int) -> float:
+    """Bytes :func:`from_runs`'s ``square`` terms add from ``last`` to ``batch`` samples (0 where ``batch`` <= ``last``).
+
+    >>> extra((4.0, 1, "logits:0", ((3, 1.0),)), 64, 32)
+    241664.0
+    """
+    if not square or batch <= last:
+        return 0.0
+    per_square, higher = square[0], square[3] if len(square) > 3 else ()
+    return per_square * (batch ** 2 - last ** 2) + sum(c * (batch ** k - last ** k) for k, c in higher)
 
 
 def words(square: tuple, last: int) -> str:
     """A plan's sentence on :func:`from_runs`'s ``square`` past its largest run, ``last`` samples per device ("" if none).
 
-    >>> words((36.0, 9, "compile_loss/info_nce/MatMul:0"), 256)[:98]
-    ' Past 256 per device it adds the 9 tensors of the step whose bytes grew as the square of the batch'
+    >>> words((36.0, 9, "compile_loss/info_nce/MatMul:0", ()), 256)[:112]
+    ' Past 256 per device it adds the growth of the 9 tensors of the step whose bytes grew as the square of the batch'
     """
     if not square:
         return ""
-    per_square, count, largest = square
-    return (f" Past {last} per device it adds the {count} tensor{'s' if count > 1 else ''} of the step whose bytes grew "
-            f"as the square of the batch between the runs (a loss over pairs within the batch keeps such logits; the "
-            f"largest: {largest}), {per_square:.4g} B per sample squared, counted as if all were live at once: an upper "
-            "bound.")
+    per_square, count, largest = square[:3]
+    powers = "".join(f" and {c:.4g} B per sample to the power {k}" for k, c in (square[3] if len(square) > 3 else ()))
+    return (f" Past {last} per device it adds the growth of the {count} tensor{'s' if count > 1 else ''} of the step "
+            f"whose bytes grew as the square of the batch{' or faster' if powers else ''} between the runs (a loss over "
+            f"pairs within the batch keeps such logits; the largest: {largest}), {per_square:.4g} B per sample squared"
+            f"{powers}, counted as if all were live at once: an upper bound.")

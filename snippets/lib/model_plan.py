@@ -108,8 +108,9 @@ class ModelPlan:
             its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
         checked: for ``compiled``, ``(batch, figure)`` per device of the cards' batches (:func:`jax_step.confirm_cards`).
         half_layers: a run found layers that compute in 16 bits (a policy of their own, or the step's): :func:`in_16_bits`.
-        square: ``(bytes per sample squared, tensors, largest)`` of the step's tensors that grew as the square of the
-            batch between its runs (:func:`snippets.lib.batch_square.from_runs`), added past the last: :meth:`square_extra`.
+        square: ``(bytes per sample squared, tensors, largest, ((power, bytes per sample**power), ...))`` of the step's
+            tensors that grew as the square of the batch or faster between its runs
+            (:func:`snippets.lib.batch_square.from_runs`), added past the last: :meth:`square_extra`.
         jax: Keras on JAX can compile the step, so a sentence may offer ``--backend jax`` (False: a layer it runs without
             jit, or a ``train_step(data)`` of the model's own: :func:`snippets.lib.model_report.jax_line`).
     """
@@ -319,11 +320,11 @@ class ModelPlan:
 
     def square_extra(self, device_batch: int) -> int:
         """Bytes :attr:`square`'s tensors add past the largest run, all counted at once (an upper bound): their bytes
-        per sample squared times ``device_batch**2`` less the last run's batch squared; 0 within the runs, or with none.
+        per sample squared times ``device_batch**2`` less the last run's batch squared, and so for each higher power
+        (:func:`snippets.lib.batch_square.extra`); 0 within the runs, or with none.
         helper-83: a two-view contrastive loss's ``[B, 2B]`` logits, hidden at 2425 per device under a LayerNorm backward
         that peaked higher, overtook it past about 4000, and a plan without them said "Fits" at 7247, where a run ran out."""
-        last = self.batches[-1] if self.batches else 0
-        return round(self.square[0] * (device_batch ** 2 - last ** 2)) if self.square and device_batch > last else 0
+        return round(batch_square.extra(self.square, device_batch, self.batches[-1] if self.batches else 0))
 
     @property
     def step_peak(self) -> int:

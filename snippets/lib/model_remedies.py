@@ -156,7 +156,10 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             name = "keras.distribution.DataParallel" if on_jax else "MirroredStrategy"
             found.append(BatchRemedy(f"{name} over {more} (batch {plan.step.batch // more} per replica)",
                                      peak, how, f"{more} GPUs; an all-reduce of the gradients every step" +
-                                     ("; BatchNorm statistics per replica" if batchnorm else ""), estimate=estimate))
+                                     ("; BatchNorm statistics per replica" if batchnorm else "") +
+                                     # helper-85: said of micro-batches, not of replicas.
+                                     "; a loss over pairs within the batch sees only each replica's pairs (gather them "
+                                     "across replicas to keep them all)", estimate=estimate))
             break
     if in_float32(plan, half):
         peak = mixed_precision_peak(plan, trainable_bytes)

@@ -492,7 +492,7 @@ def plan_json(plan: model_plan.ModelPlan) -> dict:
             "weights_bytes": plan.weights_bytes, "seconds_per_step_cpu": plan.seconds_per_step,
             "steps_run": list(plan.steps_run), "faster": list(plan.faster),
             "confirmed": [list(point) for point in plan.confirmed], "confirmed_for": plan.confirmed_for or None,
-            "square": dict(zip(("per_square", "tensors", "largest"), plan.square)) or None,
+            "square": dict(zip(("per_square", "tensors", "largest", "higher"), plan.square)) or None,
             "confirm_failed": plan.confirm_failed or None, "checked": [list(point) for point in plan.checked], "accumulated": [list(point) for point in plan.accumulated], "accumulator_extra": plan.accumulator_extra or None}
 
 
@@ -584,9 +584,10 @@ JSON_KEYS = {
                        "plan.batches, that fits); empty if none"),
     "plan.confirmed_for": ("the capacity plan.confirmed checked, bytes per device (a check that failed to compile: "
                            "plan.confirm_failed); null if none"),
-    "plan.square": ("the step's tensors whose bytes grew as the square of the batch between its first two runs: bytes "
-                    "per sample squared (per_square), how many (tensors), the largest's name, op:index (largest); past the "
-                    "largest run their growth is added, as if all were live at once, without margin; null if none"),
+    "plan.square": ("the step's tensors whose bytes grew as the square of the batch or faster between its first two runs: "
+                    "bytes per sample squared (per_square), [power, bytes per sample to it] for each higher power (higher), "
+                    "how many (tensors), the largest's name, op:index (largest); past the largest run their growth is "
+                    "added, as if all were live at once, without margin; null if none"),
     "plan.confirm_failed": ("the batch per device a check failed to compile at, and its error, in one line (only "
                             "compiled batches are offered for plan.confirmed_for); null if none"),
     "plan.checked": ("a compiled plan's [batch, peak] per device compiled at the cards' largest batches read off its figures, "
