@@ -2206,6 +2206,10 @@ def test_tensors_that_grow_as_the_square_of_the_batch_are_added_past_the_runs_an
     assert cubed.square[0] == 8.0 and cubed.square[3] == ((3, 4.0),) and cubed.square[1] == 2
     assert cubed.square_extra(2 * last) == round(8 * 3 * last ** 2 + 4 * 7 * last ** 3)
     assert "and 4 B per sample to the power 3" in " ".join(cubed.how().split())
+    # The runs that read their graphs are the first two batches' (model_step reads it up to READ_UP_TO per device).
+    from snippets.lib import batch_square, plan_runs
+
+    assert batch_square.READ_UP_TO == plan_runs.SMALL_BATCHES[-1]
     # A tensor that is a multiple of the batch by chance (a 64-channel kernel at 16 and 32) did not grow: nothing added.
     assert model_plan.plan_model(ModelStep("m:f", "adam", 8192, "off"), run=lambda s, c, inter_op_threads: {
         **run(s, c, inter_op_threads), "square": {"batch": s.batch, "tensors": {"kernel:0": 4096}}}).square == ()

@@ -35,6 +35,11 @@ from collections.abc import Mapping
 #: vocabulary is not read as one; more views than this are not found (docs/decide.md says so).
 MULTIPLES = 8
 
+#: Per-device batch up to which a run reads its graph: the planner compares its first two batches, which are at most
+#: its second small batch (``snippets.lib.plan_runs.SMALL_BATCHES``, tests/test_model_plan.py), and a read costs a
+#: large model's run about a second of CPU.
+READ_UP_TO = 32
+
 #: Ops whose outputs are no new array: views of their input, constants, placeholders, shapes, handles' reads, and the
 #: outputs of a function they call (a ``cond``, a loop, ``fit``'s own step), counted inside it: left out.
 NOT_NEW = frozenset({"Identity", "IdentityN", "Reshape", "ExpandDims", "Squeeze", "StopGradient", "Const", "Shape",

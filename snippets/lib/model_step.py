@@ -312,8 +312,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         completed; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own; ``jit``,
         whether Keras compiled the step with XLA, False where it turned the step's XLA off for a layer it cannot compile), and
         ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone,
-        ``"square"`` (``{"batch", "tensors"}``: :func:`snippets.lib.batch_square.candidates` at the batch per device,
-        without ``replica_devices``); peaks in
+        ``"square"`` (``{"batch", "tensors"}``: :func:`snippets.lib.batch_square.candidates` at the batch per device, up
+        to its ``READ_UP_TO``, without ``replica_devices``); peaks in
         bytes above ``baseline``, the pool's level before the model was built; ``step_peak`` is the worst of
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused; then :func:`snippets.lib.allocator.refused_at` says how far it got).
@@ -414,7 +414,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         result["step_peaks"].append(tf.config.experimental.get_memory_info(device)["peak"] - start)
     result["step_peak"] = max(result["step_peaks"])
     # Read after the steps (it allocates nothing); not under the real strategy, whose graph holds a replica's shapes.
-    if not replica_devices and (square := batch_square.candidates(model, batch)) is not None:
+    if not replica_devices and batch <= batch_square.READ_UP_TO and (square := batch_square.candidates(model, batch)):
         result["square"] = {"batch": batch, "tensors": square}
     # What the optimizer that trained keeps (slots, an EMA copy, accumulators, its scalars): which one ran.
     result["optimizer_bytes"] = sum(units.tensor_bytes(tuple(v.shape), str(v.dtype))
