@@ -336,6 +336,11 @@ class ModelPlan:
         """What each device's allocator must give: the larger of the init and step peaks, bytes."""
         return max(self.init_peak, self.step_peak)
 
+    @property
+    def line_step_peak(self) -> int:
+        """:attr:`step_peak` without :meth:`square_extra`'s upper bound (the line's alone past the runs), bytes."""
+        return self.step_peak - self.square_extra(self.device_batch)
+
     def largest_batch(self, capacity: int, past_floor: bool = False) -> int:
         """The largest global batch (a multiple of the replicas) whose planned peak fits ``capacity`` bytes; 0 if none.
 

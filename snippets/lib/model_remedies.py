@@ -194,7 +194,7 @@ def precision_note(plan: ModelPlan, capacity: int, trainable_bytes: int, half: b
     list short), or where the step already computes in 16 bits. helper-82 looked for mixed precision among a
     Transformer's remedies and found no word on why it was absent."""
     if (plan.method == "rule" or plan.per_sample <= 0 or not in_float32(plan, half)
-            or max(plan.init_peak, plan.step_peak - plan.square_extra(plan.device_batch)) <= capacity):
+            or max(plan.init_peak, plan.line_step_peak) <= capacity):
         return ""
     peak = mixed_precision_peak(plan, trainable_bytes)
     if peak <= capacity:
@@ -218,7 +218,7 @@ def half_best_case(plan: ModelPlan) -> int:
     """
     margin = 0 if plan.method == "compiled" else MARGIN
     state = max(plan.state, plan.weights_bytes)
-    above = max((plan.step_peak - plan.square_extra(plan.device_batch)) / (1 + margin) - state, 0)
+    above = max(plan.line_step_peak / (1 + margin) - state, 0)
     return max(plan.init_peak or 0, round((state + above / 2) * (1 + margin)))
 
 

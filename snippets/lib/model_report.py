@@ -324,10 +324,10 @@ def unknown_why(plan: model_plan.ModelPlan, capacity: int) -> str:
                 f"GPU does not make{' and with the tensors that grow as the square of the batch as if all were live at once' if extra else ''}; "
                 f"its best case on a GPU, the bytes that grow with the batch halved{', without those tensors' if extra else ''}, "
                 f"is {h(best)}, which fits. Check it with a step on the GPU.")
-    if extra and max(plan.init_peak, plan.step_peak - extra) <= capacity:
+    if extra and max(plan.init_peak, plan.line_step_peak) <= capacity:
         return (f"{h(extra)} of it from the growth, past the largest run, of the tensors that grow as the square of the "
                 f"batch, counted as if all were live at once; without that growth the line puts it at "
-                f"{h(plan.step_peak - extra)}, which fits. Check it with a run at your batch (docs/decide.md, \"Check a "
+                f"{h(plan.line_step_peak)}, which fits. Check it with a run at your batch (docs/decide.md, \"Check a "
                 "plan on this machine\").")
     return ""
 
