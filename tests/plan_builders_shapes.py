@@ -18,3 +18,31 @@ def fixed_reshape():
     model = keras.Model(inputs, keras.layers.Dense(4)(FixedTokens()(inputs)))
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+class _PositionBias(keras.layers.Layer):
+    """Adds a table fixed at build time, made as keras-io's Swin Transformer makes its ``relative_position_index``
+    (``keras.Variable`` of an array) or, with ``constant``, as the planner's refusal says (an initializer)."""
+
+    def __init__(self, constant=False):
+        super().__init__()
+        self.constant = constant
+
+    def build(self, input_shape):
+        import numpy as np
+
+        table = np.arange(input_shape[-1], dtype="float32")
+        self.table = (self.add_weight(shape=table.shape, dtype="float32", trainable=False,
+                                      initializer=keras.initializers.Constant(table)) if self.constant else
+                      keras.Variable(table, trainable=False))
+
+    def call(self, x):
+        return x + self.table
+
+
+def array_variable(constant=False):
+    """A Dense after :class:`_PositionBias`, compiled with Adam and mse."""
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(4)(_PositionBias(constant)(inputs)))
+    model.compile(optimizer="adam", loss="mse")
+    return model

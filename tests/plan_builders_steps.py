@@ -53,3 +53,46 @@ def distiller_not_compiled():
     model = Distiller(student=_classifier(8), teacher=_classifier(256))
     model(keras.ops.zeros((1, 16)))
     return model
+
+
+class _Denoiser(keras.Model):
+    """A denoiser trained as keras-io's DDIM is often copied: its train_step takes images alone and draws its noise
+    with unseeded ``keras.random`` calls (Keras's global SeedGenerator), not a SeedGenerator of its own, at the batch's
+    size, or at ``noise_batch`` (keras-io's module-level ``batch_size``)."""
+
+    def __init__(self, noise_batch=None):
+        super().__init__()
+        self.noise_batch = noise_batch
+        self.net = keras.Sequential([keras.layers.Conv2D(8, 3, padding="same"), keras.layers.Conv2D(3, 3, padding="same")])
+
+    def call(self, images, training=False):
+        return self.net(images, training=training)
+
+    def train_step(self, images):
+        import tensorflow as tf
+
+        shape = keras.ops.shape(images)
+        noises = keras.random.normal(shape=(self.noise_batch or shape[0], *shape[1:]))
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.abs(self.net(images + noises, training=True) - noises))
+        gradients = tape.gradient(loss, self.net.trainable_weights)
+        self.optimizer.apply_gradients(zip(gradients, self.net.trainable_weights))
+        return {"loss": loss}
+
+
+def unseeded_denoiser():
+    """:class:`_Denoiser` on 16 x 16 RGB images, compiled with Adam and MAE (helper-87: refused, its x-alone run failing
+    on "seed must have shape [2], not [0]", where a fresh process trained it)."""
+    model = _Denoiser()
+    model.compile(optimizer="adam", loss="mae")
+    model(keras.ops.zeros((2, 16, 16, 3)))
+    return model
+
+
+def fixed_noise_denoiser():
+    """The same, its noise drawn at 64 samples whatever the batch, as keras-io's DDIM draws it at its ``batch_size``
+    (helper-87: refused at 16 with TensorFlow's "Dimensions must be equal" and nothing on the cause)."""
+    model = _Denoiser(noise_batch=64)
+    model.compile(optimizer="adam", loss="mae")
+    model(keras.ops.zeros((2, 16, 16, 3)))
+    return model

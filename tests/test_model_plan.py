@@ -717,6 +717,18 @@ def test_a_models_own_train_step_that_takes_x_alone_is_measured():
     assert note not in str(model_report.model_json(replace(plan, x_alone=""), units.GiB, None, "m:f", (), setup))
 
 
+def test_an_own_train_step_drawing_unseeded_noise_is_measured_on_x_alone():
+    # helper-87: keras-io's DDIM as often copied (noise from keras.random with no seed) was refused: the failed (x, y)
+    # trace made Keras's global SeedGenerator, and the x-alone trace could not read it ("seed must have shape [2]").
+    for xla in ("off", "on"):
+        result = run(ModelStep("tests.plan_builders_steps:unseeded_denoiser", "adam", 8, xla))
+        assert result["completed"] and result["step_peak"] > 0 and result["x_alone"].startswith("ValueError"), result
+    # Drawn at keras-io's batch_size (64) whatever the batch: the refusal names the size the step met and the fix.
+    with pytest.raises(RemoteError, match=r"^ModelError: .*on x alone, ValueError: Dimensions must be equal, .*; the step "
+                       r"meets the batch \(16 per device\) and 64, a size fixed in its code .*keras\.ops\.shape\(x\)\[0\]"):
+        run(ModelStep("tests.plan_builders_steps:fixed_noise_denoiser", "adam", 16, "off"))
+
+
 @pytest.mark.parametrize("strategy, real, expected", [
     ("single", False, [False, True]), ("mirrored", False, [True]), ("mirrored", True, [True, True])])
 def test_a_replicas_slots_are_built_before_its_first_step_as_fit_builds_them_under_a_strategy(

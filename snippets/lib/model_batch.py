@@ -340,6 +340,30 @@ def fixed_batch_failure(error: str, declared: int | None, batches: tuple[int, ..
             "constant) to plan it")
 
 
+#: Two sizes an op could not match: TensorFlow's graph message (a broadcast, an add).
+_MISMATCH = re.compile(r"Dimensions must be equal, but are (\d+) and (\d+)")
+
+
+def fixed_size_hint(error: str, batch: int) -> str:
+    """Words to add to a refusal whose ``error`` (one line) says an op met ``batch``, the run's samples per device, and
+    another size: a size fixed in the model's code (keras-io's DDIM, copied with its ``batch_size = 64``, draws its noise
+    at 64; helper-87 got TensorFlow's message alone). Empty where it does not say so.
+
+    >>> print(fixed_size_hint("ValueError: Dimensions must be equal, but are 64 and 16 for '{{node add}}'", 16))
+    ; the step meets the batch (16 per device) and 64, a size fixed in its code such as a batch (keras-io's DDIM draws
+    its noise at batch_size): make its shapes follow the batch (keras.ops.shape(x)[0], not a constant) to plan it
+    >>> fixed_size_hint("ValueError: Dimensions must be equal, but are 64 and 128 for '{{node add}}'", 16)
+    ''
+    """
+    found = _MISMATCH.search(error)
+    sizes = {int(found.group(1)), int(found.group(2))} - {batch} if found else set()
+    if not found or batch not in (int(found.group(1)), int(found.group(2))) or len(sizes) != 1:
+        return ""
+    return (f"; the step meets the batch ({batch} per device) and {sizes.pop()}, a size fixed in its code such as a batch "
+            "(keras-io's DDIM draws its noise at batch_size): make its shapes follow the batch (keras.ops.shape(x)[0], "
+            "not a constant) to plan it")
+
+
 def batch_of(model, batch: int, loss):
     """One batch ``(x, y)`` for ``model`` as NumPy arrays: its inputs' shapes and dtypes, targets its outputs'.
 

@@ -32,9 +32,11 @@ STATELESS_VALUE = "create a variable while in a stateless scope"
 
 #: The line for such a model: the planner records shapes without values, and a value cannot wait.
 VALUE_REFUSAL = ("a layer creates a variable from a value while the model is built (a stateful=True RNN's "
-                 "states, or keras.Variable(array)), which the planner's build without values cannot do: plan "
-                 "the model with stateful=False (the same weights and step; the states are [batch, units] "
-                 "each), or give the variable an initializer")
+                 "states, or keras.Variable(array), as keras-io's Swin Transformer makes its relative_position_index "
+                 "and attn_mask), which the planner's build without values cannot do: plan the model with "
+                 "stateful=False (the same weights and step; the states are [batch, units] each), or give the "
+                 "variable an initializer: self.add_weight(shape=array.shape, dtype=..., trainable=False, "
+                 "initializer=keras.initializers.Constant(array))")
 
 
 def model_weights(build_model: Callable, *args, **kwargs) -> list[planner.Weight]:

@@ -32,9 +32,8 @@ Run one by hand::
 
     python -m snippets.lib.model_step --step '{"model": "snippets.lib.zoo:small_cnn", "batch": 8}'
 
-Sources: ``tf.config.experimental.get_memory_info`` / ``reset_memory_stats``
-(TF 2.21 API pages); ``gradient_accumulation_steps`` (keras.optimizers.Optimizer,
-Keras 3.15); ``keras.RematScope`` (Keras 3.15 API page).
+Sources: ``tf.config.experimental.get_memory_info`` / ``reset_memory_stats`` (TF 2.21 API pages);
+``gradient_accumulation_steps`` (keras.optimizers.Optimizer, Keras 3.15); ``keras.RematScope`` (Keras 3.15 API page).
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ from snippets.lib import allocator, batch_square, fork_server, optimizers, place
 from snippets.lib.errors import ModelError, error_line, missing_cpu_kernel, xla_refusal
 from snippets.lib.model_compile import compile_again
 from snippets.lib.model_batch import (CALL_ONCE, NO_CALL, adds_its_loss, adds_loss_in_training, batch_of, defines_call,
-                                      loss_failure, loss_name, noting_added_losses, recording_calls)
+                                      fixed_size_hint, loss_failure, loss_name, noting_added_losses, recording_calls)
 
 #: Strategies a measured step can run under.
 STRATEGIES = ("single", "mirrored")
@@ -64,16 +63,14 @@ class ModelStep:
     """One configuration of the reader's training step.
 
     Attributes:
-        model: ``"package.module:function"``; the function returns a Keras 3
-            model (compiled or not) with known input shapes. Or ``"json:PATH"``, a file
-            holding ``model.to_json()`` (rebuilt with ``keras.models.model_from_json``).
+        model: ``"package.module:function"``; the function returns a Keras 3 model (compiled or not) with known
+            input shapes. Or ``"json:PATH"``, a file holding ``model.to_json()`` (``keras.models.model_from_json``).
         optimizer: a name in :data:`snippets.lib.optimizers.OPTIMIZERS`.
         batch: global batch size (samples per step).
         xla: ``"auto"`` (as Keras decides on a GPU host), ``"on"``, ``"off"``.
         strategy: ``"single"`` (one device) or ``"mirrored"``.
         devices: replicas under ``"mirrored"``; 1 for ``"single"``.
-        policy: a Keras dtype policy name (``"mixed_float16"``...) set before
-            the model is built, or None (the builder's own).
+        policy: a Keras dtype policy name (``"mixed_float16"``...) set before the model is built, or None (the builder's).
         loss: the loss when the builder did not compile one, else None.
         accumulation: ``gradient_accumulation_steps`` of the optimizer (1: none).
         remat: a ``keras.RematScope`` mode wrapped around the builder call, or None.
@@ -226,9 +223,8 @@ def build(step: ModelStep, replica_program: bool = False):
     return model
 
 
-#: How to give a model its weights before it is returned. A subclassed model's build(input_shape)
-#: creates none unless the class defines build() (Keras 3.15: Model.build does not call call());
-#: calling it on a batch does.
+#: How to give a model its weights before it is returned. A subclassed model's build(input_shape) creates none unless
+#: the class defines build() (Keras 3.15: Model.build does not call call()); calling it on a batch does.
 BUILD_HINT = ("give it a keras.Input(shape), or in the function call model.build(input_shape) (a Sequential) "
               "or call the model once on a batch (a subclassed one: model(x))")
 
@@ -318,6 +314,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
         ``step_peaks``; ``failed_phase`` is None, ``"init"`` or ``"step"`` (the
         allocator refused; then :func:`snippets.lib.allocator.refused_at` says how far it got).
     """
+    import keras
     import tensorflow as tf
 
     from snippets.lib.errors import is_oom
@@ -389,6 +386,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                     raise
                 # A new tf.function: the failed one was traced, and would refuse to create the slots.
                 dataset, alone, model.train_function = alone, None, None
+                # An unseeded keras.random call made Keras's global SeedGenerator in the failed trace, unreadable in the
+                # next (helper-87's DDIM: "seed must have shape [2], not [0]"): a new one, as in a fresh process.
+                keras.utils.set_random_seed(0)
                 try:
                     model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
                     # The plan says so, with why (x, y) failed: a y made here that its step did not read as made.
@@ -403,7 +403,7 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
                         f"{error_line(error)}, and on x alone, {type(again).__name__}: {error_line(again).split('. ')[0]} (x has the "
                         "inputs' shapes and dtypes; y has the output's shape, or class ids for a sparse loss: " +
                         (f"the loss it compiles, {loss_name(own)}, decides which)" if own is not None else
-                         "pass --loss for the loss it computes)")) from None
+                         "pass --loss for the loss it computes)") + fixed_size_hint(error_line(again), step.batch // step.devices)) from None
         except (tf.errors.OpError, ValueError) as error:
             if not is_oom(error):
                 raise
