@@ -46,3 +46,18 @@ def array_variable(constant=False):
     model = keras.Model(inputs, keras.layers.Dense(4)(_PositionBias(constant)(inputs)))
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+class _FixedNoise(keras.layers.Layer):
+    """Adds noise of 64 rows whatever the batch, as keras-io's DDIM draws its noise at its ``batch_size``."""
+
+    def call(self, x):
+        return x + keras.ops.ones((64, 8))
+
+
+def fixed_add():
+    """A Dense after :class:`_FixedNoise`: a step that runs at a batch of 64 only; compiled with Adam and mse."""
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(4)(_FixedNoise()(inputs)))
+    model.compile(optimizer="adam", loss="mse")
+    return model

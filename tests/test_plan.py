@@ -526,6 +526,12 @@ def test_a_model_that_reshapes_to_a_fixed_batch_in_its_code_is_told_so_in_one_li
     assert code == 2 and last.startswith("python -m snippets.decide: error: a run of the step failed (Cannot reshape a "
                                          "tensor with "), out
     assert "{{node" not in last and last.endswith("(keras.ops.shape(x)[0], not a constant) to plan it"), last
+    # An op that meets the batch and a size fixed in the code (helper-87: keras-io's DDIM, its noise at batch_size).
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_shapes:fixed_add", "--strategy", "single"])
+    last = out.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("python -m snippets.decide: error: a run of the step failed ("), out
+    assert "(Dimensions must be equal, but are " in last and "{{node" not in last and ") and 64, a size fixed" in last
+    assert last.endswith("(keras.ops.shape(x)[0], not a constant) to plan it"), last
 
 
 def test_a_killed_planner_ends_through_python_and_takes_an_optimizer_as_keras_names_it():

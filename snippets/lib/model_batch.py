@@ -316,7 +316,8 @@ def fixed_batch_failure(error: str, declared: int | None, batches: tuple[int, ..
     """The line for a run that failed (``error``, the run's exception in one line) of a step that runs at one batch
     only, or None: a model whose ``keras.Input`` fixes a batch (``declared``) other than the ``batches`` per device it
     ran at, or one whose run failed to reshape a tensor to a size it does not have (a batch fixed in the model's code).
-    Either draws no line in the batch. keras-io's Switch Transformer reshapes to ``batch_size * num_tokens_per_example``
+    Either draws no line in the batch; so does an op that meets a run's batch and another size (:func:`fixed_size_hint`).
+    keras-io's Switch Transformer reshapes to ``batch_size * num_tokens_per_example``
     (helper-48 declared that batch in its ``keras.Input`` and got a bare "Cannot reshape"; helper-74 did not, and got
     TensorFlow's whole message).
 
@@ -326,6 +327,11 @@ def fixed_batch_failure(error: str, declared: int | None, batches: tuple[int, ..
     step reshapes to a size fixed in the model's code, such as a batch (keras-io's Switch Transformer reshapes to
     batch_size * num_tokens_per_example), and a step that runs at one batch only is no line in the batch: make its shapes
     follow the batch (keras.ops.shape(x)[0], not a constant) to plan it
+    >>> print(fixed_batch_failure("ValueError: Dimensions must be equal, but are 32 and 64 for '{{node add}}'", None,
+    ...                           (16, 32)))
+    a run of the step failed (Dimensions must be equal, but are 32 and 64); the step meets the batch (32 per device) and
+    64, a size fixed in its code such as a batch (keras-io's DDIM draws its noise at batch_size): make its shapes follow
+    the batch (keras.ops.shape(x)[0], not a constant) to plan it
     """
     if declared and declared not in batches:
         return (f"a run of the step failed ({error}); the model's keras.Input fixes the batch at {declared}, and the runs "
@@ -333,7 +339,8 @@ def fixed_batch_failure(error: str, declared: int | None, batches: tuple[int, ..
                 f"line in the batch, so make its shapes follow the batch (keras.ops.shape(x)[0], not {declared}) to plan it")
     found = _FIXED_RESHAPE.search(error)
     if found is None:
-        return None
+        met = next((hint for batch in batches if (hint := fixed_size_hint(error, batch))), "")
+        return f"a run of the step failed ({_MISMATCH.search(error).group(0)}){met}" if met else None
     return (f"a run of the step failed ({found.group(0)}): the step reshapes to a size fixed in the model's code, such as a "
             "batch (keras-io's Switch Transformer reshapes to batch_size * num_tokens_per_example), and a step that runs "
             "at one batch only is no line in the batch: make its shapes follow the batch (keras.ops.shape(x)[0], not a "
