@@ -1,5 +1,7 @@
-"""A builder whose step reshapes to a size fixed in its code, as keras-io's Switch Transformer does
-(``batch_size * num_tokens_per_example``) without declaring that batch in its ``keras.Input`` (helper-74)."""
+"""Builders whose shapes the planner's runs cannot follow: a step that reshapes to a size fixed in its code, as keras-io's
+Switch Transformer does (``batch_size * num_tokens_per_example``) without declaring that batch in its ``keras.Input``
+(helper-74), or adds a table of a fixed batch (helper-87); and a layer that makes a variable from an array, as keras-io's
+Swin Transformer does, or, as the planner's refusal says, with an initializer (helper-87)."""
 
 import keras
 
