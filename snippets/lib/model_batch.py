@@ -363,10 +363,10 @@ def fixed_size_hint(error: str, batch: int) -> str:
     ''
     """
     found = _MISMATCH.search(error)
-    sizes = {int(found.group(1)), int(found.group(2))} - {batch} if found else set()
-    if not found or batch not in (int(found.group(1)), int(found.group(2))) or len(sizes) != 1:
+    other = {int(size) for size in found.groups()} - {batch} if found else set()
+    if not found or len(other) != 1 or batch not in map(int, found.groups()):
         return ""
-    return (f"; the step meets the batch ({batch} per device) and {sizes.pop()}, a size fixed in its code such as a batch "
+    return (f"; the step meets the batch ({batch} per device) and {other.pop()}, a size fixed in its code such as a batch "
             "(keras-io's DDIM draws its noise at batch_size): make its shapes follow the batch (keras.ops.shape(x)[0], "
             "not a constant) to plan it")
 
