@@ -22,6 +22,12 @@ SEED_ARGS = ["--shape", "131072", "65536", "--dtype", "float32", "--optimizer", 
 GiB = 2**30
 
 
+def _line_of(path: str, text: str) -> int:
+    """The number of the first line of ``path`` (from the repository's root) that holds ``text``."""
+    return next(number for number, line in enumerate((ROOT / path).read_text(encoding="utf-8").splitlines(), 1)
+                if text in line)
+
+
 def run(*argv):
     """The CLI in a subprocess (it may import TensorFlow; the pytest process must not)."""
     done = subprocess.run([sys.executable, "-m", "snippets.decide", *argv], cwd=ROOT,
@@ -619,7 +625,11 @@ def test_a_model_that_cannot_be_read_exits_2_with_its_line_alone(argv, message):
      "or keras.Variable(array), as keras-io's Swin Transformer makes its relative_position_index and attn_mask), which "
      "the planner's build without values cannot do: plan the model with stateful=False (the same weights and step; the "
      "states are [batch, units] each), or give the variable an initializer: self.add_weight(shape=array.shape, "
-     "dtype=..., trainable=False, initializer=keras.initializers.Constant(array))"),
+     "dtype=..., trainable=False, initializer=keras.initializers.Constant(array)). Here: tests/plan_builders_shapes.py "
+     f"line {_line_of('tests/plan_builders_shapes.py', 'keras.Variable(table')}, in _PositionBias.build: "
+     "keras.Variable(table, trainable=False))"),
+    (["--model", "tests.plan_builders:stateful_rnn"],  # a layer Keras ships: the reader's line that calls it
+     f"Here: tests/plan_builders.py line {_line_of('tests/plan_builders.py', 'stateful=True')}, in stateful_rnn: model = "),
     (["--model", "no_such_module:build"], "(run from the directory that holds it, or add that directory to PYTHONPATH)"),
     (["--model", "tests.plan_builders:needs_width"],
      "failed: TypeError: needs_width() missing 1 required positional argument: 'width' (pass the function's "

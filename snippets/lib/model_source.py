@@ -95,10 +95,45 @@ def shapes_only(build_model: Callable, *args, **kwargs):
     except ValueError as error:
         if STATELESS_VALUE not in str(error):
             raise
-        raise ModelError(VALUE_REFUSAL) from None
+        raise ModelError(VALUE_REFUSAL + reader_line(error)) from None
     if not model.weights:
         raise ModelError(f"the model has no weights yet: {BUILD_HINT}")
     return model
+
+
+def reader_line(error: BaseException) -> str:
+    """Where in the reader's own code ``error`` was raised, as a sentence to end a refusal with:
+    ``". Here: path line N, in Class.method: code"``, from the innermost frame outside the installed
+    packages and this project's ``snippets/`` (its path relative to the working directory when under it;
+    the method's class named where the frame is a method); ``""`` if no frame is the reader's.
+
+    A refusal of the model then says which of its lines to change (helper-88 found keras-io's Swin
+    refused with no hint of which layer). Keras filters its own frames out of its errors'
+    tracebacks (``keras.config.disable_traceback_filtering``), so a layer Keras ships (a
+    ``stateful=True`` RNN) is found at the reader's line that calls it.
+    """
+    import os
+    import sysconfig
+    import traceback
+    from pathlib import Path
+
+    outside = tuple({str(Path(sysconfig.get_paths()[key]).resolve()) for key in ("purelib", "platlib", "stdlib")})
+    ours = str(Path(__file__).resolve().parents[1])
+    found, tb = None, error.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not path.startswith("<") and not str(Path(path).resolve()).startswith((*outside, ours)):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    frame = found.tb_frame
+    summary = traceback.FrameSummary(frame.f_code.co_filename, found.tb_lineno, frame.f_code.co_name)
+    owner = frame.f_locals.get("self")
+    where = f"{type(owner).__name__}.{summary.name}" if owner is not None else summary.name
+    shown = os.path.relpath(summary.filename)
+    shown = summary.filename if shown.startswith("..") else shown
+    return f". Here: {shown} line {summary.lineno}, in {where}" + (f": {summary.line}" if summary.line else "")
 
 
 #: The one line for a tf_keras (Keras 2) model (docs/tf-keras.md plans those).
