@@ -1217,6 +1217,22 @@ def test_a_verdict_held_by_the_initialisation_says_so():
     assert "initialisation, above" not in model_report.model_report(held_by_step, 300 * units.MiB, None)
 
 
+def test_a_does_not_fit_within_the_pool_itself_says_a_run_may_complete_there():
+    # helper-88: a "Does not fit" whose step then completed under a cap of the pool, with no word beside the verdict.
+    from snippets.lib import hardware, model_report
+
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 32, "off", "single", 1), "measured", (16, 32),
+                                (300 * units.MiB, 400 * units.MiB))
+    assert plan.total == 440 * units.MiB
+    for pool, said in ((512 * units.MiB, True), (440 * units.MiB, True), (439 * units.MiB, False),
+                       (700 * units.MiB, False)):  # the last fits: no "Does not fit" to explain
+        text = " ".join(model_report.model_report(plan, hardware.usable_bytes(pool), None).split())
+        note = f"Within the pool itself ({units.human_bytes(pool)}), a run may complete: the verdict holds back the 128 MiB"
+        assert (note in text) is said and ("Does not fit: " in text) is (pool < 700 * units.MiB), text
+        said_json = model_report.model_json(plan, hardware.usable_bytes(pool), None, "m:f")["fits_note"]
+        assert said_json.startswith(note) if said else note not in said_json, said_json
+
+
 def test_the_capacity_planned_for_gets_its_own_largest_batch():
     # A trial (helper-25): --device-memory 2GiB, or a card outside the four listed, got every card's largest
     # batch but its own.

@@ -181,6 +181,26 @@ def usable_bytes(pool: int) -> int:
     return max(pool - ALLOCATOR_SLACK, pool // 2)
 
 
+def within_pool_note(peak: int, capacity: int) -> str:
+    """For a "Does not fit" whose ``peak`` (bytes) is over ``capacity`` (:func:`usable_bytes` of a pool) but not over
+    the pool itself: a sentence saying a run may still complete there, and what the verdict held back; ``""``
+    otherwise (helper-88: a "Does not fit" whose step completed under a cap of the pool, unexplained).
+
+    >>> within_pool_note(950 * MiB, usable_bytes(1024 * MiB))
+    ' Within the pool itself (1 GiB), a run may complete: the verdict holds back the 128 MiB an allocator can hand a tensor as part of a whole chunk.'
+    >>> within_pool_note(1100 * MiB, usable_bytes(1024 * MiB)), within_pool_note(150 * MiB, usable_bytes(200 * MiB))[:37]
+    ('', ' Within the pool itself (200 MiB), a ')
+    """
+    from snippets.lib.units import human_bytes
+
+    # usable_bytes is pool - ALLOCATOR_SLACK from a pool of twice the slack up, half the pool below it.
+    pool = capacity + ALLOCATOR_SLACK if capacity >= ALLOCATOR_SLACK else 2 * capacity
+    if not capacity < peak <= pool:
+        return ""
+    return (f" Within the pool itself ({human_bytes(pool)}), a run may complete: the verdict holds back the "
+            f"{human_bytes(pool - capacity)} an allocator can hand a tensor as part of a whole chunk.")
+
+
 def jax_pool_bytes(name: str = DEFAULT_CARD, fraction: float = JAX_DEFAULT_MEM_FRACTION) -> int:
     """Bytes of JAX's GPU memory pool on one card ``name``: ``fraction`` of its total memory.
 

@@ -368,8 +368,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
     mixed precision is not a remedy (:func:`snippets.lib.model_remedies.precision_note`), or ""."""
     h = units.human_bytes
     step, setup = plan.step, run_notes(setup, plan)
-    compiled = plan.method == "compiled"
-    offer = jax_line(setup)
+    compiled, offer = plan.method == "compiled", jax_line(setup)
     if step.strategy != "mirrored":
         where = "one device"
     elif compiled:  # Keras on JAX: what was compiled is DataParallel's program, not a tf.distribute strategy
@@ -402,7 +401,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
         lines.append(textwrap.fill(f"Not known to fit: {peak} against {h(capacity)} ({against}), short by {h(-spare)}, "
                                    f"{why}", 100, break_on_hyphens=False))
     else:
-        lines.append(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}.")
+        lines.append(textwrap.fill(f"Does not fit: {peak} against {h(capacity)} ({against}); short by {h(-spare)}."
+                                   + hardware.within_pool_note(plan.total, capacity), 100, break_on_hyphens=False))
     if plan.method != "rule":
         largest = largest_batches(plan)
         source = "compiled steps" if compiled else "runs"
@@ -511,7 +511,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
     # method and how at the top, where a rule plan's JSON has them (snippets.lib.rule_report.as_json).
     return {"model": model, "method": plan.method, "how": plan.how(), "plan": plan_json(plan),
             "setup": asdict(setup) if setup else None,
-            "capacity": capacity, "fits": verdict_fits(plan, capacity), "card": card,
+            "capacity": capacity, "fits": (fits := verdict_fits(plan, capacity)), "card": card,
             "pool": pool if card else None, "largest_batch": (own := plan.largest_batch(capacity)),
             "largest_batch_note": own and limit_note(plan, {"capacity": own}, lambda _: capacity, jax_line(setup)) or "",
             # The card planned for among them, also where the list of cards leaves it out (helper-34: an A100-40GB).
@@ -519,10 +519,9 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             # Per device, how far the line was checked: a largest batch past it is further out.
             "line_checked_per_device": line_checked(plan),
             "remedies": [asdict(r) for r in remedies_found],
-            # Where the text says that no batch fits, the JSON says it too.
-            **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),
+            **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),  # as the text says it
             "precision_note": precision,
-            "fits_note": fits_note(plan) if plan.total <= capacity else "",
+            "fits_note": fits_note(plan) if fits else hardware.within_pool_note(plan.total, capacity)[1:] if fits is False else "",
             "caveats": plan.caveats}
 
 
@@ -555,7 +554,8 @@ JSON_KEYS = {
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
     "precision_note": ("where it does not fit a float32 step: why mixed precision is not among the remedies (its best "
                        "case does not fit either; the text's sentence); empty otherwise"),
-    "fits_note": "where it fits: why that is not certain (the text's sentences); empty if nothing makes it so",
+    "fits_note": "where it fits: why that is not certain (the text's sentences); where it does not, that a run may "
+                 "complete within the pool itself, when the peak is there; empty if nothing makes it so",
     "caveats": "what the CPU emulation could not show",
     "plan.step": ("the configuration planned (batch: the global batch; loss: --loss where the step uses it, null where "
                   "the function's compile gives the loss, which setup.loss names; xla: \"on\" in a compiled plan, since "
