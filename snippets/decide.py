@@ -182,8 +182,9 @@ def source_optimizer(facts: SourceFacts, source: str = "function",
         # helper-51: a CycleGAN whose own compile set four optimizers got an inference plan, of a model that only trains.
         # helper-71: "compiles none for fit" read as no compile at all, and named no optimizer to pass.
         raise ValueError(f"{model + ': ' if model else ''}its train_step trains with optimizers of its own ({', '.join(facts.step_optimizers)}), and {compiles} "
-                         "no optimizer for fit itself: pass --optimizer (rmsprop, compile's default, where yours names none), which "
-                         "the model is compiled with; the runs measure the step with the optimizers it applies" + (f"; it cannot run yet: {facts.unknown_input}" if facts.unknown_input else ""))
+                         "no optimizer for fit itself: pass --optimizer, the one your compile hands keras.Model.compile, whose slots "
+                         "fit builds beside theirs (rmsprop, Keras's default, where it hands none, as keras-io's GAN calls "
+                         "super().compile()); the runs measure the step with the optimizers it applies" + (f"; it cannot run yet: {facts.unknown_input}" if facts.unknown_input else ""))
     return None, None
 
 

@@ -680,13 +680,14 @@ def test_a_train_step_with_optimizers_of_its_own_and_no_optimizer_is_refused_not
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:gan_with_call", "--strategy", "single"])
     assert code == 2 and "Traceback" not in out and out.strip().splitlines()[-1].endswith(
         "error: tests.plan_builders:gan_with_call: its train_step trains with optimizers of its own (d_optimizer), and the "
-        "function compiles no optimizer for fit itself: pass --optimizer (rmsprop, compile's default, where yours names "
-        "none), which the model is compiled with; the runs measure the step with the optimizers it applies"), out
+        "function compiles no optimizer for fit itself: pass --optimizer, the one your compile hands keras.Model.compile, "
+        "whose slots fit builds beside theirs (rmsprop, Keras's default, where it hands none, as keras-io's GAN calls "
+        "super().compile()); the runs measure the step with the optimizers it applies"), out
     assert "Planned for INFERENCE" not in out and "measuring" not in out
     # helper-47: one without call() was told to pass --optimizer, which then refused it: the line says what it needs.
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:gan_without_call", "--strategy", "single"])
     last = out.strip().splitlines()[-1]
-    assert code == 2 and "pass --optimizer (rmsprop, compile's default" in last, out
+    assert code == 2 and "pass --optimizer, the one your compile hands keras.Model.compile" in last, out
     assert "; it cannot run yet: NoCallGAN does not say what it takes: its class defines no call()" in last, out
 
 
