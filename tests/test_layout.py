@@ -105,11 +105,11 @@ def test_every_page_with_code_has_a_module_of_its_name_and_every_page_module_a_p
 def test_every_shared_module_is_used():
     edges = graph()
     used = set().union(*edges.values())
+    named = {name for name in used if name.startswith("snippets.lib.")}
     for path in [*DOCS.rglob("*.md"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]:
-        used.update(re.findall(r"snippets\.lib\.\w+|snippets\.lib import ([\w, ]+)", path.read_text(encoding="utf-8")))
-    named = set()
-    for item in used:
-        named.update(f"snippets.lib.{n.strip()}" for n in item.split(",")) if "." not in item else named.add(item)
+        # "snippets.lib.x" anywhere (from snippets.lib.x import y; python -m snippets.lib.x), or "from snippets.lib import x, y".
+        for found in re.finditer(r"snippets\.lib\.(\w+)|snippets\.lib import ([\w, ]+)", path.read_text(encoding="utf-8")):
+            named.update(f"snippets.lib.{n.strip()}" for n in (found[1] or found[2]).split(","))
     unused = [name for name in modules() if is_lib(name) and name not in named]
     assert not unused
 
