@@ -515,6 +515,11 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
         assert word in said and model_report.model_json(half, capacity, None, "m:f")["fits"] is verdict, said
     assert f"its best case on a GPU, the bytes that grow with the batch halved, is {units.human_bytes(low)}" in (
         " ".join(model_report.model_report(half, low, None).split()))
+    # helper-90: "fits": null said nowhere why; its fits_note is the text's reason, and points to the float32 plan's bound.
+    unknown = model_report.model_json(half, low, None, "m:f")["fits_note"]
+    assert unknown.startswith("As run here in 16 bits through float32 copies") and units.human_bytes(low) in unknown
+    assert unknown.endswith("(a plan of the model in float32 reads a tighter best case, from float32 runs, in its "
+                            "precision_note)."), unknown
     # A float32 step's figure is not high: over the pool it does not fit, whatever a 16-bit step's best case.
     assert model_report.model_json(plan, low, None, "m:f")["fits"] is (plan.total <= low) is False
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
@@ -1356,12 +1361,13 @@ def test_the_json_says_when_no_batch_fits_as_the_text_does():
 
 def test_every_key_of_a_measured_plans_json_has_its_legend():
     from snippets.lib import model_report
+    from snippets.lib.model_json_keys import JSON_KEYS
 
     plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 64, "off"), "extrapolated", (16, 32),
                                 (220 * units.MiB, 380 * units.MiB), floors=(210 * units.MiB, 370 * units.MiB))
     found = model_report.model_json(plan, 50 * units.MiB, "V100-PCIE-16GB", "m:f")
     keys = set(found) | {f"plan.{key}" for key in found["plan"]}
-    assert keys == set(model_report.JSON_KEYS)  # a key added to either needs its line in the legend
+    assert keys == set(JSON_KEYS)  # a key added to either needs its line in the legend
 
 
 def _quadratic(bytes_per_pair: float, fails_past: int = 0, per_sample: int = 8 * units.KiB):
