@@ -62,7 +62,7 @@ def measure_accumulation(plan: ModelPlan, capacity: int, progress: Callable[[str
     if progress:
         progress(f"measuring the step with gradient_accumulation_steps=2 at {plan.batches[0]} samples per device, at "
                  f"{' and '.join(map(str, thread_counts(counts)))} inter-op thread{'s' if counts != (1,) else ''}, "
-                 "for the accumulation remedy ...")
+                 "for the accumulation remedies (what accumulating adds, applied to each k) ...")
     try:
         found = (measure_many([(step, None, t) for t in counts], parallel=PARALLEL, progress=progress) if run is None
                  else [run(step, None, inter_op_threads=t) for t in counts])
