@@ -1475,6 +1475,30 @@ def test_a_16_bit_steps_own_batch_past_the_small_runs_is_run_too():
     assert "A run at 256 per device, the largest" not in small.how() and model_report.line_checked(small) == 256
 
 
+def test_a_16_bit_steps_batch_its_lines_put_over_room_is_checked_by_the_largest_run_they_allow():
+    # An audit: past run_past's 32 under a 16-bit policy, the run that checks the lines was sought from 320 up only, so a
+    # reader's 200 per device, its lines over 1 GiB, ran nothing past 32, and its text said nothing of it.
+    def linear(per_sample):
+        def run(step, cap, inter_op_threads):
+            peak = round(30 * units.MiB + per_sample * step.batch)
+            return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                    "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+        return run
+
+    step = ModelStep("m:f", "adam", 200, "off", policy="mixed_float16")
+    plan = model_plan.plan_model(step, cap=16 * units.GiB, run=linear(30 * units.MiB))
+    checked = plan.batches[-1]  # its growth past 32 within 1 GiB less the margin: 30 MiB a sample, 31 samples
+    assert plan.batches[:2] == (16, 32) and 2 * 32 > checked > 32 and plan.method == "extrapolated"
+    assert f"A run at {checked} per device, the largest batch the lines put under 1 GiB" in " ".join(plan.how().split())
+    # Growth too steep for any run past 32: the text says the reader's batch was not run (the lines put it over 4 GiB).
+    steep = model_plan.plan_model(step, cap=16 * units.GiB, run=linear(200 * units.MiB))
+    assert steep.batches == (16, 32) and "200 per device, at least 2 times past the largest run, was not run here" in (
+        " ".join(steep.how().split()))
+    # float32 as before: from 16 and 32 alone, the reader's batch not run (its lines over 4 GiB) and said so.
+    float32 = model_plan.plan_model(replace(step, policy=None), cap=16 * units.GiB, run=linear(30 * units.MiB))
+    assert float32.batches == (16, 32) and "was not run here" in " ".join(float32.how().split())
+
+
 def test_a_readers_batch_far_past_the_runs_is_run_where_the_lines_put_it_within_reach():
     # helper-60: keras-io's 3D CNN for CT scans, MirroredStrategy over 2 without XLA, grew about 10 MB per sample per
     # replica from 16 to 32, 14 from 32 to 64 and 17 from 64 to 128: planned from 16 and 32, 0.875 of its step at 128, and

@@ -542,9 +542,9 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     def grows(b: int) -> bool:
         return plan.line_peak(b) - start <= room and plan.line_peak(b) <= host and b <= CHECK_REACH * batches[-1]
 
-    def largest(fits: Callable[[int], bool]) -> int:
-        return target if fits(target) else (last_fitting(fits, 2 * CHECKED_PAST, target - 1) or
-                                            last_fitting(fits, CHECKED_PAST * 5 // 4, min(target, 2 * CHECKED_PAST) - 1))
+    def largest(fits: Callable[[int], bool]) -> int:  # past run_past's 32 under 16 bits (an audit: none for 33-319)
+        return target if fits(target) else (last_fitting(fits, 2 * past, target - 1) or
+                                            last_fitting(fits, past * 5 // 4, min(target, 2 * past) - 1))
 
     check = largest(cheap)
     grown = not check

@@ -224,7 +224,7 @@ HALF_RUN = ", under a 16-bit policy, whose growth in the batch no benchmark row 
 
 def far_not_run(plan) -> str:
     """What a :class:`snippets.lib.model_plan.ModelPlan` ``plan`` run here says where the reader's per-device batch lies
-    :data:`FAR_PAST` times past its largest run or more, up to :func:`run_past`, and was not run: :func:`runs_far` found
+    :data:`FAR_PAST` times past its largest run or more, up to :data:`CHECKED_PAST`, and was not run: :func:`runs_far` found
     the lines over :data:`FAR_PEAK` or this host's cap, or a run here ran out of that cap. "" where it was run, or lies
     elsewhere. helper-62: a keras-io U-Net at 128 per device, four times past 32, its lines at 4.5 GiB, was planned from
     16 and 32 without a word of it (it read 1.12 of its step there).
@@ -235,9 +235,16 @@ def far_not_run(plan) -> str:
     ' 128 per device, at least 2 times past the largest run, was not run here'
     >>> far_not_run(Plan(batches=(16, 32, 128), **at)), far_not_run(Plan(batches=(16, 96), **at))
     ('', '')
+
+    A 16-bit step alike (an audit: its :func:`run_past` of 32 had silenced it); past :data:`CHECKED_PAST`,
+    :func:`snippets.lib.run_how.run_how` says no run checked the lines:
+
+    >>> half = ModelStep("m:f", batch=128, policy="mixed_float16")
+    >>> far_not_run(Plan(batches=(16, 32), **{**at, "step": half}))[:40]
+    ' 128 per device, at least 2 times past t'
     """
     batch, batches = plan.device_batch, plan.batches
-    if batch in batches or not far_past(batch, batches[-1], run_past(plan.step, plan.half_layers)):
+    if batch in batches or not far_past(batch, batches[-1]):
         return ""
     why = ("a run ran out of this host's cap" if plan.wide_ran_out or plan.short_of else
            f"the lines put it over {units.human_bytes(FAR_PEAK)} or this host's cap")
