@@ -349,11 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--model: the loss, when the function returns an uncompiled model (e.g. mse, "
                         "sparse_categorical_crossentropy)")
     parser.add_argument("--method", default="auto", choices=("auto", "rule"),
-                        help="--model: auto runs the model's real fit step at two small batches (a third when they "
-                        "hardly differ or it is cheap) in fresh capped processes and extrapolates, or interpolates between two runs "
-                        "(single or mirrored; the rule "
-                        "where it cannot run here); rule counts weights, gradients, slots, the update's temporaries "
-                        "and Dense activations only")
+                        help="--model: auto runs the model's real fit step at 16 and 32 samples per device (256 when they "
+                        "hardly differ or it is cheap; your batch, or the largest the lines put within room, far past them) "
+                        "in fresh capped processes and extrapolates, or interpolates between two runs (single or "
+                        "mirrored; the rule where it cannot run here); rule counts weights, gradients, slots, the "
+                        "update's temporaries and Dense activations only")
     parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "jax"),
                         help="--model: the Keras backend you train on. tensorflow (default): measured; jax: XLA's compiled "
                         "memory analysis of the train step (XLA:CPU's figures; the largest batch offered for the capacity and each "

@@ -57,7 +57,7 @@ WIDE_PEAK = 1 << 30
 #: its kernels launched inline one at a time, no CPU run makes (:data:`snippets.lib.plan_caveats.THREADS_CAVEAT`);
 #: eight draw more of the orders the dataflow allows: on the benchmark's
 #: 104 rows without XLA a run at 8 threads peaked up to 1.41x above the runs at 1 and 2; a plan
-#: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 3%, where
+#: of lines at 1 and 8 was never under the worst of 1, 2 and 8 threads by more than 5%, where
 #: lines at 1 and 2 had fallen to 0.82 of it (benchmarks, model_planner; docs/performance.md).
 PLAN_THREADS = (1, 8)
 
