@@ -839,19 +839,28 @@ def test_a_compiled_plans_remedies_speak_of_keras_on_jax():
     assert not more.estimate and "compile it" not in more.how and "compiled over 2 devices" in more.how
 
 
-def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_an_estimate_from_an_xla_step():
+def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_not_read_off_an_xla_step():
+    from snippets.lib import model_report
+
     trainable = 10 * units.MiB
-    for xla, estimate in (("off", False), ("on", True)):
-        plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, xla, "single"), "extrapolated", (16, 32),
-                                    (220 * units.MiB, 380 * units.MiB))
-        mirrored = next(r for r in model_remedies.batch_remedies(plan, 2 * units.GiB, 4, trainable)
-                        if r.label.startswith("MirroredStrategy over 4"))
-        # A replica's program is the single-device fit at 64 plus the all-reduced gradient.
-        expected = plan.peak_at(64) + trainable
-        assert mirrored.peak == (max(expected, plan.init_peak) if xla == "off" else expected)
-        assert "plus the all-reduced gradient" in mirrored.how and mirrored.estimate is estimate
-        # Under a strategy Keras compiles no XLA step for jit_compile="auto": the line is another program's.
-        assert ("measure it with --strategy mirrored" in mirrored.how) is estimate
+    plan = model_plan.ModelPlan(ModelStep("m:f", "adam", 256, "off", "single"), "extrapolated", (16, 32),
+                                (220 * units.MiB, 380 * units.MiB))
+    mirrored = next(r for r in model_remedies.batch_remedies(plan, 2 * units.GiB, 4, trainable)
+                    if r.label.startswith("MirroredStrategy over 4"))
+    # A replica's program is the single-device fit at 64 plus the all-reduced gradient.
+    assert mirrored.peak == max(plan.peak_at(64) + trainable, plan.init_peak) and not mirrored.estimate
+    assert "plus the all-reduced gradient" in mirrored.how and not model_remedies.strategy_note(plan, 2 * units.GiB)
+    # Under a strategy Keras compiles no XLA step for jit_compile="auto": the replica runs another program than the
+    # compiled lines (helper-91's ConvLSTM replica peaked at 1.7 times the figure they gave). No remedy, a note instead.
+    compiled = replace(plan, step=replace(plan.step, xla="on"))
+    assert not [r for r in model_remedies.batch_remedies(compiled, 2 * units.GiB, 4, trainable)
+                if r.label.startswith("MirroredStrategy")]
+    note = model_remedies.strategy_note(compiled, 2 * units.GiB)
+    assert note.endswith("Plan it: --strategy mirrored --devices 2 (or 4, 8) --batch 256 --xla auto.")
+    text = " ".join(model_report.model_report(compiled, 2 * units.GiB, None, [], None, "").split())
+    assert note in text and model_report.model_json(compiled, 2 * units.GiB, None, "m:f", [], None, "")[
+        "strategy_note"] == note
+    assert not model_remedies.strategy_note(compiled, 8 * units.GiB)  # it fits: no remedy asked for
 
 
 def test_bad_steps_are_one_line_each():

@@ -37,6 +37,8 @@ JSON_KEYS = {
     "remedies_note": "only when no batch fits: why, and what must shrink instead (the text's sentence)",
     "precision_note": ("where it does not fit a float32 step: why mixed precision is not among the remedies (its best "
                        "case does not fit either; the text's sentence); empty otherwise"),
+    "strategy_note": ("where an XLA-compiled step on TensorFlow does not fit: why MirroredStrategy is not among the "
+                      "remedies (a strategy compiles no XLA step) and the command that plans it; empty otherwise"),
     "fits_note": "where it fits: why that is not certain (the text's sentences); where it does not, that a run may "
                  "complete within the pool itself, when the peak is there; where it is not known (fits null), why; empty "
                  "if nothing makes it so",

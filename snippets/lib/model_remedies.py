@@ -51,8 +51,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
     - ``MirroredStrategy`` over ``devices`` (or twice the replicas already used), else twice or four times
       that, up to 8 (one host's GPUs), the fewest that fit and divide the batch:
       ``B / N`` samples per replica, the lines at that batch (plus the all-reduced gradient when they
-      are a single device's; an estimate when they are an XLA step's, which a strategy does not
-      compile).
+      are a single device's; an estimate when they are Keras on JAX's one-device compile). Not from
+      TensorFlow's XLA step, which a strategy does not compile: :func:`strategy_note` says so instead.
 
     - last, and only as an estimate (``estimate=True``): ``mixed_float16`` for a float32 step,
       :func:`mixed_precision_peak`, which this host cannot measure; not where ``half``: layers of the
@@ -143,15 +143,14 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         # Keras on JAX jits the replicas' step too (keras.distribution.DataParallel): only the one-device
         # compile is another program's; on TensorFlow a compiled line is, since a strategy compiles none.
         on_jax = plan.method == "compiled"
-        estimate = single if on_jax else plan.step.jit
+        if plan.step.jit and not on_jax:  # strategy_note instead: helper-91's ConvLSTM replica peaked 1.7x its estimate
+            break
+        estimate = single and on_jax
         if on_jax and single:
             how += f"; from the one-device compiled step: compile it with --strategy mirrored --devices {more}"
         elif on_jax:  # helper-54: "the compiled figure" read as compiled over these devices
             how += (f", compiled over {replicas} devices: each device's program is the same over {more} (every variable "
                     "whole, its gradients all-reduced)")
-        elif plan.step.jit and not on_jax:
-            how += ("; from the XLA-compiled step, while Keras compiles none under a strategy: measure it with "
-                    "--strategy mirrored")
         if peak <= capacity:
             name = "keras.distribution.DataParallel" if on_jax else "MirroredStrategy"
             found.append(BatchRemedy(f"{name} over {more} (batch {plan.step.batch // more} per replica)",
@@ -243,3 +242,25 @@ def mixed_precision_peak(plan: ModelPlan, trainable_bytes: int) -> int:
     # Without the upper bound on tensors that grow as B x B (ModelPlan.square_extra): a best case.
     activations = (plan.peak_at(per_device) - plan.square_extra(per_device)) / (1 + margin) - state
     return round((state + trainable_bytes / 2 + activations / 2) * (1 + margin))
+
+
+def strategy_note(plan: ModelPlan, capacity: int) -> str:
+    """Why ``MirroredStrategy`` is not among the remedies of a TensorFlow plan of an XLA-compiled step that does not fit
+    ``capacity`` bytes, and the command that plans it; "" for any other plan. Under a strategy Keras compiles no XLA
+    step for ``jit_compile="auto"``, so the replica runs the step without XLA, whose peak the compiled lines do not
+    give: helper-91's keras-io ConvLSTM, planned with XLA on one device at 32, had MirroredStrategy over 2 offered at
+    752 MiB, an estimate under its 896 MiB capacity; the replica's step at 16 without XLA peaked at 1.25 GiB.
+
+    >>> from snippets.lib.model_step import ModelStep
+    >>> plan = ModelPlan(ModelStep("m:f", "adam", 32, "on", "single"), "measured", (16, 32), (2**30, 2**31))
+    >>> strategy_note(plan, 2**30)[:60]
+    'MirroredStrategy is not among the remedies: under a strategy'
+    >>> strategy_note(plan, 2**32), strategy_note(ModelPlan(ModelStep("m:f", "adam", 32, "off", "single"), "measured",
+    ...                                                              (16, 32), (2**30, 2**31)), 2**30)
+    ('', '')
+    """
+    if not plan.step.jit or plan.method == "compiled" or plan.step.strategy == "mirrored" or plan.total <= capacity:
+        return ""
+    return ("MirroredStrategy is not among the remedies: under a strategy Keras compiles no XLA step, and this plan's "
+            "lines are the compiled step's, which can take far less than the step without XLA that each replica runs. "
+            f"Plan it: --strategy mirrored --devices 2 (or 4, 8) --batch {plan.step.batch} --xla auto.")

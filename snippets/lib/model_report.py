@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from snippets.lib import compiled_curve, hardware, model_accumulation, model_plan, units
 from snippets.lib.batch_limits import (BATCH_CARDS, JAX_LINE, card_pool, largest_batches, limit_note, line_checked,  # noqa: F401
                                        listed, unchecked)
-from snippets.lib.model_remedies import BatchRemedy, half_best_case
+from snippets.lib.model_remedies import BatchRemedy, half_best_case, strategy_note
 from snippets.lib.plan_runs import grew_words
 from snippets.lib.private import CUDNN, NO_JIT
 
@@ -462,6 +462,8 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             "(plan a batch that one does, to see it).", 100))
     if precision:
         lines.append(textwrap.fill(precision, 100))
+    if strategy := strategy_note(plan, capacity):
+        lines.append(textwrap.fill(strategy, 100))
     if remedies_found:
         lines.append(textwrap.fill(
             "Not planned here (it changes your model's code): rematerialisation, keras.remat around whole "
@@ -522,7 +524,7 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "line_checked_per_device": line_checked(plan),
             "remedies": [asdict(r) for r in remedies_found],
             **({"remedies_note": no_batch_line(plan)} if no_batch_fits(plan, capacity) else {}),  # as the text says it
-            "precision_note": precision,
+            "precision_note": precision, "strategy_note": strategy_note(plan, capacity),
             # helper-90: "fits": null said nowhere why, nor the 16-bit best case the text gives.
             "fits_note": fits_note(plan) if fits else hardware.within_pool_note(plan.total, capacity)[1:] if fits is False
             else (why := unknown_why(plan, capacity))[:1].upper() + why[1:],
