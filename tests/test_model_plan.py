@@ -1508,6 +1508,19 @@ def test_a_16_bit_steps_batch_its_lines_put_over_room_is_checked_by_the_largest_
     assert float32.batches == (16, 32) and "was not run here" in " ".join(float32.how().split())
 
 
+def test_the_progress_line_of_a_step_xla_compiles_says_each_run_compiles_it_first():
+    # helper-91: keras-io's ConvLSTM under --xla auto on one device took minutes a run, XLA:CPU compiling it, unannounced.
+    def run(step, cap, inter_op_threads):
+        peak = 30 * units.MiB + units.MiB * step.batch
+        return {"completed": True, "step_peak": peak, "step_peaks": [peak, peak], "init_peak": 0,
+                "weights_bytes": units.MiB, "largest_variable": units.MiB, "seconds_per_step": 0.1}
+
+    for xla, said in (("on", True), ("off", False)):
+        lines = []
+        model_plan.plan_model(ModelStep("m:f", "adam", 32, xla, "single"), run=run, progress=lines.append)
+        assert (model_plan.XLA_FIRST in lines[0]) is said, lines[0]
+
+
 def test_a_readers_batch_far_past_the_runs_is_run_where_the_lines_put_it_within_reach():
     # helper-60: keras-io's 3D CNN for CT scans, MirroredStrategy over 2 without XLA, grew about 10 MB per sample per
     # replica from 16 to 32, 14 from 32 to 64 and 17 from 64 to 128: planned from 16 and 32, 0.875 of its step at 128, and

@@ -435,6 +435,11 @@ class ModelPlan:
         return f"{found} {HALF_CAVEAT}" if half and run else found
 
 
+#: Said before the runs of a step XLA compiles: XLA:CPU compiles it in each run, which took helper-91's keras-io ConvLSTM
+#: (three ConvLSTM2D layers of 64 filters on 5 frames of 32 x 32) several minutes a run.
+XLA_FIRST = " (each compiles the step with XLA:CPU first: minutes for a recurrent model)"
+
+
 def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None, *,
                cap: int | None = None, progress: Callable[[str], None] | None = None,
                run: Callable[..., dict] | None = None, jax: bool = True) -> ModelPlan:
@@ -485,7 +490,7 @@ def plan_model(step: ModelStep, weights: Sequence[planner.Weight] | None = None,
     jobs = [(step.at_batch(b * replicas), threads) for b in batches for threads in counts]
     say(f"measuring {step.source} at {', '.join(map(str, batches[:-1]))} and {batches[-1]} samples per device, at "
         f"{' and '.join(map(str, thread_counts(counts)))} inter-op thread{'s' if counts != (1,) else ''}, a fresh process "
-        f"per run, {PARALLEL} at a time ...")
+        f"per run, {PARALLEL} at a time" + (XLA_FIRST if step.jit else "") + " ...")
     flat = measured(batches)
     out = min((s.batch // replicas for (s, _), r in zip(jobs, flat) if not r["completed"]), default=0)
     if out > target:  # a run past the reader's own batch: the lines stop below it
