@@ -298,6 +298,34 @@ def test_a_json_file_of_a_class_keras_cannot_find_gets_one_short_line(tmp_path):
                              "function that builds the model with --model module:function")
 
 
+def test_a_saved_model_naming_an_object_of_its_own_gets_one_line_naming_it(tmp_path):
+    # helper-91: keras-io's PointNet, its OrthogonalRegularizer unregistered, got "Functional could not be deserialized
+    # properly" from the notebook's run of model.to_json(), and the class was named only in the error's cause.
+    path = tmp_path / "regularized.json"
+    with Kernel() as fresh:
+        path.write_text(fresh.call(_call, "tests.plan_builders_saved:regularized_json"))
+        built = fresh.call(_build_error, f"json:{path}")  # the measuring process's own build, as the notebook's runs
+        code, out = fresh.call(run_plan_cli, ["--model-json", str(path), "--optimizer", "adam"])
+    # Keras has an OrthogonalRegularizer of its own, which it rebuilt with this one's config: named from the config.
+    assert built.startswith("the saved model names OrthogonalRegularizer (tests.plan_builders_saved), of your own, which "
+                            "a fresh process cannot rebuild") and built.endswith("(--model, or ModelStep's model)"), built
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and ("the file names OrthogonalRegularizer (tests.plan_builders_saved), which "
+                                              "Keras cannot rebuild") in lines[0], out
+
+
+def _build_error(model: str) -> str:
+    """Kernel side: the one line :func:`snippets.lib.model_step.build` refuses ``model`` with."""
+    from snippets.lib import model_step
+    from snippets.lib.errors import ModelError
+
+    try:
+        model_step.build(model_step.ModelStep(model, loss="mse"))
+    except ModelError as error:
+        return str(error)
+    return "built"
+
+
 def _call(target: str):
     """Kernel side: what the function ``target`` (``module:function``) returns."""
     return decide.import_callable(target)()

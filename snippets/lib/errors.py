@@ -176,6 +176,33 @@ def summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {_LOCATION.sub('', str(error).strip().splitlines()[0])}"
 
 
+#: Keras's errors for a class or function a saved config names and the loading process does not know
+#: (keras/src/saving/serialization_lib.py, ``_retrieve_class_or_fn`` and ``deserialize_keras_object``, Keras 3.15): the
+#: second where an object of the model's config names it (an ``activity_regularizer``), under a wrapper of its own.
+UNREGISTERED = (re.compile(r"Could not (?:locate|deserialize) (\w+) '([^']+)'"),
+                re.compile(r"Cannot deserialize (object) of type `([^`]+)`"))
+
+
+def unregistered(error: BaseException) -> tuple[str, str] | None:
+    """``(kind, name)`` of the class or function Keras could not find rebuilding a saved model, searched through
+    ``error`` and its causes (``kind`` "class", "function" or "object"); None if it was no such error. helper-91's
+    PointNet named its unregistered ``OrthogonalRegularizer`` only in a cause, under "Functional could not be
+    deserialized properly".
+
+    >>> inner = TypeError("Cannot deserialize object of type `OrthogonalRegularizer`. If ...")
+    >>> outer = TypeError("<class 'Functional'> could not be deserialized properly.")
+    >>> outer.__cause__ = inner
+    >>> unregistered(outer), unregistered(TypeError("Could not locate class 'SmallNet'. Make sure ...")), unregistered(outer.__class__())
+    (('object', 'OrthogonalRegularizer'), ('class', 'SmallNet'), None)
+    """
+    while error is not None:
+        for pattern in UNREGISTERED:
+            if found := pattern.search(str(error)):
+                return found[1], found[2]
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def error_line(error: BaseException) -> str:
     r"""The line of ``error``'s message that says what went wrong: its first, unless Keras wrapped the
     cause ("Exception encountered when calling X.call()."), then the innermost cause's, without terminal

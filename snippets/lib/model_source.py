@@ -15,13 +15,13 @@ import contextlib
 import importlib.abc
 import inspect
 import json
-import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from snippets.lib import optimizers, planner, private
-from snippets.lib.errors import ModelError
+from snippets.lib.errors import ModelError, unregistered
+from snippets.lib.saved_model import own_classes
 from snippets.lib.model_step import BUILD_HINT
 
 
@@ -390,11 +390,6 @@ def own_policies(model, global_name: str) -> dict[str, int]:
     return found
 
 
-#: Keras's error for a class or function a saved config names and the loading process does not know
-#: (keras/src/saving/serialization_lib.py, ``_retrieve_class_or_fn``, Keras 3.15).
-UNREGISTERED = re.compile(r"Could not (?:locate|deserialize) (\w+) '([^']+)'")
-
-
 def read_json(text: str, policy: str | None = None) -> SourceFacts:
     """:func:`read_builder` of the model whose config is ``text`` (``model.to_json()``): its weights, not
     allocated, and what its ``compile_config`` holds (the loss and optimizer it was compiled with,
@@ -413,10 +408,10 @@ def read_json(text: str, policy: str | None = None) -> SourceFacts:
                 model = keras.models.model_from_json(text)
             except TypeError as error:
                 # Keras's message ends with the whole object's config, a kilobyte or more: the name is enough.
-                unknown = UNREGISTERED.search(str(error))
-                if unknown is None:
+                named = [f"{kind} {name!r}" for kind, name in filter(None, [unregistered(error)])] or own_classes(text)
+                if not named:
                     raise
-                raise ModelError(f"the file names {unknown[1]} {unknown[2]!r}, which Keras cannot rebuild from a "
+                raise ModelError(f"the file names {', '.join(named)}, which Keras cannot rebuild from a "
                                  "file unless it is registered (keras.saving.register_keras_serializable) and "
                                  "imported: plan the function that builds the model with --model "
                                  "module:function") from None
