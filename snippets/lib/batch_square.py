@@ -180,5 +180,6 @@ def words(square: tuple, last: int) -> str:
     powers = "".join(f" and {c:.4g} B per sample to the power {k}" for k, c in (square[3] if len(square) > 3 else ()))
     return (f" Past {last} per device it adds the growth of the {count} tensor{'s' if count > 1 else ''} of the step "
             f"whose bytes grew as the square of the batch{' or faster' if powers else ''} between the runs (a loss over "
-            f"pairs within the batch keeps such logits; the largest: {largest}), {per_square:.4g} B per sample squared"
+            f"pairs within the batch keeps such logits, as does any product over the batch axis, such as a tensordot "
+            f"over a whole batch meant per sample; the largest: {largest}), {per_square:.4g} B per sample squared"
             f"{powers}, counted as if all were live at once: an upper bound.")
