@@ -863,6 +863,19 @@ def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_not_read_off_a
     assert not model_remedies.strategy_note(compiled, 8 * units.GiB)  # it fits: no remedy asked for
 
 
+def test_a_compiled_plans_largest_batches_say_what_they_are_multiples_of():
+    from snippets.lib import model_report
+
+    def text(batch):
+        plan = model_plan.ModelPlan(ModelStep("m:f", "adam", batch, "on", "single"), "compiled", (batch // 2, batch),
+                                    (100 * units.MiB, 180 * units.MiB), weights_bytes=units.MiB)
+        return " ".join(model_report.model_report(plan, 16 * units.GiB, "V100-SXM2-32GB").split())
+
+    assert ("Each a multiple of 8 per device, as every batch compiled: 8 divides your 512 per device and 24, so a loss "
+            "over pairs or triplets keeps whole groups.") in text(512)
+    assert "Each a multiple of" not in text(257)  # 1: any batch
+
+
 def test_bad_steps_are_one_line_each():
     for step, words in ((ModelStep("m:f", "adamx"), "optimizer"), (ModelStep("m:f", strategy="column"), "single"),
                         (ModelStep("m:f", batch=6, strategy="mirrored", devices=4), "multiple of 4"),

@@ -426,6 +426,10 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
                  "; each in the card's allocator: its memory less the CUDA context and the reserve TensorFlow "
                  f"keeps, which grows with the compute capability, and {hardware.SLACK_WORDS}")
         beyond = f" {beyond}" if beyond else ""
+        if compiled and (g := compiled_curve.group(plan)) > 1:  # said on decide.md alone, the batches read as arbitrary
+            beyond += (f" Each a multiple of {g} per device, as every batch compiled: {g} divides your "
+                       f"{plan.device_batch} per device and {compiled_curve.GROUPS}, so a loss over pairs or triplets "
+                       "keeps whole groups.")
         lines.append(textwrap.fill(f"Largest batch that fits (planned from the same {source}{over}): {fits}.{beyond}",
                                    100).replace("\xa0", " "))
     if no_batch_fits(plan, capacity):
