@@ -262,5 +262,5 @@ def strategy_note(plan: ModelPlan, capacity: int) -> str:
     if not plan.step.jit or plan.method == "compiled" or plan.step.strategy == "mirrored" or plan.total <= capacity:
         return ""
     return ("MirroredStrategy is not among the remedies: under a strategy Keras compiles no XLA step, and this plan's "
-            "lines are the compiled step's, which can take far less than the step without XLA that each replica runs. "
+            "lines are the compiled step's, which can take far less memory than the step without XLA that each replica runs. "
             f"Plan it: --strategy mirrored --devices 2 (or 4, 8) --batch {plan.step.batch} --xla auto.")

@@ -16,12 +16,18 @@ import json
 from snippets.lib.errors import ModelError, unregistered
 
 
+#: Packages whose classes Keras imports itself to rebuild a config (``_retrieve_class_or_fn``, Keras 3.15).
+KERAS_PACKAGES = frozenset({"keras", "keras_hub", "keras_cv", "keras_nlp"})
+
+
 def own_classes(text: str) -> list[str]:
     """Each object of the reader's own that the saved config ``text`` names, as ``Name (module)``, in the order found:
-    one with a ``registered_name`` (Keras writes it for a class outside its own) from a module that is not Keras's.
+    one with a ``registered_name`` (Keras writes it for a class outside its own) from a module outside
+    :data:`KERAS_PACKAGES`.
 
     >>> own_classes('{"class_name": "Sequential", "module": "keras", "registered_name": null, "config": {"layers": '
-    ...             '[{"class_name": "Orthogonal", "module": "pointnet", "registered_name": "Orthogonal"}]}}')
+    ...             '[{"class_name": "Orthogonal", "module": "pointnet", "registered_name": "Orthogonal"}, {"class_name": '
+    ...             '"Backbone", "module": "keras_hub.src.models", "registered_name": "keras_hub>Backbone"}]}}')
     ['Orthogonal (pointnet)']
     """
     found: list[str] = []
@@ -29,7 +35,7 @@ def own_classes(text: str) -> list[str]:
     def walk(node) -> None:
         if isinstance(node, dict):
             module = node.get("module") or "__main__"
-            if node.get("registered_name") and not module.split(".")[0] == "keras":
+            if node.get("registered_name") and module.split(".")[0] not in KERAS_PACKAGES:
                 name = f"{node.get('class_name')} ({module})"
                 found.extend([name] if name not in found else [])
             for value in node.values():
