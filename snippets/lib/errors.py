@@ -185,9 +185,9 @@ UNREGISTERED = (re.compile(r"Could not (?:locate|deserialize) (\w+) '([^']+)'"),
 
 def unregistered(error: BaseException) -> tuple[str, str] | None:
     """``(kind, name)`` of the class or function Keras could not find rebuilding a saved model, searched through
-    ``error`` and its causes (``kind`` "class", "function" or "object"); None if it was no such error. helper-91's
-    PointNet named its unregistered ``OrthogonalRegularizer`` only in a cause, under "Functional could not be
-    deserialized properly".
+    ``error`` and its causes (``kind`` "class", "function" or "object"); None if it was no such error. A regularizer
+    defined in a notebook's cell is named only in a cause, under the model's "could not be deserialized properly"
+    (Keras 3.15).
 
     >>> inner = TypeError("Cannot deserialize object of type `OrthogonalRegularizer`. If ...")
     >>> outer = TypeError("<class 'Functional'> could not be deserialized properly.")
