@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from snippets.lib import optimizers, planner, private
-from snippets.lib.errors import ModelError, unregistered
-from snippets.lib.saved_model import own_classes
+from snippets.lib.errors import ModelError
+from snippets.lib.saved_model import named
 from snippets.lib.model_step import BUILD_HINT
 
 
@@ -408,10 +408,9 @@ def read_json(text: str, policy: str | None = None) -> SourceFacts:
                 model = keras.models.model_from_json(text)
             except TypeError as error:
                 # Keras's message ends with the whole object's config, a kilobyte or more: the name is enough.
-                named = [f"{kind} {name!r}" for kind, name in filter(None, [unregistered(error)])] or own_classes(text)
-                if not named:
+                if not (found := named(error, text)):
                     raise
-                raise ModelError(f"the file names {', '.join(named)}, which Keras cannot rebuild from a "
+                raise ModelError(f"the file names {', '.join(found)}, which Keras cannot rebuild from a "
                                  "file unless it is registered (keras.saving.register_keras_serializable) and "
                                  "imported: plan the function that builds the model with --model "
                                  "module:function") from None

@@ -48,13 +48,19 @@ def own_classes(text: str) -> list[str]:
     return found
 
 
+def named(error: BaseException, text: str) -> list[str]:
+    """What ``error``, raised rebuilding the saved config ``text``, could not find: Keras's own words for it
+    (:func:`snippets.lib.errors.unregistered`), else the config's classes of the reader's own (:func:`own_classes`,
+    where Keras rebuilt a class of its own by that name); empty where it names neither."""
+    return [f"{kind} {name!r}" for kind, name in filter(None, [unregistered(error)])] or own_classes(text)
+
+
 def rebuild_line(error: BaseException, text: str) -> str:
     """The one line for ``error``, raised rebuilding the saved config ``text``, where it names a class of the reader's
-    own (:func:`own_classes`, else Keras's own words: :func:`snippets.lib.errors.unregistered`); "" otherwise."""
-    named = own_classes(text) or [f"{kind} {name!r}" for kind, name in filter(None, [unregistered(error)])]
-    if not named:
+    own (:func:`named`); "" otherwise."""
+    if not (found := named(error, text)):
         return ""
-    return (f"the saved model names {', '.join(named)}, of your own, which a fresh process cannot rebuild from "
+    return (f"the saved model names {', '.join(found)}, of your own, which a fresh process cannot rebuild from "
             "model.to_json(): Keras finds only its own classes and those registered in that process. Give the function "
             "that builds the model, in a module, as module:function (--model, or ModelStep's model)")
 
