@@ -27,3 +27,18 @@ def regularized():
 def regularized_json() -> str:
     """``model.to_json()`` of :func:`regularized`."""
     return regularized().to_json()
+
+
+@keras.saving.register_keras_serializable(package="plan_builders_saved")
+class Doubled(keras.layers.Layer):
+    """Twice its input. Registered: found by a process that imported this module, and by no other."""
+
+    def call(self, x):
+        return 2.0 * x
+
+
+def registered_json() -> str:
+    """``model.to_json()`` of a compiled model with a :class:`Doubled` layer."""
+    model = keras.Sequential([keras.Input((8,)), Doubled(), keras.layers.Dense(4)])
+    model.compile(optimizer="adam", loss="mse")
+    return model.to_json()

@@ -312,6 +312,15 @@ def test_a_saved_model_naming_an_object_of_its_own_gets_one_line_naming_it(tmp_p
     lines = [line for line in out.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and ("the file names OrthogonalRegularizer (tests.plan_builders_saved), which "
                                               "Keras cannot rebuild") in lines[0], out
+    # A class registered in the reader's module is found only where that module was imported, which the planner
+    # does not do for a file (decide.md says so): one line naming it too.
+    path = tmp_path / "registered.json"
+    with Kernel() as fresh:
+        path.write_text(fresh.call(_call, "tests.plan_builders_saved:registered_json"))
+    with Kernel() as fresh:
+        code, out = fresh.call(run_plan_cli, ["--model-json", str(path), "--optimizer", "adam"])
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "the file names class 'Doubled', which Keras cannot rebuild" in lines[0], out
 
 
 def _build_error(model: str) -> str:
