@@ -502,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A mixed policy the model's function set wins over the command line's, as it does when it runs.
         setup = setup_of(args)
         facts = getattr(args, "source", None)
-        batch_note = declared_batch_note(facts.declared_batch if facts else None, args.batch,
+        batch_note = declared_batch_note(getattr(facts, "declared_batch", None), args.batch,
                                          args.devices if args.strategy == "mirrored" else 1)
         setup = replace(setup, notes=(*setup.notes, *filter(None, (batch_note, frozen_note(weights)))))
 
@@ -519,10 +519,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if plan is not None and plan.method != "rule":
             card_name = None if args.device_memory else card.name
             # Keras on JAX gets JAX's pool (75% of the card by default), not TensorFlow's allocator; either less a chunk.
-            jax_pool = plan.method == "compiled" and args.device_memory is None
-            capacity = hardware.usable_bytes(hardware.jax_pool_bytes(card.name) if jax_pool else capacity)
-            own = getattr(getattr(args, "source", None), "own_policies", None) or {}
-            half = any(map(units.computes_in_16_bits, own))
+            capacity = hardware.usable_bytes(hardware.jax_pool_bytes(card.name) if plan.method == "compiled" and not args.device_memory else capacity)
+            half = any(map(units.computes_in_16_bits, getattr(facts, "own_policies", None) or {}))
             # A run step that does not fit: its accumulating step is run too, for the accumulation remedy.
             plan = model_accumulation.measure_accumulation(plan, capacity, model_plan.stderr_progress)
             found = ([] if plan.total <= capacity else
@@ -531,6 +529,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                    planner.trainable_bytes(weights), half, trains_batchnorm(weights)))[:args.top]
             precision = model_remedies.precision_note(plan, capacity, planner.trainable_bytes(weights), half)
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
+            setup = replace(setup, notes=(*setup.notes, *filter(None, [model_remedies.norms_note(
+                plan, capacity, found, getattr(facts, "float32_norms", 0))])))  # helper-94: BatchNorm keeps float32
             if half and not model_plan.in_16_bits(plan):
                 # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.
                 setup = replace(setup, notes=(*setup.notes, model_plan.COMPILED_HALF_CAVEAT if plan.method == "compiled"

@@ -254,6 +254,30 @@ def own_policies_read() -> tuple:
             model_source.read_builder(custom_bf16_block).own_policies, keras.config.dtype_policy().name)
 
 
+def norms_read() -> tuple:
+    """Kernel side: :attr:`SourceFacts.float32_norms` of a model with a BatchNormalization and a nested
+    LayerNormalization, of its ``model.to_json()`` file, and of a model with neither."""
+    from tests.plan_builders import tiny
+    from tests.plan_builders_norms import normed
+
+    return (model_source.read_builder(normed).float32_norms,
+            model_source.read_json(model_source.model_json(normed)).float32_norms,
+            model_source.read_builder(tiny).float32_norms)
+
+
+def test_layers_that_compute_in_float32_under_a_16_bit_policy_are_named_beside_its_best_case(kernel):
+    # helper-94: a 16-bit step's best case on a GPU halves what BatchNormalization and LayerNormalization keep, which
+    # Keras computes in float32 on every device; a float32 plan's mixed_float16 remedy is that best case too.
+    assert kernel.call(norms_read) == (2, 2, 0)
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_norms:normed", "--strategy", "single",
+                                           "--policy", "mixed_float16", "--batch", "64", "--device-memory", "360KiB"])
+    text = " ".join(out.split())
+    # Over its capacity (180 KiB) as run here, about 205 KiB; its best case on a GPU, about 153 KiB, fits.
+    assert code == 0 and "Not known to fit" in text, out
+    assert ("Under a 16-bit policy Keras computes the 2 BatchNormalization and LayerNormalization layers of this model "
+            "in float32, on a GPU too") in text, out
+
+
 def model_setup_of(function_policy: str, **options) -> tuple:
     """The policy, where it came from and the notes of :func:`snippets.lib.model_report.model_setup`, loss mse."""
     from snippets.lib.model_report import model_setup

@@ -164,7 +164,7 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         peak = mixed_precision_peak(plan, trainable_bytes)
         if peak <= capacity:
             found.append(BatchRemedy(
-                "keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built", peak,
+                MIXED, peak,
                 f"by rule, the best case: the {'compiled' if plan.method == 'compiled' else 'measured'} bytes per "
                 "sample halved (activations in 16 bits) plus a 16-bit copy of each trainable variable; variables, "
                 "gradients and slots stay float32. " + (
@@ -176,6 +176,32 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                 "its Tensor Core speed needs compute capability 8.0 or newer (an A100; a V100 is 7.0)",
                 estimate=True))
     return found
+
+
+#: The label of the mixed-precision remedy (:func:`batch_remedies`).
+MIXED = "keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built"
+
+
+def norms_note(plan: ModelPlan, capacity: int, found: list[BatchRemedy], norms: int) -> str:
+    """Where the plan reads a 16-bit best case (:func:`half_best_case` for a 16-bit step over ``capacity`` bytes per
+    device, "Not known to fit" as that fits; :func:`mixed_precision_peak` for the listed ``mixed_float16`` remedy, in
+    ``found``) of a model with
+    ``norms`` layers that compute in float32 under a 16-bit policy (:func:`snippets.lib.model_source.float32_norms`):
+    that a GPU's step peaks above it, in one sentence; "" elsewhere. helper-94: a BatchNorm CNN's and a Transformer's
+    best cases halved what those layers keep in float32 on a GPU too.
+
+    >>> from snippets.lib.model_step import ModelStep
+    >>> plan = ModelPlan(ModelStep("m:f", "adam", 32, "off", "single"), "measured", (16, 32), (2**30, 2**31))
+    >>> found = [BatchRemedy(MIXED, 2**30, "", "", estimate=True)]
+    >>> norms_note(plan, 2**31, found, 3)[:69], norms_note(plan, 2**31, found, 0), norms_note(plan, 2**31, [], 3)
+    ('Under a 16-bit policy Keras computes the 3 BatchNormalization and Lay', '', '')
+    """
+    best_case = units.computes_in_16_bits(plan.step.policy) and plan.total > capacity >= half_best_case(plan)
+    if not norms or not (best_case or any(remedy.label == MIXED for remedy in found)):
+        return ""
+    return (f"Under a 16-bit policy Keras computes the {norms} BatchNormalization and LayerNormalization layers of this "
+            "model in float32, on a GPU too (it casts their inputs up): what they keep for the backward pass does not "
+            "halve, so a GPU's 16-bit step peaks above the best case given here.")
 
 
 def in_float32(plan: ModelPlan, half: bool = False) -> bool:

@@ -207,6 +207,7 @@ class SourceFacts(NamedTuple):
             than the compiled one (keras-io's GAN variants make theirs in ``__init__``): :func:`step_optimizers`.
         own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
             (:func:`snippets.lib.model_compile.own_compile`), or None: the runs keep what the function's call of it set.
+        float32_norms: how many of its layers compute in float32 under a 16-bit policy (:func:`float32_norms`).
     """
 
     weights: list
@@ -229,6 +230,7 @@ class SourceFacts(NamedTuple):
     step_optimizers: tuple = ()
     own_compile: str | None = None
     tf_step: bool = False
+    float32_norms: int = 0
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -324,6 +326,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
             seen["step_optimizers"] = step_optimizers(model) if seen["own_step"] else ()
             seen["tf_step"] = tf_form_step(model)
             seen["own_policies"] = own_policies(model, keras.config.dtype_policy().name)
+            seen["float32_norms"] = float32_norms(model)
         return model
 
     before = keras.config.dtype_policy()
@@ -344,7 +347,8 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                        seen.get("loss_scaled", False),
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
                        seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False),
-                       seen.get("step_optimizers", ()), seen.get("own_compile"), seen.get("tf_step", False))
+                       seen.get("step_optimizers", ()), seen.get("own_compile"), seen.get("tf_step", False),
+                       seen.get("float32_norms", 0))
 
 
 def tf_form_step(model) -> bool:
@@ -388,6 +392,18 @@ def own_policies(model, global_name: str) -> dict[str, int]:
         if name and name != global_name and private.own_variables(layer):
             found[name] = found.get(name, 0) + 1
     return found
+
+
+def float32_norms(model) -> int:
+    """How many of ``model``'s layers (nested ones too) are ``BatchNormalization`` or ``LayerNormalization``, which
+    compute in float32 under a 16-bit policy on every device, a GPU included: Keras 3.15 casts their inputs up
+    (keras/src/layers/normalization/batch_normalization.py, "BN is prone to overflow with float16/bfloat16 inputs, so we
+    upcast to float32"; keras/src/ops/nn.py's ``_layer_normalization``, "Computes in at least float32 precision"), so
+    the activations they keep for the backward pass do not halve (helper-94)."""
+    import keras
+
+    norms = (keras.layers.BatchNormalization, keras.layers.LayerNormalization)
+    return sum(isinstance(layer, norms) for layer in private.model_layers(model))
 
 
 def read_json(text: str, policy: str | None = None) -> SourceFacts:
