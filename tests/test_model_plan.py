@@ -1285,6 +1285,12 @@ def test_the_capacity_planned_for_gets_its_own_largest_batch():
     assert found["largest_batch_note"] in flat and "(docs/performance.md; the largest run here: 32 per device)" in flat
     # A card among the four has its figure in their line already.
     assert "Largest batch that fits 2 GiB" not in model_report.model_report(plan, 2 * units.GiB, "A100-80GB")
+    # A 16-bit step's line, which no benchmark row checked, run to 256: its own largest run is named (helper-94).
+    half = replace(plan, step=replace(step, policy="mixed_float16"), batches=(16, 32, 256),
+                   peaks=(50 * units.MiB, 60 * units.MiB, 290 * units.MiB))
+    note = model_report.model_json(half, 4 * units.GiB, None, "m:f")["largest_batch_note"]
+    assert note == ("Past 256 per device, the largest batch run, the line runs further than any run checked it: leave "
+                    "those batches more headroom."), note
 
 
 def test_the_checked_line_is_the_one_the_benchmark_published():
