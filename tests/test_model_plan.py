@@ -519,7 +519,7 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     unknown = model_report.model_json(half, low, None, "m:f")["fits_note"]
     assert unknown.startswith("As run here in 16 bits through float32 copies") and units.human_bytes(low) in unknown
     assert unknown.endswith("(a plan of the model in float32 reads a higher best case, nearer the GPU's step, "
-                            "from float32 runs: its mixed_float16 remedy or precision_note)."), unknown
+                            "from float32 runs: its mixed_float16 remedy, the bytes of mixed_bfloat16's too, or precision_note)."), unknown
     # A float32 step's figure is not high: over the pool it does not fit, whatever a 16-bit step's best case.
     assert model_report.model_json(plan, low, None, "m:f")["fits"] is (plan.total <= low) is False
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).

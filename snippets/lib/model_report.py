@@ -324,7 +324,8 @@ def unknown_why(plan: model_plan.ModelPlan, capacity: int) -> str:
                 f"GPU does not make{' and with the tensors that grow as the square of the batch as if all were live at once' if extra else ''}; "
                 f"its best case on a GPU, the bytes that grow with the batch halved{', without those tensors' if extra else ''}, "
                 f"is {h(best)}, which fits. Check it with a step on the GPU (a plan of the model in float32 reads a higher "
-                "best case, nearer the GPU's step, from float32 runs: its mixed_float16 remedy or precision_note).")
+                "best case, nearer the GPU's step, from float32 runs: its mixed_float16 remedy, the bytes of mixed_bfloat16's "
+                "too, or precision_note).")
     if extra and max(plan.init_peak, plan.line_step_peak) <= capacity:
         return (f"{h(extra)} of it from the growth, past the largest run, of the tensors that grow as the square of the "
                 f"batch, counted as if all were live at once; without that growth the line puts it at "
