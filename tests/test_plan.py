@@ -314,8 +314,8 @@ def test_layers_with_a_dtype_of_their_own_are_named_and_not_offered_mixed_precis
     args = decide.build_parser().parse_args(["--model", "pkg.mod:build", "--policy", "mixed_float16"])
     args.source = model_source.SourceFacts([], None, "mse", "adam", False, {}, None, own_policies=layers)
     assert decide.setup_of(args).notes[-1] == (
-        "2 layers with weights set their own dtype policy (mixed_bfloat16 on 2): in the model, a global policy "
-        "(--policy, --dtype) does not reach them.")
+        "2 layers with weights hold a dtype policy of their own (mixed_bfloat16 on 2; given with dtype=, or the global "
+        "policy when built): in the model, a global policy (--policy, --dtype) does not reach them.")
     # Measured: the 16-bit caveat once, and no mixed_float16 remedy, where the step does not fit (helper-33).
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders:bf16_layers", "--strategy", "single",
                                            "--batch", "64", "--device-memory", "200KiB"])

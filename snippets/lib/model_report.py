@@ -165,7 +165,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     ...             dropped=["gradient_accumulation_steps=4"]).notes[0]
     "--optimizer adam is planned: a new adam, without the function's gradient_accumulation_steps=4 (omit --optimizer to plan the function's own optimizer with it)."
     >>> print(model_setup("mse", None, policy="mixed_float16", own_policies={"mixed_bfloat16": 3}).notes[0])
-    3 layers with weights set their own dtype policy (mixed_bfloat16 on 3): in the model, a global policy (--policy, --dtype) does not reach them.
+    3 layers with weights hold a dtype policy of their own (mixed_bfloat16 on 3; given with dtype=, or the global policy when built): in the model, a global policy (--policy, --dtype) does not reach them.
     >>> setup = model_setup(None, None, loss="mse", dtype="float16")
     >>> setup.loss_from, setup.policy, setup.policy_from, setup.notes
     ('--loss', 'float16', '--dtype', ())
@@ -229,9 +229,11 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         count = sum(own_policies.values())
         listed = ", ".join(f"{name} on {layers}" for name, layers in sorted(own_policies.items()))
         # A fact of the model, whatever the method: a step run here says the 16-bit caveat apart (decide.main).
+        # helper-94: layers built under a global policy the function then reset were said to "set" theirs.
         notes.append(f"{count} layer{'s' if count > 1 else ''} with weights "
-                     f"{'set their' if count > 1 else 'sets its'} own dtype policy ({listed}): in the model, a "
-                     f"global policy (--policy, --dtype) does not reach {'them' if count > 1 else 'it'}.")
+                     f"{'hold a dtype policy of their' if count > 1 else 'holds a dtype policy of its'} own ({listed}; "
+                     "given with dtype=, or the global policy when built): in the model, a global policy (--policy, "
+                     f"--dtype) does not reach {'them' if count > 1 else 'it'}.")
     if unmeasured:
         eager = ("; run_eagerly=True runs fit without tf.function, a step not planned here"
                  if "run_eagerly" in unmeasured else "")
