@@ -255,27 +255,29 @@ def own_policies_read() -> tuple:
 
 
 def norms_read() -> tuple:
-    """Kernel side: :attr:`SourceFacts.float32_norms` of a model with a BatchNormalization and a nested
-    LayerNormalization, of its ``model.to_json()`` file, and of a model with neither."""
+    """Kernel side: :attr:`SourceFacts.float32_layers` of a model with a BatchNormalization, a MultiHeadAttention
+    without dropout and a nested LayerNormalization, of its ``model.to_json()`` file, and of a model with none."""
     from tests.plan_builders import tiny
     from tests.plan_builders_norms import normed
 
-    return (model_source.read_builder(normed).float32_norms,
-            model_source.read_json(model_source.model_json(normed)).float32_norms,
-            model_source.read_builder(tiny).float32_norms)
+    return (model_source.read_builder(normed).float32_layers,
+            model_source.read_json(model_source.model_json(normed)).float32_layers,
+            model_source.read_builder(tiny).float32_layers)
 
 
 def test_layers_that_compute_in_float32_under_a_16_bit_policy_are_named_beside_its_best_case(kernel):
     # helper-94: a 16-bit step's best case on a GPU halves what BatchNormalization and LayerNormalization keep, which
     # Keras computes in float32 on every device; a float32 plan's mixed_float16 remedy is that best case too.
-    assert kernel.call(norms_read) == (2, 2, 0)
+    layers = {"BatchNormalization": 1, "MultiHeadAttention": 1, "LayerNormalization": 1}  # not the one with dropout
+    assert kernel.call(norms_read) == (layers, layers, {})
     code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_norms:normed", "--strategy", "single",
-                                           "--policy", "mixed_float16", "--batch", "64", "--device-memory", "360KiB"])
+                                           "--policy", "mixed_float16", "--batch", "64", "--device-memory", "1600KiB"])
     text = " ".join(out.split())
-    # Over its capacity (180 KiB) as run here, about 205 KiB; its best case on a GPU, about 153 KiB, fits.
+    # Over its capacity as run here, while its best case on a GPU fits: the verdict that reads the best case.
     assert code == 0 and "Not known to fit" in text, out
-    assert ("Under a 16-bit policy Keras computes the 2 BatchNormalization and LayerNormalization layers of this model "
-            "in float32, on a GPU too") in text, out
+    assert ("Under a 16-bit policy Keras keeps float32 tensors in this model, on a GPU too: 1 BatchNormalization and 1 "
+            "LayerNormalization layers cast their inputs up, and 1 MultiHeadAttention layer without dropout computes its "
+            "attention logits and softmax in float32;") in text, out
 
 
 def model_setup_of(function_policy: str, **options) -> tuple:

@@ -182,26 +182,38 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
 MIXED = "keras.mixed_precision.set_global_policy('mixed_float16'), before the model is built"
 
 
-def norms_note(plan: ModelPlan, capacity: int, found: list[BatchRemedy], norms: int) -> str:
+def float32_note(plan: ModelPlan, capacity: int, found: list[BatchRemedy], layers: dict[str, int]) -> str:
     """Where the plan reads a 16-bit best case (:func:`half_best_case` for a 16-bit step over ``capacity`` bytes per
     device, "Not known to fit" as that fits; :func:`mixed_precision_peak` for the listed ``mixed_float16`` remedy, in
-    ``found``) of a model with
-    ``norms`` layers that compute in float32 under a 16-bit policy (:func:`snippets.lib.model_source.float32_norms`):
-    that a GPU's step peaks above it, in one sentence; "" elsewhere. helper-94: a BatchNorm CNN's and a Transformer's
-    best cases halved what those layers keep in float32 on a GPU too.
+    ``found``) of a model with ``layers`` that keep float32 tensors under a 16-bit policy
+    (:func:`snippets.lib.model_source.float32_layers`, ``{class name: layers}``): that a GPU's step peaks above it, in
+    one sentence; "" elsewhere. helper-94: a BatchNorm CNN's and a Transformer's best cases halved what those layers
+    keep in float32 on a GPU too (the Transformer's 16-bit run here ran out on its float32 attention logits).
 
     >>> from snippets.lib.model_step import ModelStep
     >>> plan = ModelPlan(ModelStep("m:f", "adam", 32, "off", "single"), "measured", (16, 32), (2**30, 2**31))
     >>> found = [BatchRemedy(MIXED, 2**30, "", "", estimate=True)]
-    >>> norms_note(plan, 2**31, found, 3)[:69], norms_note(plan, 2**31, found, 0), norms_note(plan, 2**31, [], 3)
-    ('Under a 16-bit policy Keras computes the 3 BatchNormalization and Lay', '', '')
+    >>> print(float32_note(plan, 2**31, found, {"BatchNormalization": 1, "MultiHeadAttention": 2}))
+    Under a 16-bit policy Keras keeps float32 tensors in this model, on a GPU too: 1 BatchNormalization layer casts its inputs up, and 2 MultiHeadAttention layers without dropout compute their attention logits and softmax in float32; what they keep for the backward pass does not halve, so a GPU's 16-bit step peaks above the best case given here.
+    >>> float32_note(plan, 2**31, found, {}), float32_note(plan, 2**31, [], {"LayerNormalization": 3})
+    ('', '')
     """
     best_case = units.computes_in_16_bits(plan.step.policy) and plan.total > capacity >= half_best_case(plan)
-    if not norms or not (best_case or any(remedy.label == MIXED for remedy in found)):
+    if not layers or not (best_case or any(remedy.label == MIXED for remedy in found)):
         return ""
-    return (f"Under a 16-bit policy Keras computes the {norms} BatchNormalization and LayerNormalization layers of this "
-            "model in float32, on a GPU too (it casts their inputs up): what they keep for the backward pass does not "
-            "halve, so a GPU's 16-bit step peaks above the best case given here.")
+    norms = {name: count for name, count in sorted(layers.items()) if name != "MultiHeadAttention"}
+    parts = []
+    if norms:
+        total = sum(norms.values())
+        parts.append(" and ".join(f"{count} {name}" for name, count in norms.items())
+                     + (" layer casts its" if total == 1 else " layers cast their") + " inputs up")
+    if attention := layers.get("MultiHeadAttention"):
+        parts.append(f"{attention} MultiHeadAttention layer{'s' if attention > 1 else ''} without dropout compute"
+                     f"{'' if attention > 1 else 's'} {'their' if attention > 1 else 'its'} attention logits and "
+                     "softmax in float32")
+    return (f"Under a 16-bit policy Keras keeps float32 tensors in this model, on a GPU too: {', and '.join(parts)}; "
+            "what they keep for the backward pass does not halve, so a GPU's 16-bit step peaks above the best case "
+            "given here.")
 
 
 def in_float32(plan: ModelPlan, half: bool = False) -> bool:

@@ -207,7 +207,8 @@ class SourceFacts(NamedTuple):
             than the compiled one (keras-io's GAN variants make theirs in ``__init__``): :func:`step_optimizers`.
         own_compile: the signature of the class's own ``compile`` where it cannot take one optimizer and a loss
             (:func:`snippets.lib.model_compile.own_compile`), or None: the runs keep what the function's call of it set.
-        float32_norms: how many of its layers compute in float32 under a 16-bit policy (:func:`float32_norms`).
+        float32_layers: ``{class name: layers}`` of its layers that keep float32 tensors under a 16-bit policy
+            (:func:`float32_layers`).
     """
 
     weights: list
@@ -230,7 +231,7 @@ class SourceFacts(NamedTuple):
     step_optimizers: tuple = ()
     own_compile: str | None = None
     tf_step: bool = False
-    float32_norms: int = 0
+    float32_layers: dict = {}
 
 
 #: ``Model.compile``'s parameters before ``jit_compile`` that follow ``loss`` (Keras 3.15), so a
@@ -326,7 +327,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
             seen["step_optimizers"] = step_optimizers(model) if seen["own_step"] else ()
             seen["tf_step"] = tf_form_step(model)
             seen["own_policies"] = own_policies(model, keras.config.dtype_policy().name)
-            seen["float32_norms"] = float32_norms(model)
+            seen["float32_layers"] = float32_layers(model)
         return model
 
     before = keras.config.dtype_policy()
@@ -348,7 +349,7 @@ def read_builder(build_model: Callable, policy: str | None = None) -> SourceFact
                        seen.get("unknown_input"), seen.get("declared_batch"), seen.get("per_position", 0),
                        seen.get("unmeasured", ()), seen.get("own_policies", {}), seen.get("adds_loss", False),
                        seen.get("step_optimizers", ()), seen.get("own_compile"), seen.get("tf_step", False),
-                       seen.get("float32_norms", 0))
+                       seen.get("float32_layers", {}))
 
 
 def tf_form_step(model) -> bool:
@@ -381,7 +382,8 @@ def step_optimizers(model) -> tuple[str, ...]:
 
 def own_policies(model, global_name: str) -> dict[str, int]:
     """``{policy name: how many layers}`` of ``model``'s layers that hold weights and were built under a dtype
-    policy other than ``global_name`` (a ``dtype=`` given to the layer): a global policy, ``--policy`` or
+    policy other than ``global_name`` (a ``dtype=`` given to the layer, or the global policy of the time, where the
+    function set another after building it, helper-94): a global policy, ``--policy`` or
     ``--dtype``, does not reach them, and they are measured as they are (helper-32: layers built with
     ``dtype="mixed_bfloat16"`` were reported as Keras's default float32)."""
     found: dict[str, int] = {}
@@ -394,16 +396,32 @@ def own_policies(model, global_name: str) -> dict[str, int]:
     return found
 
 
-def float32_norms(model) -> int:
-    """How many of ``model``'s layers (nested ones too) are ``BatchNormalization`` or ``LayerNormalization``, which
-    compute in float32 under a 16-bit policy on every device, a GPU included: Keras 3.15 casts their inputs up
-    (keras/src/layers/normalization/batch_normalization.py, "BN is prone to overflow with float16/bfloat16 inputs, so we
-    upcast to float32"; keras/src/ops/nn.py's ``_layer_normalization``, "Computes in at least float32 precision"), so
-    the activations they keep for the backward pass do not halve (helper-94)."""
+#: Keras 3.15's layers that compute in float32 under a 16-bit policy, on every device: each casts its inputs up
+#: (batch_normalization.py: "BN is prone to overflow with float16/bfloat16 inputs, so we upcast to float32";
+#: group_normalization.py, the same for GN; keras/src/ops/nn.py's ``_layer_normalization`` and ``_rms_normalization``:
+#: "Computes in at least float32 precision for stability in half precision training").
+FLOAT32_NORMS = ("BatchNormalization", "LayerNormalization", "GroupNormalization", "RMSNormalization")
+
+
+def float32_layers(model) -> dict[str, int]:
+    """``{class name: layers}`` of ``model``'s layers (nested ones too) that keep float32 tensors for the backward pass
+    under a 16-bit policy, on a GPU as here, so that what they keep does not halve (helper-94; helper-97 found the
+    last three kinds): the normalization layers of :data:`FLOAT32_NORMS`, and each ``MultiHeadAttention`` without
+    dropout, which Keras 3.15 runs through ``ops.dot_product_attention`` (multi_head_attention.py,
+    ``use_dot_product_attention``; without ``return_attention_scores`` and for a sequence's 3-D input), whose
+    TensorFlow kernel casts the logits to float32 and runs the softmax there ("Softmax is always carried out in high
+    precision": keras/src/backend/tensorflow/nn.py, ``_dot_product_attention_xla``; JAX's does too without flash
+    attention): a ``[batch, heads, query, key]`` tensor in float32."""
     import keras
 
-    norms = (keras.layers.BatchNormalization, keras.layers.LayerNormalization)
-    return sum(isinstance(layer, norms) for layer in private.model_layers(model))
+    kinds, found = [getattr(keras.layers, name) for name in FLOAT32_NORMS], {}
+    for layer in private.model_layers(model):
+        kind = next((kind.__name__ for kind in kinds if isinstance(layer, kind)), None)
+        if kind is None and isinstance(layer, keras.layers.MultiHeadAttention) and not layer.dropout:
+            kind = "MultiHeadAttention"
+        if kind:
+            found[kind] = found.get(kind, 0) + 1
+    return found
 
 
 def read_json(text: str, policy: str | None = None) -> SourceFacts:
