@@ -238,9 +238,8 @@ def measured_plan(args, weights: Sequence[planner.Weight], setup: model_report.M
                                      jax=bool(model_report.jax_line(setup)))
     except RuntimeError as error:  # a run's own exception, in one line (model_step._run_job)
         failure = fixed_batch_failure(str(error), facts.declared_batch if facts else None, model_plan.SMALL_BATCHES)
-        if failure is None:
-            raise
-        raise ValueError(failure) from None
+        raise ValueError(failure or f"a run of the step failed ({error}): the plan runs it at 16 and 32 samples per device, "
+                         "and at 256 or your batch where cheap (docs/decide.md, 'Your own model', lists the runs)") from None
 
 
 def _model_kwargs(args) -> dict:

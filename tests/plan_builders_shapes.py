@@ -63,3 +63,21 @@ def fixed_add():
     model = keras.Model(inputs, keras.layers.Dense(4)(_FixedNoise()(inputs)))
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+class _SmallBatchesOnly(keras.layers.Layer):
+    """Fails past 100 samples at run time, as keras.RematScope("larger_than") does past its threshold (helper-96)."""
+
+    def call(self, x):
+        import tensorflow as tf
+
+        tf.debugging.assert_less(tf.shape(x)[0], 100, message="this layer takes under 100 samples")
+        return x
+
+
+def small_batches_only():
+    """A Dense after :class:`_SmallBatchesOnly`: a step that runs at 16, 32 and 64 and fails at 256; Adam and mse."""
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(4)(_SmallBatchesOnly()(inputs)))
+    model.compile(optimizer="adam", loss="mse")
+    return model

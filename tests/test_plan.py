@@ -566,6 +566,17 @@ def test_a_model_that_reshapes_to_a_fixed_batch_in_its_code_is_told_so_in_one_li
     assert last.endswith("(keras.ops.shape(x)[0], not a constant) to plan it"), last
 
 
+def test_a_run_that_fails_at_a_batch_the_reader_did_not_ask_for_names_that_run(kernel):
+    # helper-96: keras.RematScope("larger_than") failed in the planner's own run at 256 per device, where the reader's
+    # batch trained, and the plan was refused with the bare error, naming neither that run nor the runs the plan makes.
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_shapes:small_batches_only", "--strategy",
+                                           "single", "--xla", "off", "--batch", "64"])
+    last = out.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("python -m snippets.decide: error: a run of the step failed (InvalidArgumentError: "
+                                         "assertion failed: [this layer takes under 100 samples]"), out
+    assert "(the run at a global batch of 256))" in last and last.endswith("'Your own model', lists the runs)"), last
+
+
 def test_a_killed_planner_ends_through_python_and_takes_an_optimizer_as_keras_names_it():
     # helper-74: `kill -TERM` on the planner left its measuring child and runs going to the end of their set; the default
     # action skips the cleanup that ends them (fork_server.Server.run), which SystemExit runs.

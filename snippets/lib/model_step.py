@@ -517,7 +517,7 @@ def _run_job(fields: dict, cap: str, threads: int | None, steps: int) -> dict:
         return {"refused": str(error)}
     except BaseException as error:  # noqa: BLE001 (reported to the parent in one line)
         refusal = missing_cpu_kernel(str(error), policy_option=fields.get("policy") not in (None, "float32"))
-        return {"refused": refusal} if refusal else {"error": f"{type(error).__name__}: {error_line(error)}"}
+        return {"refused": refusal} if refusal else {"error": f"{type(error).__name__}: {error_line(error)} (the run at a global batch of {fields['batch']})"}
 
 
 def _describe(fields: dict, threads: int | None) -> tuple[str, str]:
