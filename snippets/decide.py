@@ -528,8 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                    planner.trainable_bytes(weights), half, trains_batchnorm(weights)))[:args.top]
             precision = model_remedies.precision_note(plan, capacity, planner.trainable_bytes(weights), half)
             setup = noted("compiled by XLA, not run" if plan.method == "compiled" else "measured")
-            setup = replace(setup, notes=(*setup.notes, *filter(None, [model_remedies.float32_note(
-                plan, capacity, found, getattr(facts, "float32_layers", None) or {})])))  # helper-94: kept in float32
+            setup = replace(setup, notes=(*setup.notes, *filter(None, [model_remedies.float32_note(  # helper-94, helper-98
+                plan, capacity, found, getattr(facts, "float32_layers", None) or {}), model_remedies.unused_optimizer_note(plan)])))
             if half and not model_plan.in_16_bits(plan):
                 # plan.caveats says it where a run found 16-bit layers; a compiled plan has no such runs.
                 setup = replace(setup, notes=(*setup.notes, model_plan.COMPILED_HALF_CAVEAT if plan.method == "compiled"

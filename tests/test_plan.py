@@ -508,6 +508,35 @@ def test_a_loss_that_takes_targets_of_another_shape_is_refused_saying_which_targ
         assert last.endswith("add the loss with add_loss, as keras-io's captcha OCR does)"), (more, last)
 
 
+def optimizers_applied() -> tuple:
+    """Kernel side: :func:`snippets.lib.optimizers.applied` of an Adam never applied, the same after one step, and a
+    LossScaleOptimizer whose only step had non-finite gradients (which counts no iteration)."""
+    import keras
+    import numpy as np
+
+    from snippets.lib import optimizers
+
+    variable = keras.Variable(np.ones(4, "float32"))
+    adam, scaled = keras.optimizers.Adam(), keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+    before = optimizers.applied(adam)
+    adam.apply_gradients([(np.ones(4, "float32"), variable)])
+    scaled.apply_gradients([(np.full(4, np.inf, "float32"), variable)])
+    return before, optimizers.applied(adam), int(scaled.iterations.numpy()), optimizers.applied(scaled)
+
+
+def test_a_train_step_that_never_applies_the_compiled_optimizer_is_offered_no_accumulation(kernel):
+    # helper-98: keras-io's DCGAN applies a d_optimizer and a g_optimizer of its own; "gradient_accumulation_steps=2
+    # (same effective batch)" was offered on the optimizer fit is compiled with, which it never applies.
+    assert kernel.call(optimizers_applied) == (False, True, 0, True)
+    code, out = kernel.call(run_plan_cli, ["--model", "tests.plan_builders_gan:gan", "--optimizer", "rmsprop", "--strategy",
+                                           "single", "--batch", "64", "--xla", "off", "--device-memory", "200MiB"])
+    text = " ".join(out.split())
+    assert code == 0 and "Does not fit" in text and "Remedies that fit" in text, out
+    assert "Gradient accumulation is not offered: the runs never applied the optimizer the model is compiled with" in text
+    assert "gradient_accumulation_steps=" not in text.split("Remedies that fit", 1)[1], out
+    assert "Gradient accumulation does not fit" not in text, out
+
+
 def test_keras_ios_distiller_is_measured_with_what_its_own_compile_set(kernel):
     # helper-48: keras-io's Keras 3 Distiller overrides compute_loss and compiles none; it was refused for no loss, and
     # with --loss the plan said it trained with that loss, which its compute_loss never reads. Its own compile(optimizer,

@@ -53,7 +53,9 @@ def measure_accumulation(plan: ModelPlan, capacity: int, progress: Callable[[str
     counts, a fresh process each) above the plan's own there, bytes; at least 1 (it was measured). Else ``plan``.
 
     ``run``: as :func:`snippets.lib.model_plan.plan_model`'s (the tests' fakes). A run that ran out of the host's cap,
-    or failed, leaves ``plan`` as it was (the remedy stays the rule's, an estimate, and says so).
+    or failed, leaves ``plan`` as it was (the remedy stays the rule's, an estimate, and says so). Runs that applied no
+    step of the compiled optimizer (``optimizer_applied`` false: a ``train_step`` of the model's own applies others)
+    give ``optimizer_unused``: ``gradient_accumulation_steps`` on that optimizer would accumulate nothing.
     """
     if not wants_accumulation(plan, capacity):
         return plan
@@ -72,6 +74,8 @@ def measure_accumulation(plan: ModelPlan, capacity: int, progress: Callable[[str
         return plan
     if not all(r["completed"] for r in found):
         return plan
+    if not any(r.get("optimizer_applied", True) for r in found):  # helper-98: a GAN's train_step applies its own two
+        return replace(plan, optimizer_unused=True)
     worst = max(r["step_peak"] for r in found)
     return replace(plan, accumulator_extra=max(1, worst - plan.peaks[0]))
 

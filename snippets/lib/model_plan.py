@@ -106,6 +106,8 @@ class ModelPlan:
             reader's per-device batch over ``k``, bytes per device (:func:`snippets.lib.jax_step.confirm_accumulation`).
         accumulator_extra: for a run plan, bytes the step with ``gradient_accumulation_steps=2`` peaked above this one at
             its first batch (:func:`snippets.lib.model_accumulation.measure_accumulation`; 0: not measured).
+        optimizer_unused: that step's runs applied no step of the compiled optimizer (a ``train_step`` of the model's own
+            applies others): no accumulation remedy (:func:`snippets.lib.model_remedies.unused_optimizer_note`).
         checked: for ``compiled``, ``(batch, figure)`` per device of the cards' batches (:func:`jax_step.confirm_cards`).
         half_layers: a run found layers that compute in 16 bits (a policy of their own, or the step's): :func:`in_16_bits`.
         square: ``(bytes per sample squared, tensors, largest, ((power, bytes per sample**power), ...))`` of the step's
@@ -143,6 +145,7 @@ class ModelPlan:
     confirm_failed: str = ""
     accumulated: tuple[tuple[int, int], ...] = ()
     accumulator_extra: int = 0
+    optimizer_unused: bool = False
     checked: tuple[tuple[int, int], ...] = ()
     half_layers: bool = False
     jax: bool = True

@@ -101,7 +101,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         (trainable_bytes, " + one accumulator per trainable variable (by rule)", False) if plan.method == "compiled"
         else accumulation_how(plan, trainable_bytes))
     compiled = dict(plan.accumulated)
-    for k in accumulations(b, compiled_curve.group(plan) if plan.method == "compiled" else 1):
+    # helper-98: a train_step of the model's own that applies other optimizers accumulates nothing through this one.
+    for k in () if plan.optimizer_unused else accumulations(b, compiled_curve.group(plan) if plan.method == "compiled" else 1):
         peak = round(plan.peak_at(b // k) + extra)
         how = basis(b // k, f"at {b // k} per device") + accumulators
         # Keras on JAX's accumulating step, compiled (jax_step.confirm_accumulation): the rule's one accumulator per
@@ -176,6 +177,25 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
                 "its Tensor Core speed needs compute capability 8.0 or newer (an A100; a V100 is 7.0)",
                 estimate=True))
     return found
+
+
+def unused_optimizer_note(plan: ModelPlan) -> str:
+    """Why no accumulation remedy is offered where ``plan``'s runs applied no step of the compiled optimizer
+    (:attr:`~snippets.lib.model_plan.ModelPlan.optimizer_unused`), one sentence; "" elsewhere.
+
+    >>> from dataclasses import replace
+    >>> from snippets.lib.model_step import ModelStep
+    >>> plan = ModelPlan(ModelStep("m:f", "rmsprop", 64, "off", "single"), "measured", (16, 32), (2**30, 2**31))
+    >>> unused_optimizer_note(plan)
+    ''
+    >>> print(unused_optimizer_note(replace(plan, optimizer_unused=True)))
+    Gradient accumulation is not offered: the runs never applied the optimizer the model is compiled with (its iterations stayed 0), so its own train_step applies others, and gradient_accumulation_steps on that one would accumulate nothing. Set it on the optimizers your train_step applies, and plan that function with --model.
+    """
+    if not plan.optimizer_unused:
+        return ""
+    return ("Gradient accumulation is not offered: the runs never applied the optimizer the model is compiled with (its "
+            "iterations stayed 0), so its own train_step applies others, and gradient_accumulation_steps on that one would "
+            "accumulate nothing. Set it on the optimizers your train_step applies, and plan that function with --model.")
 
 
 #: The label of the mixed-precision remedy (:func:`batch_remedies`).

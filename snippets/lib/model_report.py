@@ -452,7 +452,7 @@ def model_report(plan: model_plan.ModelPlan, capacity: int, card_name: str | Non
             f"Gradient accumulation does not fit: compiled with gradient_accumulation_steps={listed([str(k) for k, _ in plan.accumulated])} "
             f"at your batch over each, the accumulating step came to {h(min(accumulated))} or more per device: its "
             "accumulators, and the update it applies every k-th step, do not shrink with the micro-batch.", 100))
-    elif plan.total > capacity and plan.method != "rule" and plan.step.accumulation == 1 and not plan.accumulated and (
+    elif plan.total > capacity and plan.method != "rule" and plan.step.accumulation == 1 and not plan.accumulated and not plan.optimizer_unused and (
             not (ks := model_accumulation.accumulations(plan.device_batch, compiled_curve.group(plan) if compiled else 1))
             or all(plan.peak_at(plan.device_batch // k) + plan.accumulator_extra > capacity for k in ks)):
         # helper-54: a batch of 300 had no k whose micro-batch fits, and nothing said so.

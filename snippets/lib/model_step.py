@@ -304,8 +304,8 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     Returns:
         ``{"step", "completed", "failed_phase", "init_peak", "step_peaks", "step_peak",
         "weights_bytes", "seconds_per_step", "jit", "real_strategy", "baseline", "largest_variable",
-        "max_steps", "optimizer_bytes", "half"}`` (``optimizer_bytes``, the optimizer's variables after the steps, once
-        completed; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own; ``jit``,
+        "max_steps", "optimizer_bytes", "optimizer_applied", "half"}`` (``optimizer_bytes``, the optimizer's variables after
+        the steps, once completed, and whether they applied it: :func:`snippets.lib.optimizers.applied`; ``half``, whether any layer computes in 16 bits, by the step's policy or one of its own; ``jit``,
         whether Keras compiled the step with XLA, False where it turned the step's XLA off for a layer it cannot compile), and
         ``"x_alone"`` (the error, one line) where the model's own ``train_step`` failed on ``(x, y)`` and ran on x alone,
         ``"square"`` (``{"batch", "tensors"}``: :func:`snippets.lib.batch_square.candidates` at the batch per device, up
@@ -416,9 +416,9 @@ def measure(step: ModelStep, steps: int = 2, replica_devices: Sequence[str] = ()
     # Read after the steps (it allocates nothing); not under the real strategy, whose graph holds a replica's shapes.
     if not replica_devices and batch <= batch_square.READ_UP_TO and (square := batch_square.candidates(model, batch)):
         result["square"] = {"batch": batch, "tensors": square}
-    # What the optimizer that trained keeps (slots, an EMA copy, accumulators, its scalars): which one ran.
-    result["optimizer_bytes"] = sum(units.tensor_bytes(tuple(v.shape), str(v.dtype))
-                                    for v in (model.optimizer.variables if model.optimizer else ()))
+    # What the optimizer keeps (slots, an EMA copy, accumulators, scalars), and whether the step applied it (helper-98).
+    result["optimizer_bytes"], result["optimizer_applied"] = sum(units.tensor_bytes(tuple(v.shape), str(v.dtype)) for v in (
+        model.optimizer.variables if model.optimizer else ())), optimizers.applied(model.optimizer)
     result["completed"] = True
     return result
 

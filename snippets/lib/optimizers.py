@@ -314,3 +314,18 @@ def rmsprop_update(variable, velocity, gradient, learning_rate=1e-3, rho=0.9, ep
     gradient = tf.convert_to_tensor(gradient)
     velocity.assign(rho * velocity + (1.0 - rho) * tf.square(gradient))
     variable.assign_sub(learning_rate * gradient / tf.sqrt(velocity + epsilon))
+
+
+def applied(optimizer) -> bool:
+    """Whether ``optimizer``, a model's compiled one read after ``fit``'s steps, applied a step: its ``iterations``
+    counted one (``apply`` counts every call, keras/src/optimizers/base_optimizer.py), or, a ``LossScaleOptimizer``, its
+    loss scale or step counter moved (a step with non-finite gradients counts no iteration:
+    keras/src/optimizers/loss_scale_optimizer.py). False for None. helper-98: keras-io's DCGAN's own ``train_step``
+    applies a ``d_optimizer`` and a ``g_optimizer``, never the optimizer ``compile`` was given."""
+    if optimizer is None:
+        return False
+    if int(optimizer.iterations.numpy()) > 0:
+        return True
+    scale = getattr(optimizer, "dynamic_scale", None)
+    return scale is not None and (int(optimizer.step_counter.numpy()) > 0
+                                  or float(scale.numpy()) != float(optimizer.initial_scale))
