@@ -479,7 +479,7 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     from snippets.lib import model_remedies
 
     found = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, 300 * units.MiB, 2, units.MiB)}
-    assert found["batch 120"] == "the chord between the measured runs at that batch", found
+    assert found["batch 120"] == "the chord between the measured runs, read at that batch", found
     assert found["gradient_accumulation_steps=2"].startswith("the measured run at 32 per device"), found
     # Mixed precision is offered to a float32 step, not to one whose layers compute in 16 bits of their own.
     assert any(label.startswith("keras.mixed_precision") for label in found)

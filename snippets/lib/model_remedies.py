@@ -87,7 +87,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
             return f"the line through the measured runs, drawn below them, {at}"
         if per_device > plan.batches[-1]:  # helper-73: "the measured line" read as a batch that was run
             return f"the line through the measured runs, extrapolated past {plan.batches[-1]} per device, {at}"
-        return f"the {'chord between' if plan.wide_why == 'cheap' else 'line through'} the measured runs {at}"
+        # helper-98: "the chord between the measured runs at that batch" read as runs made at that batch.
+        return f"the {'chord between' if plan.wide_why == 'cheap' else 'line through'} the measured runs, read {at}"
 
     largest = plan.largest_batch(capacity)
     if 0 < largest < plan.step.batch:
