@@ -5,14 +5,14 @@ and a LayerNormalization inside a nested model."""
 import keras
 
 
-def normed():
-    """Over a sequence of 8 x 16: Dense, BatchNormalization, self-attention without dropout and with it, then a nested
-    Sequential of LayerNormalization, Flatten and Dense; compiled with Adam and mse."""
-    inputs = keras.Input((8, 16))
+def normed(length: int = 8):
+    """Over a sequence of ``length`` x 16: Dense, BatchNormalization, self-attention without dropout and with it, then a
+    nested Sequential of LayerNormalization, Flatten and Dense; compiled with Adam and mse."""
+    inputs = keras.Input((length, 16))
     hidden = keras.layers.BatchNormalization()(keras.layers.Dense(16, activation="relu")(inputs))
     hidden = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(hidden, hidden)
     hidden = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, dropout=0.1)(hidden, hidden)
-    head = keras.Sequential([keras.Input((8, 16)), keras.layers.LayerNormalization(), keras.layers.Flatten(),
+    head = keras.Sequential([keras.Input((length, 16)), keras.layers.LayerNormalization(), keras.layers.Flatten(),
                              keras.layers.Dense(8)])
     model = keras.Model(inputs, head(hidden))
     model.compile(optimizer="adam", loss="mse")
