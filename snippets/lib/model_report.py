@@ -173,6 +173,12 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
     Its train_step may train with optimizers of its own (d_optimizer, g_optimizer): the runs measure the step as it is, with them; --optimizer adam is only the optimizer the model is compiled with, which that step need not use.
     >>> print(model_setup("mse", None, optimizer="adam", policy="mixed_float16").notes[0])
     Under mixed_float16, Keras's compile wraps the optimizer in a LossScaleOptimizer unless it is one (auto_scale_loss=True): the step scales the loss and unscales the gradients, and the plan is of that step.
+    >>> print(model_setup(None, None, optimizer="adam", policy="mixed_float16", own_step=True).notes[0])
+    Under mixed_float16, Keras's compile wraps the optimizer in a LossScaleOptimizer unless it is one (auto_scale_loss=True): a train_step of the model's own scales the loss only where it calls self.optimizer.scale_loss, and the plan is of that step as it is.
+    >>> for xla in ("auto", "on"):  # helper-98: an LSTM's file was told "pass --xla on", or that --xla on was planned
+    ...     print(model_setup("mse", None, no_xla={"LSTM": "cudnn"}, source="file", function_jit=False, xla=xla).notes)
+    ("Keras compiles no XLA step for this model on a GPU host (LSTM; an LSTM or GRU runs cuDNN's kernel there), so it is planned without XLA.",)
+    ("--xla on is not used: Keras compiles no XLA step for this model on a GPU host (LSTM; an LSTM or GRU runs cuDNN's kernel there), so it is planned without XLA.",)
     >>> setup_lines(model_setup(None, None, adds_loss=True))[0]
     "Trains with the loss its layers' add_loss computes, dtype policy float32 (Keras's default)."
     >>> setup_lines(model_setup("mse", None, adds_loss=True))[0]  # keras-io's VAE: a KL term beside a compiled loss
@@ -187,7 +193,8 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
                      "is planned without XLA.")
     planned_xla = source_xla(xla, function_jit)
     # jit_compile=True on a model with such layers: Keras warns and compiles no XLA (the note above says why).
-    if function_jit is not None and xla == "auto" and not (function_jit and no_xla):
+    # A model Keras compiles no XLA step for gets the note above alone (helper-98: an LSTM's file was told to pass --xla on).
+    if function_jit is not None and xla == "auto" and not no_xla:
         # A file holds what the saving host resolved "auto" to (keras/src/trainers/trainer.py stores the
         # resolved value): False on a host without a GPU, or for a model made under a strategy.
         saved = (' (a saved file holds what "auto" resolved to where it was saved: False without a GPU or '
@@ -195,7 +202,7 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         notes.append(f"The step is planned {'with' if function_jit else 'without'} XLA: {compiles} with "
                      f"jit_compile={function_jit}{saved}, which Keras keeps on a GPU host (pass --xla "
                      f"{'off' if function_jit else 'on'} if you compile it again otherwise).")
-    elif function_jit is not None and xla != "auto" and (xla == "on") != function_jit:
+    elif function_jit is not None and xla != "auto" and (xla == "on") != function_jit and not no_xla:
         notes.append(f"--xla {xla} is planned: {compiles} with jit_compile={function_jit}, which fit keeps "
                      "unless you compile the model again.")
     # An accumulator per variable, or an EMA copy, is memory: a replacing --optimizer drops it (helper-32).
@@ -256,9 +263,13 @@ def model_setup(function_loss: str | None, function_policy: str | None, loss: st
         chosen, chosen_from = "float32", "Keras's default"
     if chosen == "mixed_float16" and optimizer:
         # keras/src/trainers/trainer.py (Keras 3.15), Trainer.compile: auto_scale_loss=True wraps it (helper-48: unsaid).
+        # Keras's own train_step scales the loss (keras/src/backend/tensorflow/trainer.py: self.optimizer.scale_loss);
+        # one of the model's own does where it calls that (helper-98: said of a GAN that applies two optimizers of its own).
+        scaled = ("a train_step of the model's own scales the loss only where it calls self.optimizer.scale_loss, and "
+                  "the plan is of that step as it is." if own_step else
+                  "the step scales the loss and unscales the gradients, and the plan is of that step.")
         notes.append("Under mixed_float16, Keras's compile wraps the optimizer in a LossScaleOptimizer unless it is one "
-                     "(auto_scale_loss=True): the step scales the loss and unscales the gradients, and the plan is of that "
-                     "step.")
+                     f"(auto_scale_loss=True): {scaled}")
     if function_loss is not None:
         used, used_from = function_loss, compiled
     else:
