@@ -524,7 +524,7 @@ def test_a_batch_between_the_small_runs_and_a_cheap_one_is_planned_on_their_chor
     assert model_report.model_json(plan, low, None, "m:f")["fits"] is (plan.total <= low) is False
     # Below the smallest run, the line is drawn where no run was made (a trial, helper-27).
     tight = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(plan, plan.peak_at(8), 2, units.MiB)}
-    assert any(how.startswith("the line through the measured runs, drawn below them") for how in tight.values()), tight
+    assert any(how.startswith("the line through the measured runs, extended below the smallest run (16 per device)") for how in tight.values()), tight
     # Past the largest run, extrapolated, and said so (helper-73: "the measured line" read as a run at that batch).
     far = model_plan.ModelPlan(ModelStep("m:f", "adam", 1024, "off"), "extrapolated", (16, 32), (100 * units.MiB, 164 * units.MiB))
     past = {r.label.split(" (")[0]: r.how for r in model_remedies.batch_remedies(far, far.peak_at(512), 1, units.MiB)}
@@ -850,6 +850,12 @@ def test_the_mirrored_remedy_adds_the_all_reduced_gradient_and_is_not_read_off_a
     # A replica's program is the single-device fit at 64 plus the all-reduced gradient.
     assert mirrored.peak == max(plan.peak_at(64) + trainable, plan.init_peak) and not mirrored.estimate
     assert "plus the all-reduced gradient" in mirrored.how and not model_remedies.strategy_note(plan, 2 * units.GiB)
+    # A mirrored plan's runs are a replica's program, which holds it already: nothing added, and said so (helper-99).
+    replicas = replace(plan, step=replace(plan.step, strategy="mirrored", devices=2))
+    four = next(r for r in model_remedies.batch_remedies(replicas, 2 * units.GiB, 2, trainable)
+                if r.label.startswith("MirroredStrategy over 4"))
+    assert four.peak == max(replicas.peak_at(64), replicas.init_peak) and four.how.endswith(
+        "a replica's program, its all-reduced gradient included"), four.how
     # Under a strategy Keras compiles no XLA step for jit_compile="auto": the replica runs another program than the
     # compiled lines (helper-91's ConvLSTM replica peaked at 1.7 times the figure they gave). No remedy, a note instead.
     compiled = replace(plan, step=replace(plan.step, xla="on"))

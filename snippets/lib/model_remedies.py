@@ -84,7 +84,8 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         if per_device in plan.batches:
             return f"the measured run {at}"
         if per_device < plan.batches[0]:
-            return f"the line through the measured runs, drawn below them, {at}"
+            # helper-99: "drawn below them" read as a figure under the runs' own.
+            return f"the line through the measured runs, extended below the smallest run ({plan.batches[0]} per device), {at}"
         if per_device > plan.batches[-1]:  # helper-73: "the measured line" read as a batch that was run
             return f"the line through the measured runs, extrapolated past {plan.batches[-1]} per device, {at}"
         # helper-98: "the chord between the measured runs at that batch" read as runs made at that batch.
@@ -141,7 +142,9 @@ def batch_remedies(plan: ModelPlan, capacity: int, devices: int, trainable_bytes
         peak = plan.peak_at(plan.step.batch // more) + (trainable_bytes if single else 0)
         if plan.step.strategy == "mirrored" or plan.step.xla == "off":
             peak = max(peak, plan.init_peak)
-        how = basis(plan.step.batch // more, "at that per-replica batch") + (", plus the all-reduced gradient" if single else "")
+        # helper-99 could not tell whether a mirrored plan's figure held the gradient: its runs are a replica's program.
+        how = basis(plan.step.batch // more, "at that per-replica batch") + (
+            ", plus the all-reduced gradient" if single else ", a replica's program, its all-reduced gradient included")
         # Keras on JAX jits the replicas' step too (keras.distribution.DataParallel): only the one-device
         # compile is another program's; on TensorFlow a compiled line is, since a strategy compiles none.
         on_jax = plan.method == "compiled"
@@ -215,7 +218,7 @@ def float32_note(plan: ModelPlan, capacity: int, found: list[BatchRemedy], layer
     >>> plan = ModelPlan(ModelStep("m:f", "adam", 32, "off", "single"), "measured", (16, 32), (2**30, 2**31))
     >>> found = [BatchRemedy(MIXED, 2**30, "", "", estimate=True)]
     >>> print(float32_note(plan, 2**31, found, {"BatchNormalization": 1, "MultiHeadAttention": 2}))
-    Under a 16-bit policy Keras keeps float32 tensors in this model, on a GPU too: 1 BatchNormalization layer casts its inputs up, and 2 MultiHeadAttention layers without dropout compute their attention logits and softmax in float32; what they keep for the backward pass does not halve, so a GPU's 16-bit step peaks above the best case given here.
+    The mixed_float16 remedy below is a best case: under a 16-bit policy Keras keeps float32 tensors in this model, on a GPU too: 1 BatchNormalization layer casts its inputs up, and 2 MultiHeadAttention layers without dropout compute their attention logits and softmax in float32; what they keep for the backward pass does not halve, so a GPU's 16-bit step peaks above it.
     >>> float32_note(plan, 2**31, found, {}), float32_note(plan, 2**31, [], {"LayerNormalization": 3})
     ('', '')
     """
@@ -232,9 +235,11 @@ def float32_note(plan: ModelPlan, capacity: int, found: list[BatchRemedy], layer
         parts.append(f"{attention} MultiHeadAttention layer{'s' if attention > 1 else ''} without dropout compute"
                      f"{'' if attention > 1 else 's'} {'their' if attention > 1 else 'its'} attention logits and "
                      "softmax in float32")
-    return (f"Under a 16-bit policy Keras keeps float32 tensors in this model, on a GPU too: {', and '.join(parts)}; "
-            "what they keep for the backward pass does not halve, so a GPU's 16-bit step peaks above the best case "
-            "given here.")
+    kept = f"Keras keeps float32 tensors in this model, on a GPU too: {', and '.join(parts)}; what they keep for the backward pass does not halve"
+    if best_case:
+        return f"Under a 16-bit policy {kept}, so a GPU's 16-bit step peaks above the best case given here."
+    # helper-99: said among a float32 plan's notes, it read as a caveat on the float32 step, not on its remedy.
+    return f"The mixed_float16 remedy below is a best case: under a 16-bit policy {kept}, so a GPU's 16-bit step peaks above it."
 
 
 def in_float32(plan: ModelPlan, half: bool = False) -> bool:
