@@ -667,6 +667,9 @@ def test_a_compiled_plans_line_grows_at_least_by_the_rules_activations():
             "sample of activations the rule counts") in " ".join(model_report.model_report(floored, card, "a card").split())
     assert model_report.model_json(floored, card, None, "m:f")["largest_batch_note"].startswith(
         "None past 32 per device, the largest batch compiled: up to it the peak grew less")
+    # The cards' sentence too (helper-100: every card's batch stopped at the largest run, and the JSON said nothing).
+    assert model_report.model_json(floored, card, None, "m:f")["largest_global_batch_note"].startswith(
+        "None past 32 per device, the largest batch compiled: up to it the peak grew less")
     assert model_report.model_json(flat, card, None, "m:f")["largest_batch_note"].startswith(
         "Not compiled at its batch, the largest batch for the capacity is read off the line through the compiled batches")
 

@@ -31,6 +31,8 @@ JSON_KEYS = {
                            "past the batches the line was checked at; empty if neither (the text's sentence)"),
     "largest_global_batch": ("per card (the four the text lists, and the one planned for), the largest global batch "
                              "(samples per step, all replicas) its own pool holds"),
+    "largest_global_batch_note": ("why the cards' batches stop where they do, or that they lie past the batches the "
+                                  "line was checked at; empty if neither (the text's sentence after them)"),
     "line_checked_per_device": ("the per-device batch the line was checked up to (the benchmarks', or a larger batch "
                                 "this plan ran; a compiled plan's largest; under a 16-bit policy, its largest run)"),
     "remedies": "the remedies that fit, smallest change first: label, peak (bytes), how, cost, estimate",

@@ -320,7 +320,7 @@ def no_batch_line(plan: model_plan.ModelPlan) -> str:
     least = min(plan.batches)
     smallest = "the smallest batch compiled" if plan.method == "compiled" else "the smallest batch run"
     return (f"No batch fits, by the same plan: at {least} per device, {smallest}, the step peaks at "
-            f"{units.human_bytes(plan.peak_at(least))}, and what the model keeps whatever the batch must shrink "
+            f"{units.human_bytes(plan.peak_at(least))}, and what the model keeps, whatever the batch, must shrink "
             "(a sharded placement, smaller layers: docs/decide.md).")
 
 
@@ -524,7 +524,8 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
 
     ``card``: the card's name (None: ``--device-memory`` gave the capacity); ``pool`` says whose
     share of it ``capacity`` is. ``largest_global_batch``: per card, samples per step over all
-    replicas; ``largest_batch_note``: :func:`~snippets.lib.batch_limits.limit_note` for the capacity's own batch;
+    replicas; ``largest_batch_note``: :func:`~snippets.lib.batch_limits.limit_note` for the capacity's own batch, and
+    ``largest_global_batch_note`` for the cards';
     ``line_checked_per_device``: :func:`line_checked`. ``setup``: :class:`ModelSetup`'s fields, or None.
     ``method``, ``how``, ``fits``, ``capacity``, ``card``, ``model``, ``setup`` and ``remedies`` are the keys a
     rule plan's JSON has too (``python -m snippets.decide --json``).
@@ -538,6 +539,8 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "largest_batch_note": own and limit_note(plan, {"capacity": own}, lambda _: capacity, jax_line(setup)) or "",
             # The card planned for among them, also where the list of cards leaves it out (helper-34: an A100-40GB).
             "largest_global_batch": {**largest_batches(plan), **({card: plan.largest_batch(capacity)} if card else {})},
+            # helper-100: every card stopped at the largest run, and only the text said why.
+            "largest_global_batch_note": limit_note(plan, largest_batches(plan), card_pool(plan), jax_line(setup)),
             # Per device, how far the line was checked: a largest batch past it is further out.
             "line_checked_per_device": line_checked(plan),
             "remedies": [asdict(r) for r in remedies_found],
