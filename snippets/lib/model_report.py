@@ -538,9 +538,9 @@ def model_json(plan: model_plan.ModelPlan, capacity: int, card: str | None, mode
             "pool": pool if card else None, "largest_batch": (own := plan.largest_batch(capacity)),
             "largest_batch_note": own and limit_note(plan, {"capacity": own}, lambda _: capacity, jax_line(setup)) or "",
             # The card planned for among them, also where the list of cards leaves it out (helper-34: an A100-40GB).
-            "largest_global_batch": {**largest_batches(plan), **({card: plan.largest_batch(capacity)} if card else {})},
+            "largest_global_batch": {**(cards := largest_batches(plan)), **({card: plan.largest_batch(capacity)} if card else {})},
             # helper-100: every card stopped at the largest run, and only the text said why.
-            "largest_global_batch_note": limit_note(plan, largest_batches(plan), card_pool(plan), jax_line(setup)),
+            "largest_global_batch_note": limit_note(plan, cards, card_pool(plan), jax_line(setup)),
             # Per device, how far the line was checked: a largest batch past it is further out.
             "line_checked_per_device": line_checked(plan),
             "remedies": [asdict(r) for r in remedies_found],
